@@ -1,0 +1,1 @@
+"""waitgraph's I/O shell: the node process, its services and the operator CLI."""

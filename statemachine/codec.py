@@ -1,0 +1,299 @@
+"""Canonical msgpack codec for commands, envelopes, effects and outcomes.
+
+Rules kept here:
+- Canonical: maps are written with sorted keys, and every message carries its ``kind`` and
+  version ``v`` inside, so equal values always encode to equal bytes on every replica.
+- Strict: an unknown kind or version, a missing or unknown field, a wrong type, an oversize
+  field or payload, or trailing bytes is a :class:`CodecError`; nothing else ever escapes.
+- Every released (kind, version) keeps a decoder; an old version is decoded by its own class
+  (and upgraded by ``_UPGRADES`` when a newer version replaces it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import typing
+from collections.abc import Callable
+from enum import StrEnum
+from types import NoneType, UnionType
+from typing import Any
+
+import msgpack
+
+from .commands import COMMANDS, Command, Envelope
+from .effects import EFFECTS, Effect
+from .errors import CodecError, Status
+from .outcome import Outcome, Result
+
+MAX_PAYLOAD_BYTES = 64 * 1024
+"""Largest encoded envelope accepted; the gRPC layer uses the same bound."""
+MAX_STR_LEN = 1024
+"""Longest string field; ids have their own tighter limit (``ids.MAX_ID_LEN``)."""
+MAX_FIELDS = 64
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+
+Checker = Callable[[Any, str], Any]
+
+
+def _check_str(value: Any, name: str) -> str:
+    if type(value) is not str:
+        raise CodecError(f"field {name!r} must be a string, got {type(value).__name__}", field=name)
+    if len(value) > MAX_STR_LEN:
+        raise CodecError(f"field {name!r} is {len(value)} characters; the limit is {MAX_STR_LEN}", field=name)
+    return value
+
+
+def _check_int(value: Any, name: str) -> int:
+    if type(value) is not int:
+        raise CodecError(f"field {name!r} must be an integer, got {type(value).__name__}", field=name)
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise CodecError(f"field {name!r} is out of the 64-bit range", field=name)
+    return value
+
+
+def _check_bool(value: Any, name: str) -> bool:
+    if type(value) is not bool:
+        raise CodecError(f"field {name!r} must be a boolean, got {type(value).__name__}", field=name)
+    return value
+
+
+def _enum_checker(enum: type[StrEnum]) -> Checker:
+    members = {m.value: m for m in enum}
+
+    def check(value: Any, name: str) -> StrEnum:
+        member = members.get(value) if type(value) is str else None
+        if member is None:
+            raise CodecError(f"field {name!r} must be one of {sorted(members)}", field=name)
+        return member
+
+    return check
+
+
+def _optional(inner: Checker) -> Checker:
+    def check(value: Any, name: str) -> Any:
+        return None if value is None else inner(value, name)
+
+    return check
+
+
+def _checker_for(tp: Any) -> Checker:
+    if isinstance(tp, UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not NoneType]
+        if len(args) != 1:
+            raise TypeError(f"unsupported union {tp}")
+        return _optional(_checker_for(args[0]))
+    if tp is str:
+        return _check_str
+    if tp is bool:
+        return _check_bool
+    if tp is int:
+        return _check_int
+    if isinstance(tp, type) and issubclass(tp, StrEnum):
+        return _enum_checker(tp)
+    raise TypeError(f"unsupported field type {tp}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Spec:
+    cls: type
+    fields: tuple[tuple[str, Checker, bool], ...]
+    """(name, checker, required) in sorted name order."""
+    names: frozenset[str]
+
+
+def _spec(cls: type) -> _Spec:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in sorted(dataclasses.fields(cls), key=lambda f: f.name):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        out.append((f.name, _checker_for(hints[f.name]), required))
+    return _Spec(cls, tuple(out), frozenset(f.name for f in dataclasses.fields(cls)))
+
+
+_COMMAND_SPECS: dict[tuple[str, int], _Spec] = {(c.KIND, c.VERSION): _spec(c) for c in COMMANDS}
+_EFFECT_SPECS: dict[tuple[str, int], _Spec] = {(c.KIND, c.VERSION): _spec(c) for c in EFFECTS}
+_UPGRADES: dict[tuple[str, int], Callable[[Any], Any]] = {}
+"""(kind, old version) -> function turning the old command into the current one."""
+
+
+def _to_plain(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    items = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)]
+    items.append(("kind", obj.KIND))
+    items.append(("v", obj.VERSION))
+    for name, value in sorted(items):
+        out[name] = value.value if isinstance(value, StrEnum) else value
+    return out
+
+
+def _from_plain(raw: Any, specs: dict[tuple[str, int], _Spec], what: str) -> Any:
+    if type(raw) is not dict:
+        raise CodecError(f"{what} must be a map, got {type(raw).__name__}")
+    kind, version = raw.get("kind"), raw.get("v")
+    if type(kind) is not str or type(version) is not int:
+        raise CodecError(f"{what} has no kind/version")
+    spec = specs.get((kind, version))
+    if spec is None:
+        raise CodecError(f"unknown {what} kind {kind!r} version {version!r}", kind=kind, version=version)
+    extra = raw.keys() - spec.names - {"kind", "v"}
+    if extra:
+        raise CodecError(f"{kind} has unknown fields {sorted(map(str, extra))}", kind=kind)
+    kwargs = {}
+    for name, check, required in spec.fields:
+        if name in raw:
+            kwargs[name] = check(raw[name], name)
+        elif required:
+            raise CodecError(f"{kind} is missing field {name!r}", kind=kind, field=name)
+    obj = spec.cls(**kwargs)
+    upgrade = _UPGRADES.get((kind, version))
+    return upgrade(obj) if upgrade else obj
+
+
+def _unpack(data: bytes) -> Any:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise CodecError("payload must be bytes")
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise CodecError(f"payload is {len(data)} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_str_len=MAX_PAYLOAD_BYTES,
+            max_bin_len=0,
+            max_array_len=4096,
+            max_map_len=MAX_FIELDS,
+            max_ext_len=0,
+        )
+    except msgpack.ExtraData as exc:
+        raise CodecError("trailing bytes after the message") from exc
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        raise CodecError(f"not valid msgpack: {exc}") from exc
+
+
+def pack(plain: Any) -> bytes:
+    return msgpack.packb(plain, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+def command_to_plain(cmd: Command) -> dict[str, Any]:
+    return _to_plain(cmd)
+
+
+def command_from_plain(raw: Any) -> Command:
+    return _from_plain(raw, _COMMAND_SPECS, "command")  # type: ignore[no-any-return]
+
+
+def encode_command(cmd: Command) -> bytes:
+    return pack(_to_plain(cmd))
+
+
+def decode_command(data: bytes) -> Command:
+    return command_from_plain(_unpack(data))
+
+
+def command_fingerprint(cmd: Command) -> bytes:
+    """Short digest of a command's canonical bytes: tells a retry from a reused request id."""
+    return hashlib.blake2b(encode_command(cmd), digest_size=8).digest()
+
+
+def envelope_to_plain(env: Envelope) -> dict[str, Any]:
+    return {
+        "actor": env.actor,
+        "at_ms": env.at_ms,
+        "cmd": _to_plain(env.command),
+        "kind": Envelope.KIND,
+        "request_id": env.request_id,
+        "v": Envelope.VERSION,
+    }
+
+
+_ENVELOPE_KEYS = frozenset({"actor", "at_ms", "cmd", "kind", "request_id", "v"})
+
+
+def envelope_from_plain(raw: Any) -> Envelope:
+    if type(raw) is not dict:
+        raise CodecError("envelope must be a map")
+    if raw.get("kind") != Envelope.KIND or raw.get("v") != Envelope.VERSION:
+        raise CodecError(f"unknown envelope kind {raw.get('kind')!r} version {raw.get('v')!r}")
+    if raw.keys() != _ENVELOPE_KEYS:
+        raise CodecError(f"envelope fields must be {sorted(_ENVELOPE_KEYS)}")
+    return Envelope(
+        actor=_check_str(raw["actor"], "actor"),
+        at_ms=_check_int(raw["at_ms"], "at_ms"),
+        request_id=_optional(_check_str)(raw["request_id"], "request_id"),
+        command=command_from_plain(raw["cmd"]),
+    )
+
+
+def encode_envelope(env: Envelope) -> bytes:
+    return pack(envelope_to_plain(env))
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    return envelope_from_plain(_unpack(data))
+
+
+# -- effects and outcomes ----------------------------------------------------------------------
+
+
+def effect_to_plain(fx: Effect) -> dict[str, Any]:
+    return _to_plain(fx)
+
+
+def effect_from_plain(raw: Any) -> Effect:
+    return _from_plain(raw, _EFFECT_SPECS, "effect")  # type: ignore[no-any-return]
+
+
+def outcome_to_plain(out: Outcome) -> list[Any]:
+    return [
+        out.result.value,
+        [_to_plain(fx) for fx in out.effects],
+        out.code,
+        out.status.value if out.status is not None else None,
+        out.message,
+        {k: (v.value if isinstance(v, StrEnum) else v) for k, v in sorted(out.fields.items())},
+    ]
+
+
+def outcome_from_plain(raw: Any) -> Outcome:
+    try:
+        result, effects, code, status, message, fields = raw
+        return Outcome(
+            Result(result),
+            tuple(effect_from_plain(fx) for fx in effects),
+            _check_str(code, "code"),
+            Status(status) if status is not None else None,
+            _check_str(message, "message"),
+            dict(fields),
+        )
+    except CodecError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise CodecError(f"malformed outcome: {exc}") from exc
+
+
+def encode_outcome(out: Outcome) -> bytes:
+    return pack(outcome_to_plain(out))
+
+
+def decode_outcome(data: bytes) -> Outcome:
+    return outcome_from_plain(_unpack(data))
+
+
+def command_class(kind: str) -> type[Command]:
+    """The newest class of a command kind (the transcript runner parses against it)."""
+    versions = [v for (k, v) in _COMMAND_SPECS if k == kind]
+    if not versions:
+        raise CodecError(f"unknown command kind {kind!r}")
+    cls: type[Command] = _COMMAND_SPECS[(kind, max(versions))].cls
+    return cls
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    hints: dict[str, Any] = typing.get_type_hints(cls)
+    return hints

@@ -1,0 +1,106 @@
+"""Typed, resolvable identifiers.
+
+Only ids of a known kind enter the graph: ``"the security agent"`` is not an id and is refused.
+An id is ``<kind>:<name>``; generations and versions travel in their own integer fields, so an id
+never changes when an execution is retried or a resource is leased again.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+from .errors import invalid
+
+MAX_ID_LEN = 128
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/@+]*\Z")
+
+
+class Kind(StrEnum):
+    EXEC = "exec"
+    ARTIFACT = "artifact"
+    APPROVAL = "approval"
+    RESERVATION = "reservation"
+    RESOURCE = "resource"
+    POOL = "pool"
+    HUMAN = "human"
+    EXTERNAL = "external"
+
+
+TARGET_KINDS = frozenset({Kind.EXEC, Kind.ARTIFACT, Kind.APPROVAL, Kind.RESERVATION, Kind.RESOURCE, Kind.POOL})
+"""Kinds a wait edge may point at."""
+
+CREATED_TARGET_KINDS = frozenset({Kind.ARTIFACT, Kind.APPROVAL, Kind.RESERVATION, Kind.RESOURCE, Kind.POOL})
+"""Kinds created with ``CreateTarget`` (executions are created with ``CreateExecution``)."""
+
+HELD_KINDS = frozenset({Kind.RESERVATION, Kind.RESOURCE, Kind.POOL})
+"""Kinds whose satisfiers are holders (HELD_BY), set by acquire and cleared by release."""
+
+DECLARED_KINDS = frozenset({Kind.ARTIFACT, Kind.APPROVAL})
+"""Kinds whose satisfier is declared: PRODUCED_BY (artifact) or PROVIDED_BY (approval)."""
+
+OUTSIDE_KINDS = frozenset({Kind.HUMAN, Kind.EXTERNAL})
+"""Satisfiers no execution controls; a wait on them is never part of a deadlock."""
+
+_KINDS = {k.value: k for k in Kind}
+
+
+class ActorKind(StrEnum):
+    AGENT = "agent"
+    OPERATOR = "operator"
+    NODE = "node"
+
+
+_ACTOR_KINDS = {k.value: k for k in ActorKind}
+
+
+def _split(value: object, field: str) -> tuple[str, str]:
+    if not isinstance(value, str):
+        raise invalid("bad_id", f"{field} must be a string id, got {type(value).__name__}", field=field)
+    if len(value) > MAX_ID_LEN:
+        raise invalid("id_too_long", f"{field} is {len(value)} characters; the limit is {MAX_ID_LEN}", field=field)
+    prefix, sep, name = value.partition(":")
+    if not sep or not _NAME.match(name):
+        raise invalid(
+            "unresolvable_id",
+            f"{field}={value!r} is not a resolvable id; expected <kind>:<name> such as exec:review-1",
+            field=field,
+        )
+    return prefix, name
+
+
+def id_kind(value: object, field: str, allowed: frozenset[Kind]) -> Kind:
+    """Validate ``value`` as an id of one of ``allowed`` kinds and return its kind."""
+    prefix, _ = _split(value, field)
+    kind = _KINDS.get(prefix)
+    if kind is None or kind not in allowed:
+        names = ", ".join(sorted(k.value + ":" for k in allowed))
+        raise invalid("wrong_id_kind", f"{field}={value!r} must be one of {names}", field=field)
+    return kind
+
+
+def kind_of(value: str) -> Kind:
+    """Kind of an id already validated by :func:`id_kind`."""
+    return _KINDS[value.partition(":")[0]]
+
+
+def actor_kind(value: object) -> ActorKind:
+    prefix, _ = _split(value, "actor")
+    kind = _ACTOR_KINDS.get(prefix)
+    if kind is None:
+        raise invalid("bad_actor", f"actor={value!r} must be agent:, operator: or node:", field="actor")
+    return kind
+
+
+def agent_actor(agent_id: str) -> str:
+    return f"agent:{agent_id}"
+
+
+def validate_name(value: object, field: str) -> str:
+    """A bare name (an agent id, a run id, an effect id): same alphabet as the part after ``:``."""
+    if not isinstance(value, str):
+        raise invalid("bad_name", f"{field} must be a string", field=field)
+    if len(value) > MAX_ID_LEN or not _NAME.match(value):
+        raise invalid("bad_name", f"{field}={value!r} is not a valid name", field=field)
+    return value

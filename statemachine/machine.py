@@ -1,0 +1,906 @@
+"""apply(envelope) -> Outcome: the one deterministic transition function.
+
+Rules kept here:
+- Every handler checks first and mutates after: a rejection is raised only before the first
+  mutation, so a rejected command changes nothing. Cascades (closing edges, releasing holdings)
+  run after all checks and cannot be rejected.
+- Logical time only: ``now = max(state.now_ms, envelope.at_ms)``; no clock is ever read.
+- Whatever is iterated to produce effects is iterated in sorted order, never in hash order.
+- Closes and updates that name an older generation or edge version are recorded no-ops: a late
+  message from an old attempt never deletes a newer edge. Actions (acquire, register, start)
+  under an older generation are rejected with FAILED_PRECONDITION.
+- A repeated (actor, request id) returns the first recorded outcome and changes nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from . import errors as E
+from .codec import command_fingerprint, decode_envelope
+from .commands import (
+    Acquire,
+    CloseWait,
+    Command,
+    CompleteExecution,
+    CreateExecution,
+    CreateTarget,
+    DecideApproval,
+    DeclareSatisfier,
+    Envelope,
+    FailExecution,
+    Heartbeat,
+    JoinSession,
+    LeaveSession,
+    ProduceArtifact,
+    RecordCost,
+    RecordSideEffect,
+    RegisterWait,
+    Release,
+    ResumeExecution,
+    RetryExecution,
+    StartExecution,
+    Tick,
+)
+from .effects import (
+    Acquired,
+    ApprovalDecided,
+    ArtifactProduced,
+    CostRecorded,
+    Effect,
+    ExecutionCreated,
+    ExecutionStateChanged,
+    GenerationAdvanced,
+    Released,
+    SatisfierClosed,
+    SatisfierDeclared,
+    SessionEnded,
+    SessionJoined,
+    SessionRenewed,
+    SideEffectRecorded,
+    TargetCreated,
+    WaitClosed,
+    WaitRegistered,
+)
+from .enums import TERMINAL, EffectOutcome, ExecStatus, Relation, SessionStatus
+from .errors import CodecError, Rejection
+from .ids import (
+    CREATED_TARGET_KINDS,
+    DECLARED_KINDS,
+    HELD_KINDS,
+    OUTSIDE_KINDS,
+    TARGET_KINDS,
+    ActorKind,
+    Kind,
+    actor_kind,
+    id_kind,
+    kind_of,
+    validate_name,
+)
+from .outcome import Outcome, Result, applied, noop, rejected
+from .state import Execution, Limits, Run, Session, SideEffect, State, Target, WaitEdge, edge_id
+
+# -- the execution lifecycle as a table ----------------------------------------------------------
+
+
+class Event(StrEnum):
+    """What moves an execution; named after the command (or cascade) that causes it."""
+
+    START = "StartExecution"
+    BLOCK = "RegisterWait"
+    RESUME = "ResumeExecution"
+    WAITS_CLEARED = "WaitsCleared"
+    COMPLETE = "CompleteExecution"
+    FAIL = "FailExecution"
+    RETRY = "RetryExecution"
+
+
+S = ExecStatus
+TRANSITIONS: dict[tuple[ExecStatus, Event], ExecStatus] = {
+    (S.PENDING, Event.START): S.RUNNING,
+    (S.PENDING, Event.BLOCK): S.WAITING,
+    (S.RUNNING, Event.BLOCK): S.WAITING,
+    (S.WAITING, Event.BLOCK): S.WAITING,
+    (S.WAITING, Event.RESUME): S.RUNNING,
+    (S.WAITING, Event.WAITS_CLEARED): S.RUNNING,
+    (S.RUNNING, Event.COMPLETE): S.COMPLETED,
+    (S.WAITING, Event.COMPLETE): S.COMPLETED,
+    (S.PENDING, Event.FAIL): S.FAILED,
+    (S.RUNNING, Event.FAIL): S.FAILED,
+    (S.WAITING, Event.FAIL): S.FAILED,
+    (S.PENDING, Event.RETRY): S.PENDING,
+    (S.RUNNING, Event.RETRY): S.PENDING,
+    (S.WAITING, Event.RETRY): S.PENDING,
+    (S.FAILED, Event.RETRY): S.PENDING,
+}
+"""(state, event) -> next state. A missing pair is an illegal transition."""
+
+LIVE = frozenset({S.PENDING, S.RUNNING, S.WAITING})
+"""States in which an execution may acquire, wait, and be waited for."""
+
+
+def next_status(ex: Execution, event: Event) -> ExecStatus:
+    nxt = TRANSITIONS.get((ex.status, event))
+    if nxt is None:
+        raise E.precondition(
+            "illegal_transition",
+            f"{ex.execution_id} is {ex.status.value}; {event.value} is not allowed there",
+            execution_id=ex.execution_id,
+            state=ex.status.value,
+            command=event.value,
+        )
+    return nxt
+
+
+# -- the machine ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Ctx:
+    """One apply in progress: who, when, and the effects accumulated so far."""
+
+    state: State
+    actor: str
+    actor_kind: ActorKind
+    now: int
+    fx: list[Effect] = field(default_factory=list)
+
+    @property
+    def agent_id(self) -> str | None:
+        return self.actor.partition(":")[2] if self.actor_kind is ActorKind.AGENT else None
+
+
+class StateMachine:
+    """Owns one :class:`State` and applies envelopes to it."""
+
+    def __init__(self, state: State | None = None, limits: Limits | None = None) -> None:
+        self.state = state if state is not None else State(limits)
+
+    # -- entry points --------------------------------------------------------------------------
+
+    def apply_bytes(self, data: bytes) -> Outcome:
+        """Decode and apply; undecodable bytes are a rejection that changes nothing."""
+        try:
+            env = decode_envelope(data)
+        except CodecError as exc:
+            return rejected(E.invalid("codec", exc.message, **exc.fields))
+        return self.apply(env)
+
+    def apply(self, env: Envelope) -> Outcome:
+        st = self.state
+        try:
+            kind = actor_kind(env.actor)
+        except Rejection as rej:
+            return rejected(rej)
+        key: tuple[str, str] | None = None
+        fingerprint = b""
+        if env.request_id is not None:
+            if not 0 < len(env.request_id) <= 128:
+                return rejected(E.invalid("bad_request_id", "request_id must be 1..128 characters"))
+            key = (env.actor, env.request_id)
+            fingerprint = command_fingerprint(env.command)
+            seen = st.idempotency.get(key)
+            if seen is not None:
+                if seen[0] != fingerprint:
+                    return rejected(
+                        E.invalid(
+                            "request_id_reused",
+                            f"request_id {env.request_id!r} was already used for a different command",
+                        )
+                    )
+                first = seen[1]
+                return Outcome(first.result, first.effects, first.code, first.status, first.message, first.fields, True)
+        ctx = _Ctx(st, env.actor, kind, max(st.now_ms, env.at_ms))
+        try:
+            out = _dispatch(ctx, env.command)
+        except Rejection as rej:
+            return rejected(rej)
+        st.now_ms = ctx.now
+        if out.result is Result.NOOP:
+            st.bump(f"noop.{out.code}")
+        if key is not None:
+            st.idempotency[key] = (fingerprint, out)
+            while len(st.idempotency) > st.limits.idempotency_capacity:
+                st.idempotency.popitem(last=False)
+        return out
+
+    def snapshot(self) -> bytes:
+        return self.state.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        """Replace the whole state with the snapshot's; nothing of the old state survives."""
+        self.state = State.restore(data)
+
+    def digest(self) -> str:
+        return self.state.digest()
+
+
+def _dispatch(ctx: _Ctx, cmd: Command) -> Outcome:
+    match cmd:
+        case JoinSession():
+            return _join(ctx, cmd)
+        case Heartbeat():
+            return _heartbeat(ctx, cmd)
+        case LeaveSession():
+            return _leave(ctx, cmd)
+        case CreateExecution():
+            return _create_execution(ctx, cmd)
+        case StartExecution():
+            return _lifecycle(ctx, cmd.execution_id, cmd.generation, Event.START, "started")
+        case ResumeExecution():
+            return _lifecycle(ctx, cmd.execution_id, cmd.generation, Event.RESUME, "resumed")
+        case CompleteExecution():
+            return _lifecycle(ctx, cmd.execution_id, cmd.generation, Event.COMPLETE, "completed")
+        case FailExecution():
+            _reason(ctx, cmd.reason)
+            return _lifecycle(ctx, cmd.execution_id, cmd.generation, Event.FAIL, cmd.reason)
+        case RetryExecution():
+            return _retry(ctx, cmd)
+        case CreateTarget():
+            return _create_target(ctx, cmd)
+        case DeclareSatisfier():
+            return _declare_satisfier(ctx, cmd)
+        case Acquire():
+            return _acquire(ctx, cmd)
+        case Release():
+            return _release(ctx, cmd)
+        case RegisterWait():
+            return _register_wait(ctx, cmd)
+        case CloseWait():
+            return _close_wait_cmd(ctx, cmd)
+        case ProduceArtifact():
+            return _produce(ctx, cmd)
+        case DecideApproval():
+            return _decide(ctx, cmd)
+        case Tick():
+            return _tick(ctx)
+        case RecordSideEffect():
+            return _record_side_effect(ctx, cmd)
+        case RecordCost():
+            return _record_cost(ctx, cmd)
+    raise E.invalid("unknown_command", f"no handler for {type(cmd).__name__}")  # pragma: no cover
+
+
+# -- shared checks --------------------------------------------------------------------------------
+
+
+def _reason(ctx: _Ctx, reason: str) -> None:
+    if not reason or len(reason) > ctx.state.limits.max_reason_len:
+        raise E.invalid("bad_reason", f"reason must be 1..{ctx.state.limits.max_reason_len} characters")
+
+
+def _nonneg(value: int, name: str) -> None:
+    if value < 0:
+        raise E.invalid("negative", f"{name} must not be negative", field=name)
+
+
+def _require_session(ctx: _Ctx) -> None:
+    agent = ctx.agent_id
+    if agent is None:
+        return
+    s = ctx.state.sessions.get(agent)
+    if s is None or s.status is not SessionStatus.ACTIVE:
+        raise E.precondition("no_session", f"agent {agent} has no active session; join first", agent_id=agent)
+
+
+def _require_operator(ctx: _Ctx, what: str) -> None:
+    if ctx.actor_kind is ActorKind.AGENT:
+        raise E.denied("operator_only", f"{what} is for operators and cluster nodes, not agents")
+
+
+def _owned(ctx: _Ctx, execution_id: str) -> Execution:
+    """The execution, checked to belong to the sending agent (operators and nodes may act on any)."""
+    id_kind(execution_id, "execution_id", frozenset({Kind.EXEC}))
+    ex = ctx.state.executions.get(execution_id)
+    if ex is None:
+        raise E.not_found("no_execution", f"{execution_id} does not exist", execution_id=execution_id)
+    agent = ctx.agent_id
+    if agent is not None and ex.agent_id != agent:
+        raise E.denied("not_owner", f"{execution_id} belongs to another agent's session", execution_id=execution_id)
+    _require_session(ctx)
+    return ex
+
+
+def _current(ex: Execution, generation: int) -> None:
+    """Acting under a generation other than the current one is refused."""
+    if generation < ex.generation:
+        raise E.precondition(
+            "stale_generation",
+            f"{ex.execution_id} is at generation {ex.generation}; g{generation} is an old attempt",
+            execution_id=ex.execution_id,
+            current=ex.generation,
+        )
+    if generation > ex.generation:
+        raise E.invalid(
+            "future_generation",
+            f"{ex.execution_id} is at generation {ex.generation}; g{generation} does not exist yet",
+            execution_id=ex.execution_id,
+            current=ex.generation,
+        )
+
+
+def _live(ex: Execution, what: str) -> None:
+    if ex.status not in LIVE:
+        raise E.precondition(
+            "not_live",
+            f"{ex.execution_id} is {ex.status.value}; it cannot {what}",
+            execution_id=ex.execution_id,
+            state=ex.status.value,
+        )
+
+
+def _target(ctx: _Ctx, target_id: str, allowed: frozenset[Kind], field_name: str = "target_id") -> Target:
+    id_kind(target_id, field_name, allowed)
+    t = ctx.state.targets.get(target_id)
+    if t is None:
+        raise E.not_found("no_target", f"{target_id} does not exist", target_id=target_id)
+    return t
+
+
+# -- cascades (run only after every check has passed) -------------------------------------------
+
+
+def _set_status(ctx: _Ctx, ex: Execution, nxt: ExecStatus, cause: str) -> None:
+    if ex.status is nxt:
+        return
+    ctx.fx.append(
+        ExecutionStateChanged(
+            execution_id=ex.execution_id, generation=ex.generation, before=ex.status, after=nxt, cause=cause
+        )
+    )
+    ex.status = nxt
+    ex.status_at_ms = ctx.now
+    ctx.state.touch(ex.execution_id)
+
+
+def _close_wait(ctx: _Ctx, edge: WaitEdge, reason: str) -> None:
+    st = ctx.state
+    st.remove_wait(edge)
+    st.touch(edge.waiter_id)
+    ctx.fx.append(
+        WaitClosed(
+            edge_id=edge.edge_id,
+            waiter_generation=edge.waiter_generation,
+            edge_version=edge.edge_version,
+            reason=reason,
+        )
+    )
+    waiter = st.executions[edge.waiter_id]
+    if waiter.status is S.WAITING and edge.waiter_id not in st.waits_by_waiter:
+        _set_status(ctx, waiter, TRANSITIONS[(S.WAITING, Event.WAITS_CLEARED)], "waits_cleared")
+
+
+def _wake_waiters(ctx: _Ctx, target_id: str, reason: str, up_to: int | None = None) -> None:
+    """Close the waits a target event resolves (all, or those for generations <= ``up_to``)."""
+    for edge in ctx.state.waits_on(target_id):
+        if up_to is None or edge.target_generation <= up_to:
+            _close_wait(ctx, edge, reason)
+
+
+def _touch_waiters(ctx: _Ctx, target_id: str) -> None:
+    """The target's satisfiers changed: its waiters' wait-for edges changed with them."""
+    for edge in ctx.state.waits_on(target_id):
+        ctx.state.touch(edge.waiter_id)
+
+
+def _release_holding(ctx: _Ctx, t: Target, execution_id: str, reason: str) -> None:
+    st = ctx.state
+    gen = t.holders.pop(execution_id)
+    st.drop_satisfies(execution_id, t.target_id)
+    ctx.fx.append(
+        Released(target_id=t.target_id, execution_id=execution_id, generation=gen, lease=t.version, reason=reason)
+    )
+    _wake_waiters(ctx, t.target_id, "target_released")
+
+
+def _close_satisfier(ctx: _Ctx, t: Target, reason: str) -> None:
+    assert t.satisfier_id is not None
+    if t.satisfier_id.startswith("exec:"):
+        ctx.state.drop_satisfies(t.satisfier_id, t.target_id)
+    ctx.fx.append(
+        SatisfierClosed(
+            target_id=t.target_id,
+            satisfier_id=t.satisfier_id,
+            satisfier_generation=t.satisfier_generation,
+            reason=reason,
+        )
+    )
+    t.satisfier_id, t.satisfier_generation, t.satisfier_for = None, 0, 0
+    _touch_waiters(ctx, t.target_id)
+
+
+def _end_attempt(ctx: _Ctx, ex: Execution, reason: str) -> None:
+    """The current attempt is over (finished, failed or superseded): close everything it had.
+
+    Its own waits close, its holdings are released (waking their waiters), satisfier edges that
+    name it close, and waits on ``exec:<it>`` at this generation close.
+    """
+    st = ctx.state
+    for edge in st.waits_of(ex.execution_id):
+        _close_wait(ctx, edge, reason)
+    for target_id in sorted(st.satisfies.get(ex.execution_id, ())):
+        t = st.targets[target_id]
+        if ex.execution_id in t.holders:
+            _release_holding(ctx, t, ex.execution_id, reason)
+        if t.satisfier_id == ex.execution_id:
+            _close_satisfier(ctx, t, reason)
+    for edge in st.waits_on(ex.execution_id):
+        if edge.target_generation <= ex.generation:
+            _close_wait(ctx, edge, "target_" + reason)
+    ex.edge_hwm.clear()
+
+
+# -- sessions -------------------------------------------------------------------------------------
+
+
+def _session_agent(ctx: _Ctx, agent_id: str) -> str:
+    validate_name(agent_id, "agent_id")
+    if ctx.agent_id is not None and ctx.agent_id != agent_id:
+        raise E.denied("not_owner", f"an agent may only manage its own session, not {agent_id}")
+    return agent_id
+
+
+def _join(ctx: _Ctx, cmd: JoinSession) -> Outcome:
+    st = ctx.state
+    agent = _session_agent(ctx, cmd.agent_id)
+    if not 0 < cmd.lease_ms <= st.limits.max_lease_ms:
+        raise E.invalid("bad_lease", f"lease_ms must be 1..{st.limits.max_lease_ms}")
+    s = st.sessions.get(agent)
+    if s is None and len(st.sessions) >= st.limits.max_sessions:
+        raise E.exhausted("too_many_sessions", f"the cluster holds {st.limits.max_sessions} sessions")
+    expires = ctx.now + cmd.lease_ms
+    if s is not None and s.status is SessionStatus.ACTIVE:
+        s.lease_ms, s.expires_at_ms = cmd.lease_ms, expires
+        heapq.heappush(st.session_expiry, (expires, agent))
+        return applied([SessionRenewed(agent_id=agent, expires_at_ms=expires)])
+    incarnation = s.incarnation + 1 if s else 1
+    st.sessions[agent] = Session(agent, incarnation, cmd.lease_ms, expires, SessionStatus.ACTIVE)
+    heapq.heappush(st.session_expiry, (expires, agent))
+    return applied([SessionJoined(agent_id=agent, incarnation=incarnation, expires_at_ms=expires)])
+
+
+def _heartbeat(ctx: _Ctx, cmd: Heartbeat) -> Outcome:
+    st = ctx.state
+    agent = _session_agent(ctx, cmd.agent_id)
+    s = st.sessions.get(agent)
+    if s is None or s.status is not SessionStatus.ACTIVE:
+        raise E.precondition("no_session", f"agent {agent} has no active session; join again", agent_id=agent)
+    s.expires_at_ms = ctx.now + s.lease_ms
+    heapq.heappush(st.session_expiry, (s.expires_at_ms, agent))
+    return applied([SessionRenewed(agent_id=agent, expires_at_ms=s.expires_at_ms)])
+
+
+def _leave(ctx: _Ctx, cmd: LeaveSession) -> Outcome:
+    agent = _session_agent(ctx, cmd.agent_id)
+    s = ctx.state.sessions.get(agent)
+    if s is None or s.status is not SessionStatus.ACTIVE:
+        return noop("no_session", f"agent {agent} has no active session")
+    s.status = SessionStatus.LEFT
+    return applied([SessionEnded(agent_id=agent, reason="left")])
+
+
+# -- executions -----------------------------------------------------------------------------------
+
+
+def _create_execution(ctx: _Ctx, cmd: CreateExecution) -> Outcome:
+    st = ctx.state
+    id_kind(cmd.execution_id, "execution_id", frozenset({Kind.EXEC}))
+    validate_name(cmd.run_id, "run_id")
+    _require_session(ctx)
+    if cmd.execution_id in st.executions:
+        raise E.exists("execution_exists", f"{cmd.execution_id} already exists", execution_id=cmd.execution_id)
+    if len(st.executions) >= st.limits.max_executions:
+        raise E.exhausted("too_many_executions", f"the cluster holds {st.limits.max_executions} executions")
+    owner = cmd.agent_id if cmd.agent_id is not None else ctx.agent_id
+    if owner is None:
+        raise E.invalid("no_agent", "an operator creating an execution must name its agent_id")
+    validate_name(owner, "agent_id")
+    parent: Execution | None = None
+    if cmd.parent_id is None:
+        if cmd.run_id in st.runs:
+            raise E.exists("run_exists", f"run {cmd.run_id} already has a root execution", run_id=cmd.run_id)
+    else:
+        id_kind(cmd.parent_id, "parent_id", frozenset({Kind.EXEC}))
+        parent = st.executions.get(cmd.parent_id)
+        if parent is None:
+            raise E.not_found("no_execution", f"parent {cmd.parent_id} does not exist", execution_id=cmd.parent_id)
+        if parent.run_id != cmd.run_id:
+            raise E.invalid("wrong_run", f"parent {cmd.parent_id} belongs to run {parent.run_id}, not {cmd.run_id}")
+        _live(parent, "create children")
+    # Delegation: an agent may hand an execution to another agent only under its own parent.
+    if ctx.agent_id is not None and owner != ctx.agent_id and (parent is None or parent.agent_id != ctx.agent_id):
+        raise E.denied("not_owner", "an agent may create executions for another agent only under its own parent")
+    if owner != ctx.agent_id:
+        s = st.sessions.get(owner)
+        if s is None or s.status is not SessionStatus.ACTIVE:
+            raise E.precondition("no_session", f"agent {owner} has no active session", agent_id=owner)
+    ex = Execution(
+        cmd.execution_id,
+        cmd.run_id,
+        cmd.parent_id,
+        owner,
+        1,
+        S.PENDING,
+        cmd.priority,
+        cmd.checkpoint,
+        cmd.unique_evidence,
+        0,
+        ctx.now,
+        ctx.now,
+    )
+    st.executions[ex.execution_id] = ex
+    if parent is None:
+        st.runs[cmd.run_id] = Run(cmd.run_id, ex.execution_id, 0)
+    else:
+        parent.children.append(ex.execution_id)
+    st.touch(ex.execution_id)
+    return applied([ExecutionCreated(execution_id=ex.execution_id, run_id=ex.run_id, agent_id=owner, generation=1)])
+
+
+def _lifecycle(ctx: _Ctx, execution_id: str, generation: int, event: Event, cause: str) -> Outcome:
+    ex = _owned(ctx, execution_id)
+    if generation < ex.generation and event in (Event.COMPLETE, Event.FAIL):
+        return noop("stale_generation", f"g{generation} of {execution_id} is an old attempt; nothing to finish")
+    _current(ex, generation)
+    nxt = next_status(ex, event)
+    if nxt in TERMINAL:
+        _end_attempt(ctx, ex, "waiter_finished" if nxt is S.COMPLETED else "waiter_failed")
+    _set_status(ctx, ex, nxt, cause)
+    return applied(ctx.fx)
+
+
+def _retry(ctx: _Ctx, cmd: RetryExecution) -> Outcome:
+    ex = _owned(ctx, cmd.execution_id)
+    _current(ex, cmd.generation)
+    nxt = next_status(ex, Event.RETRY)
+    _end_attempt(ctx, ex, "generation_changed")
+    before = ex.generation
+    ex.generation += 1
+    ctx.fx.append(GenerationAdvanced(execution_id=ex.execution_id, before=before, after=ex.generation))
+    if ex.status is nxt:
+        ctx.state.touch(ex.execution_id)
+    _set_status(ctx, ex, nxt, "retried")
+    return applied(ctx.fx)
+
+
+# -- targets, satisfiers, holdings ----------------------------------------------------------------
+
+
+def _create_target(ctx: _Ctx, cmd: CreateTarget) -> Outcome:
+    st = ctx.state
+    kind = id_kind(cmd.target_id, "target_id", CREATED_TARGET_KINDS)
+    _require_session(ctx)
+    if kind is Kind.POOL:
+        if not 0 < cmd.slots <= st.limits.max_pool_slots:
+            raise E.invalid("bad_slots", f"a pool needs 1..{st.limits.max_pool_slots} slots")
+    elif cmd.slots != 1:
+        raise E.invalid("bad_slots", f"only pools have slots; {kind.value}: targets have exactly 1")
+    if cmd.target_id in st.targets:
+        raise E.exists("target_exists", f"{cmd.target_id} already exists", target_id=cmd.target_id)
+    if len(st.targets) >= st.limits.max_targets:
+        raise E.exhausted("too_many_targets", f"the cluster holds {st.limits.max_targets} targets")
+    st.targets[cmd.target_id] = Target(cmd.target_id, kind, cmd.slots)
+    return applied([TargetCreated(target_id=cmd.target_id, slots=cmd.slots)])
+
+
+def _declare_satisfier(ctx: _Ctx, cmd: DeclareSatisfier) -> Outcome:
+    st = ctx.state
+    t = _target(ctx, cmd.target_id, DECLARED_KINDS)
+    skind = id_kind(cmd.satisfier_id, "satisfier_id", frozenset({Kind.EXEC}) | OUTSIDE_KINDS)
+    _require_session(ctx)
+    if cmd.target_generation < 1:
+        raise E.invalid("bad_generation", "target_generation must be at least 1")
+    if cmd.target_generation <= t.version:
+        raise E.precondition(
+            "already_satisfied", f"{t.target_id} is already at version {t.version}", target_id=t.target_id
+        )
+    if skind is Kind.EXEC:
+        producer = _owned(ctx, cmd.satisfier_id)
+        _current(producer, cmd.satisfier_generation)
+        _live(producer, "satisfy a target")
+    elif cmd.satisfier_generation != 0:
+        raise E.invalid("bad_generation", "an outside satisfier has no generation; use 0")
+    if (t.satisfier_id, t.satisfier_generation, t.satisfier_for) == (
+        cmd.satisfier_id,
+        cmd.satisfier_generation,
+        cmd.target_generation,
+    ):
+        return noop("already_declared", f"{t.target_id} already has this satisfier")
+    if t.satisfier_id is not None:
+        _close_satisfier(ctx, t, "replaced")
+    t.satisfier_id, t.satisfier_generation, t.satisfier_for = (
+        cmd.satisfier_id,
+        cmd.satisfier_generation,
+        cmd.target_generation,
+    )
+    if skind is Kind.EXEC:
+        st.add_satisfies(cmd.satisfier_id, t.target_id)
+    _touch_waiters(ctx, t.target_id)
+    relation = Relation.PRODUCED_BY if t.kind is Kind.ARTIFACT else Relation.PROVIDED_BY
+    ctx.fx.append(
+        SatisfierDeclared(
+            target_id=t.target_id,
+            target_generation=cmd.target_generation,
+            relation=relation,
+            satisfier_id=cmd.satisfier_id,
+            satisfier_generation=cmd.satisfier_generation,
+        )
+    )
+    return applied(ctx.fx)
+
+
+def _acquire(ctx: _Ctx, cmd: Acquire) -> Outcome:
+    st = ctx.state
+    t = _target(ctx, cmd.target_id, HELD_KINDS)
+    ex = _owned(ctx, cmd.execution_id)
+    _current(ex, cmd.generation)
+    _live(ex, "acquire")
+    if ex.execution_id in t.holders:
+        return noop("already_held", f"{ex.execution_id} already holds {t.target_id}")
+    if len(t.holders) >= t.slots:
+        holder = min(t.holders)
+        raise E.aborted(
+            "target_held" if t.kind is not Kind.POOL else "pool_full",
+            f"{t.target_id} is held (lease {t.version}); register a wait on it to block",
+            target_id=t.target_id,
+            lease=t.version,
+            holder=holder,
+        )
+    t.version += 1
+    t.holders[ex.execution_id] = ex.generation
+    st.add_satisfies(ex.execution_id, t.target_id)
+    _touch_waiters(ctx, t.target_id)
+    ctx.fx.append(
+        Acquired(target_id=t.target_id, execution_id=ex.execution_id, generation=ex.generation, lease=t.version)
+    )
+    return applied(ctx.fx)
+
+
+def _release(ctx: _Ctx, cmd: Release) -> Outcome:
+    t = _target(ctx, cmd.target_id, HELD_KINDS)
+    ex = _owned(ctx, cmd.execution_id)
+    if cmd.generation < ex.generation:
+        return noop("stale_generation", f"g{cmd.generation} of {ex.execution_id} holds nothing any more")
+    _current(ex, cmd.generation)
+    if ex.execution_id not in t.holders:
+        return noop("not_held", f"{ex.execution_id} does not hold {t.target_id}")
+    _release_holding(ctx, t, ex.execution_id, "released")
+    return applied(ctx.fx)
+
+
+# -- wait edges -----------------------------------------------------------------------------------
+
+
+def _check_wait_target(ctx: _Ctx, cmd: RegisterWait, kind: Kind) -> None:
+    """Refuse a wait whose resolving event already happened or that names a stale target state."""
+    st = ctx.state
+    tg = cmd.target_generation
+
+    def satisfied(msg: str) -> Rejection:
+        return E.precondition("already_satisfied", msg, target_id=cmd.target_id)
+
+    if kind is Kind.EXEC:
+        target_ex = st.executions.get(cmd.target_id)
+        if target_ex is None:
+            raise E.not_found("no_execution", f"{cmd.target_id} does not exist", execution_id=cmd.target_id)
+        if tg < target_ex.generation:
+            raise E.precondition(
+                "stale_target_generation",
+                f"{cmd.target_id} is at generation {target_ex.generation}; g{tg} is over",
+                target_id=cmd.target_id,
+                current=target_ex.generation,
+            )
+        if tg > target_ex.generation:
+            raise E.invalid("future_generation", f"{cmd.target_id} has no generation {tg} yet")
+        if target_ex.status in TERMINAL:
+            raise satisfied(f"{cmd.target_id} is already {target_ex.status.value}")
+        return
+    t = _target(ctx, cmd.target_id, TARGET_KINDS)
+    if t.kind in DECLARED_KINDS:
+        if tg < 1:
+            raise E.invalid("bad_generation", "target_generation must be at least 1")
+        if tg <= t.version:
+            raise satisfied(f"{cmd.target_id} is already at version {t.version}")
+    elif t.kind is Kind.POOL:
+        if tg != 0:
+            raise E.invalid("bad_generation", "a pool wait has target_generation 0")
+        if len(t.holders) < t.slots:
+            raise satisfied(f"{cmd.target_id} has a free slot; acquire it")
+    else:
+        if not t.holders:
+            raise satisfied(f"{cmd.target_id} is free; acquire it")
+        if tg < t.version:
+            raise E.precondition(
+                "stale_target_generation",
+                f"{cmd.target_id} lease {tg} is over; it is at lease {t.version}",
+                target_id=cmd.target_id,
+                current=t.version,
+            )
+        if tg > t.version:
+            raise E.invalid("future_generation", f"{cmd.target_id} has no lease {tg} yet")
+
+
+def _register_wait(ctx: _Ctx, cmd: RegisterWait) -> Outcome:
+    st = ctx.state
+    kind = id_kind(cmd.target_id, "target_id", TARGET_KINDS)
+    ex = _owned(ctx, cmd.waiter_id)
+    _reason(ctx, cmd.reason)
+    if cmd.edge_version < 1:
+        raise E.invalid("bad_edge_version", "edge_version must be at least 1")
+    if cmd.deadline_ms is not None and cmd.deadline_ms <= ctx.now:
+        raise E.invalid("deadline_passed", f"deadline_ms {cmd.deadline_ms} is not after now ({ctx.now})")
+    _current(ex, cmd.waiter_generation)
+    existing = st.wait(ex.execution_id, cmd.target_id)
+    hwm = ex.edge_hwm.get(cmd.target_id, 0)
+    if cmd.edge_version <= hwm:
+        what = "an open edge" if existing else "a closed edge"
+        return noop("stale_edge_version", f"edge version {cmd.edge_version} <= {hwm} of {what}")
+    nxt = next_status(ex, Event.BLOCK)
+    _check_wait_target(ctx, cmd, kind)
+    if existing is None:
+        if len(st.waits_by_waiter.get(ex.execution_id, ())) >= st.limits.max_edges_per_execution:
+            raise E.exhausted("too_many_edges", f"{ex.execution_id} has {st.limits.max_edges_per_execution} open waits")
+        if st.edge_count >= st.limits.max_total_edges:
+            raise E.exhausted("too_many_edges", f"the cluster holds {st.limits.max_total_edges} wait edges")
+    else:
+        st.remove_wait(existing)
+    edge = WaitEdge(
+        ex.execution_id,
+        ex.generation,
+        cmd.target_id,
+        cmd.target_generation,
+        cmd.reason,
+        cmd.deadline_ms,
+        cmd.cancel_mode,
+        cmd.edge_version,
+        ctx.now,
+    )
+    st.add_wait(edge)
+    ex.edge_hwm[cmd.target_id] = cmd.edge_version
+    st.touch(ex.execution_id)
+    ctx.fx.append(
+        WaitRegistered(
+            edge_id=edge.edge_id,
+            waiter_generation=edge.waiter_generation,
+            target_generation=edge.target_generation,
+            edge_version=edge.edge_version,
+            deadline_ms=edge.deadline_ms,
+            cancel_mode=edge.cancel_mode,
+        )
+    )
+    _set_status(ctx, ex, nxt, "waiting")
+    return applied(ctx.fx)
+
+
+def _close_wait_cmd(ctx: _Ctx, cmd: CloseWait) -> Outcome:
+    st = ctx.state
+    id_kind(cmd.target_id, "target_id", TARGET_KINDS)
+    ex = _owned(ctx, cmd.waiter_id)
+    _reason(ctx, cmd.reason)
+    if cmd.waiter_generation < ex.generation:
+        return noop("stale_generation", f"g{cmd.waiter_generation} of {ex.execution_id} is an old attempt")
+    _current(ex, cmd.waiter_generation)
+    edge = st.wait(ex.execution_id, cmd.target_id)
+    if edge is None:
+        if cmd.edge_version <= ex.edge_hwm.get(cmd.target_id, 0):
+            return noop("already_closed", f"{edge_id(ex.execution_id, cmd.target_id)} is already closed")
+        raise E.not_found("no_edge", f"{edge_id(ex.execution_id, cmd.target_id)} was never registered")
+    if cmd.edge_version < edge.edge_version:
+        return noop("stale_edge_version", f"edge version {cmd.edge_version} < open version {edge.edge_version}")
+    if cmd.edge_version > edge.edge_version:
+        raise E.invalid("future_edge_version", f"the open edge is at version {edge.edge_version}")
+    _close_wait(ctx, edge, cmd.reason)
+    return applied(ctx.fx)
+
+
+# -- target events --------------------------------------------------------------------------------
+
+
+def _check_satisfier_actor(ctx: _Ctx, t: Target) -> None:
+    """Only the declared producing/providing execution's agent (or an operator) may resolve it."""
+    agent = ctx.agent_id
+    if agent is None or t.satisfier_id is None or kind_of(t.satisfier_id) is not Kind.EXEC:
+        return
+    if ctx.state.executions[t.satisfier_id].agent_id != agent:
+        raise E.denied("not_satisfier", f"{t.target_id} is satisfied by {t.satisfier_id}, not by agent {agent}")
+
+
+def _produce(ctx: _Ctx, cmd: ProduceArtifact) -> Outcome:
+    t = _target(ctx, cmd.artifact_id, frozenset({Kind.ARTIFACT}), "artifact_id")
+    _require_session(ctx)
+    _check_satisfier_actor(ctx, t)
+    if cmd.version <= t.version:
+        return noop("stale_version", f"{t.target_id} is already at version {t.version}")
+    t.version = cmd.version
+    ctx.fx.append(ArtifactProduced(artifact_id=t.target_id, version=cmd.version))
+    if t.satisfier_id is not None and t.satisfier_for <= cmd.version:
+        _close_satisfier(ctx, t, "produced")
+    _wake_waiters(ctx, t.target_id, "target_produced", up_to=cmd.version)
+    return applied(ctx.fx)
+
+
+def _decide(ctx: _Ctx, cmd: DecideApproval) -> Outcome:
+    t = _target(ctx, cmd.approval_id, frozenset({Kind.APPROVAL}), "approval_id")
+    _require_session(ctx)
+    _check_satisfier_actor(ctx, t)
+    if cmd.version <= t.version:
+        return noop("stale_version", f"{t.target_id} is already decided at version {t.version}")
+    t.version, t.approved = cmd.version, cmd.approved
+    ctx.fx.append(ApprovalDecided(approval_id=t.target_id, version=cmd.version, approved=cmd.approved))
+    if t.satisfier_id is not None and t.satisfier_for <= cmd.version:
+        _close_satisfier(ctx, t, "decided")
+    _wake_waiters(ctx, t.target_id, "approval_granted" if cmd.approved else "approval_denied", up_to=cmd.version)
+    return applied(ctx.fx)
+
+
+def _tick(ctx: _Ctx) -> Outcome:
+    """Expire sessions and deadlines up to ``now``; a timeout is a failure, never progress."""
+    _require_operator(ctx, "Tick")
+    st = ctx.state
+    while st.session_expiry and st.session_expiry[0][0] <= ctx.now:
+        expires, agent = heapq.heappop(st.session_expiry)
+        s = st.sessions[agent]
+        if s.status is SessionStatus.ACTIVE and s.expires_at_ms == expires:
+            s.status = SessionStatus.EXPIRED
+            ctx.fx.append(SessionEnded(agent_id=agent, reason="expired"))
+    while st.deadlines and st.deadlines[0][0] <= ctx.now:
+        deadline, waiter, target, version = heapq.heappop(st.deadlines)
+        edge = st.wait(waiter, target)
+        if edge is not None and edge.edge_version == version and edge.deadline_ms == deadline:
+            _close_wait(ctx, edge, "deadline_exceeded")
+    return applied(ctx.fx)
+
+
+# -- ledger ---------------------------------------------------------------------------------------
+
+_EFFECT_STEPS = {
+    (EffectOutcome.NONE, EffectOutcome.COMMITTED),
+    (EffectOutcome.NONE, EffectOutcome.UNKNOWN),
+    (EffectOutcome.UNKNOWN, EffectOutcome.COMMITTED),
+    (EffectOutcome.UNKNOWN, EffectOutcome.NONE),
+}
+"""Allowed changes of a recorded side effect; COMMITTED is a fact and never changes."""
+
+
+def _record_side_effect(ctx: _Ctx, cmd: RecordSideEffect) -> Outcome:
+    ex = _owned(ctx, cmd.execution_id)
+    validate_name(cmd.effect_id, "effect_id")
+    if cmd.generation > ex.generation:
+        raise E.invalid("future_generation", f"{ex.execution_id} has no generation {cmd.generation} yet")
+    _nonneg(cmd.generation, "generation")
+    # An old attempt's effect is still a fact of the world: it is recorded, never dropped.
+    prior = ex.side_effects.get(cmd.effect_id)
+    if prior is None:
+        if len(ex.side_effects) >= ctx.state.limits.max_side_effects_per_execution:
+            raise E.exhausted("too_many_side_effects", f"{ex.execution_id} has too many recorded side effects")
+    elif prior.outcome is cmd.outcome and prior.compensatable == cmd.compensatable:
+        return noop("already_recorded", f"{cmd.effect_id} is already {cmd.outcome.value}")
+    elif (prior.outcome, cmd.outcome) not in _EFFECT_STEPS:
+        raise E.precondition(
+            "side_effect_final",
+            f"{cmd.effect_id} is {prior.outcome.value}; it cannot become {cmd.outcome.value}",
+            effect_id=cmd.effect_id,
+        )
+    ex.side_effects[cmd.effect_id] = SideEffect(cmd.outcome, cmd.compensatable, cmd.generation)
+    return applied(
+        [
+            SideEffectRecorded(
+                execution_id=ex.execution_id,
+                generation=cmd.generation,
+                effect_id=cmd.effect_id,
+                outcome=cmd.outcome,
+                compensatable=cmd.compensatable,
+            )
+        ]
+    )
+
+
+def _record_cost(ctx: _Ctx, cmd: RecordCost) -> Outcome:
+    ex = _owned(ctx, cmd.execution_id)
+    _nonneg(cmd.cost, "cost")
+    if cmd.generation > ex.generation:
+        raise E.invalid("future_generation", f"{ex.execution_id} has no generation {cmd.generation} yet")
+    ex.cost_consumed = min(ex.cost_consumed + cmd.cost, 2**63 - 1)
+    return applied([CostRecorded(execution_id=ex.execution_id, cost_consumed=ex.cost_consumed)])

@@ -1,0 +1,51 @@
+"""The result of applying one command: applied (with effects), a recorded no-op, or a rejection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from .effects import Effect
+from .errors import Rejection, Status
+
+
+class Result(StrEnum):
+    APPLIED = "APPLIED"
+    NOOP = "NOOP"
+    """Nothing changed, on purpose, for a recorded reason (a late message from an old attempt)."""
+    REJECTED = "REJECTED"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    result: Result
+    effects: tuple[Effect, ...] = ()
+    code: str = ""
+    """The no-op reason or the rejection code; empty when applied."""
+    status: Status | None = None
+    message: str = ""
+    fields: dict[str, Any] = field(default_factory=dict)
+    duplicate: bool = False
+    """True when this outcome was served from the idempotency table for a repeated request id."""
+
+    @property
+    def ok(self) -> bool:
+        return self.result is Result.APPLIED
+
+    def error(self) -> Rejection:
+        if self.status is None:
+            raise ValueError("not a rejection")
+        return Rejection(self.status, self.code, self.message, **self.fields)
+
+
+def applied(effects: list[Effect] | tuple[Effect, ...]) -> Outcome:
+    return Outcome(Result.APPLIED, tuple(effects))
+
+
+def noop(reason: str, message: str, **fields: Any) -> Outcome:
+    return Outcome(Result.NOOP, (), reason, None, message, fields)
+
+
+def rejected(err: Rejection) -> Outcome:
+    return Outcome(Result.REJECTED, (), err.code, err.status, err.message, dict(err.fields))

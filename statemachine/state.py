@@ -1,0 +1,381 @@
+"""The replicated state: records, derived indexes, canonical snapshot and digest.
+
+Rules kept here:
+- Primary data lives in plain mutable records with ``__slots__``; every index is derived and is
+  rebuilt on restore, so a snapshot holds each fact once.
+- The snapshot is canonical msgpack: every collection is written sorted (or, for the idempotency
+  table, in log order), never in hash order. Equal states give equal bytes on every replica,
+  whatever PYTHONHASHSEED is; the digest is sha256 of those bytes.
+- ``restore`` builds a fresh state from the bytes alone and keeps nothing of the previous one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections import OrderedDict
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import msgpack
+
+from .codec import outcome_from_plain, outcome_to_plain, pack
+from .enums import CancelMode, EffectOutcome, ExecStatus, SessionStatus
+from .errors import CodecError
+from .ids import Kind
+from .outcome import Outcome
+
+SNAPSHOT_FORMAT = "waitgraph-state"
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(slots=True)
+class Limits:
+    """Bounds that keep one tenant or one bug from exhausting a replica."""
+
+    max_edges_per_execution: int = 64
+    max_total_edges: int = 2_000_000
+    max_executions: int = 2_000_000
+    max_targets: int = 2_000_000
+    max_sessions: int = 100_000
+    max_pool_slots: int = 100_000
+    max_side_effects_per_execution: int = 256
+    max_reason_len: int = 256
+    max_lease_ms: int = 86_400_000
+    idempotency_capacity: int = 100_000
+
+
+@dataclass(slots=True)
+class Session:
+    agent_id: str
+    incarnation: int
+    lease_ms: int
+    expires_at_ms: int
+    status: SessionStatus
+
+
+@dataclass(slots=True)
+class SideEffect:
+    outcome: EffectOutcome
+    compensatable: bool
+    generation: int
+
+
+@dataclass(slots=True)
+class Execution:
+    execution_id: str
+    run_id: str
+    parent_id: str | None
+    agent_id: str
+    generation: int
+    status: ExecStatus
+    priority: int
+    checkpoint: bool
+    unique_evidence: bool
+    cost_consumed: int
+    created_at_ms: int
+    status_at_ms: int
+    edge_hwm: dict[str, int] = field(default_factory=dict)
+    """Highest edge version seen per target in the current generation: a late re-register or
+    close of an already closed edge is recognised as stale."""
+    side_effects: dict[str, SideEffect] = field(default_factory=dict)
+    children: list[str] = field(default_factory=list)
+    """Child execution ids in creation order (log order, hence deterministic)."""
+
+
+@dataclass(slots=True)
+class Run:
+    run_id: str
+    root_id: str
+    cancel_generation: int
+
+
+@dataclass(slots=True)
+class Target:
+    """An artifact, approval, reservation, exclusive resource or capacity pool.
+
+    ``version``: the produced artifact version, the decided approval version, or the lease counter
+    of a held kind (bumped on every acquire). ``satisfier_*``: the declared PRODUCED_BY /
+    PROVIDED_BY satisfier and the target generation it was declared for. ``holders``: HELD_BY,
+    execution id -> generation.
+    """
+
+    target_id: str
+    kind: Kind
+    slots: int
+    version: int = 0
+    satisfier_id: str | None = None
+    satisfier_generation: int = 0
+    satisfier_for: int = 0
+    approved: bool | None = None
+    holders: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class WaitEdge:
+    """wait-edge.v1; its id is ``<waiter>><target>``: one edge per waiter and target."""
+
+    waiter_id: str
+    waiter_generation: int
+    target_id: str
+    target_generation: int
+    reason: str
+    deadline_ms: int | None
+    cancel_mode: CancelMode
+    edge_version: int
+    registered_at_ms: int
+
+    @property
+    def edge_id(self) -> str:
+        return edge_id(self.waiter_id, self.target_id)
+
+
+def edge_id(waiter_id: str, target_id: str) -> str:
+    return f"{waiter_id}>{target_id}"
+
+
+class State:
+    """Everything a replica holds. Mutated only by :mod:`statemachine.machine`."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self.now_ms = 0
+        self.sessions: dict[str, Session] = {}
+        self.executions: dict[str, Execution] = {}
+        self.runs: dict[str, Run] = {}
+        self.targets: dict[str, Target] = {}
+        self.waits_by_waiter: dict[str, dict[str, WaitEdge]] = {}
+        self.idempotency: OrderedDict[tuple[str, str], tuple[bytes, Outcome]] = OrderedDict()
+        self.counters: dict[str, int] = {}
+        # -- derived, rebuilt by _reindex() --
+        self.waits_by_target: dict[str, dict[str, WaitEdge]] = {}
+        self.edge_count = 0
+        self.satisfies: dict[str, set[str]] = {}
+        """execution id -> targets it produces, provides or holds."""
+        self.deadlines: list[tuple[int, str, str, int]] = []
+        """heap of (deadline_ms, waiter, target, edge_version); stale entries are skipped."""
+        self.session_expiry: list[tuple[int, str]] = []
+        """heap of (expires_at_ms, agent_id); stale entries are skipped."""
+        # -- change tracking for incremental detection; not part of the snapshot --
+        self.change_seq = 0
+        self.changed: OrderedDict[str, int] = OrderedDict()
+
+    # -- small helpers used by the machine ------------------------------------------------------
+
+    def touch(self, execution_id: str) -> None:
+        """Mark an execution whose outgoing wait-for edges or status may have changed."""
+        self.change_seq += 1
+        self.changed[execution_id] = self.change_seq
+        self.changed.move_to_end(execution_id)
+
+    def changed_since(self, seq: int) -> list[str]:
+        """Executions touched after ``seq``, oldest first."""
+        out = []
+        for eid in reversed(self.changed):
+            if self.changed[eid] <= seq:
+                break
+            out.append(eid)
+        out.reverse()
+        return out
+
+    def bump(self, counter: str, by: int = 1) -> None:
+        self.counters[counter] = self.counters.get(counter, 0) + by
+
+    def add_satisfies(self, execution_id: str, target_id: str) -> None:
+        self.satisfies.setdefault(execution_id, set()).add(target_id)
+
+    def drop_satisfies(self, execution_id: str, target_id: str) -> None:
+        targets = self.satisfies.get(execution_id)
+        if targets is not None:
+            targets.discard(target_id)
+            if not targets:
+                del self.satisfies[execution_id]
+
+    def wait(self, waiter_id: str, target_id: str) -> WaitEdge | None:
+        waits = self.waits_by_waiter.get(waiter_id)
+        return waits.get(target_id) if waits else None
+
+    def waits_on(self, target_id: str) -> list[WaitEdge]:
+        """Open waits on a target, in waiter-id order."""
+        waits = self.waits_by_target.get(target_id)
+        return [waits[k] for k in sorted(waits)] if waits else []
+
+    def waits_of(self, waiter_id: str) -> list[WaitEdge]:
+        waits = self.waits_by_waiter.get(waiter_id)
+        return [waits[k] for k in sorted(waits)] if waits else []
+
+    def add_wait(self, edge: WaitEdge) -> None:
+        self.waits_by_waiter.setdefault(edge.waiter_id, {})[edge.target_id] = edge
+        self.waits_by_target.setdefault(edge.target_id, {})[edge.waiter_id] = edge
+        self.edge_count += 1
+        if edge.deadline_ms is not None:
+            heapq.heappush(self.deadlines, (edge.deadline_ms, edge.waiter_id, edge.target_id, edge.edge_version))
+
+    def remove_wait(self, edge: WaitEdge) -> None:
+        by_waiter = self.waits_by_waiter[edge.waiter_id]
+        del by_waiter[edge.target_id]
+        if not by_waiter:
+            del self.waits_by_waiter[edge.waiter_id]
+        by_target = self.waits_by_target[edge.target_id]
+        del by_target[edge.waiter_id]
+        if not by_target:
+            del self.waits_by_target[edge.target_id]
+        self.edge_count -= 1
+
+    # -- snapshot ------------------------------------------------------------------------------
+
+    def to_plain(self) -> dict[str, Any]:
+        return {
+            "counters": sorted(self.counters.items()),
+            "executions": [_exec_plain(self.executions[k]) for k in sorted(self.executions)],
+            "format": SNAPSHOT_FORMAT,
+            "idempotency": [[a, r, fp, outcome_to_plain(o)] for (a, r), (fp, o) in self.idempotency.items()],
+            "limits": [getattr(self.limits, f.name) for f in fields(Limits)],
+            "now_ms": self.now_ms,
+            "runs": [[r.run_id, r.root_id, r.cancel_generation] for _, r in sorted(self.runs.items())],
+            "sessions": [
+                [s.agent_id, s.incarnation, s.lease_ms, s.expires_at_ms, s.status.value]
+                for _, s in sorted(self.sessions.items())
+            ],
+            "targets": [_target_plain(self.targets[k]) for k in sorted(self.targets)],
+            "v": SNAPSHOT_VERSION,
+            "waits": [
+                _wait_plain(waits[t]) for w, waits in sorted(self.waits_by_waiter.items()) for t in sorted(waits)
+            ],
+        }
+
+    def snapshot(self) -> bytes:
+        return pack(self.to_plain())
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.snapshot()).hexdigest()
+
+    @classmethod
+    def restore(cls, data: bytes) -> State:
+        try:
+            raw = msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=True)
+            if raw.get("format") != SNAPSHOT_FORMAT or raw.get("v") != SNAPSHOT_VERSION:
+                raise CodecError(f"not a {SNAPSHOT_FORMAT} v{SNAPSHOT_VERSION} snapshot")
+            st = cls(Limits(*raw["limits"]))
+            st.now_ms = raw["now_ms"]
+            st.counters = dict((k, v) for k, v in raw["counters"])
+            for a, inc, lease, exp, status in raw["sessions"]:
+                st.sessions[a] = Session(a, inc, lease, exp, SessionStatus(status))
+            for row in raw["executions"]:
+                ex = _exec_from(row)
+                st.executions[ex.execution_id] = ex
+            for run_id, root, cgen in raw["runs"]:
+                st.runs[run_id] = Run(run_id, root, cgen)
+            for row in raw["targets"]:
+                t = _target_from(row)
+                st.targets[t.target_id] = t
+            for w, wg, t, tg, reason, dl, cm, ev, at in raw["waits"]:
+                st.waits_by_waiter.setdefault(w, {})[t] = WaitEdge(w, wg, t, tg, reason, dl, CancelMode(cm), ev, at)
+            for a, r, fp, out in raw["idempotency"]:
+                st.idempotency[(a, r)] = (fp, outcome_from_plain(out))
+        except CodecError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException) as exc:
+            raise CodecError(f"corrupt snapshot: {exc}") from exc
+        st._reindex()
+        return st
+
+    def _reindex(self) -> None:
+        self.waits_by_target = {}
+        self.edge_count = 0
+        self.deadlines = []
+        for waits in self.waits_by_waiter.values():
+            for edge in waits.values():
+                self.waits_by_target.setdefault(edge.target_id, {})[edge.waiter_id] = edge
+                self.edge_count += 1
+                if edge.deadline_ms is not None:
+                    self.deadlines.append((edge.deadline_ms, edge.waiter_id, edge.target_id, edge.edge_version))
+        heapq.heapify(self.deadlines)
+        self.satisfies = {}
+        for t in self.targets.values():
+            if t.satisfier_id is not None and t.satisfier_id.startswith("exec:"):
+                self.add_satisfies(t.satisfier_id, t.target_id)
+            for holder in t.holders:
+                self.add_satisfies(holder, t.target_id)
+        self.session_expiry = [
+            (s.expires_at_ms, s.agent_id) for s in self.sessions.values() if s.status is SessionStatus.ACTIVE
+        ]
+        heapq.heapify(self.session_expiry)
+        self.change_seq = 0
+        self.changed = OrderedDict()
+        for eid in sorted(self.executions):
+            self.touch(eid)
+
+
+def _exec_plain(ex: Execution) -> list[Any]:
+    return [
+        ex.execution_id,
+        ex.run_id,
+        ex.parent_id,
+        ex.agent_id,
+        ex.generation,
+        ex.status.value,
+        ex.priority,
+        ex.checkpoint,
+        ex.unique_evidence,
+        ex.cost_consumed,
+        ex.created_at_ms,
+        ex.status_at_ms,
+        sorted(ex.edge_hwm.items()),
+        [[k, s.outcome.value, s.compensatable, s.generation] for k, s in sorted(ex.side_effects.items())],
+        ex.children,
+    ]
+
+
+def _exec_from(row: list[Any]) -> Execution:
+    (eid, run, parent, agent, gen, status, prio, ckpt, uniq, cost, created, at, hwm, effects, children) = row
+    return Execution(
+        eid,
+        run,
+        parent,
+        agent,
+        gen,
+        ExecStatus(status),
+        prio,
+        ckpt,
+        uniq,
+        cost,
+        created,
+        at,
+        {k: v for k, v in hwm},
+        {k: SideEffect(EffectOutcome(o), c, g) for k, o, c, g in effects},
+        list(children),
+    )
+
+
+def _target_plain(t: Target) -> list[Any]:
+    return [
+        t.target_id,
+        t.kind.value,
+        t.slots,
+        t.version,
+        t.satisfier_id,
+        t.satisfier_generation,
+        t.satisfier_for,
+        t.approved,
+        sorted(t.holders.items()),
+    ]
+
+
+def _target_from(row: list[Any]) -> Target:
+    tid, kind, slots, version, sid, sgen, sfor, approved, holders = row
+    return Target(tid, Kind(kind), slots, version, sid, sgen, sfor, approved, {k: v for k, v in holders})
+
+
+def _wait_plain(e: WaitEdge) -> list[Any]:
+    return [
+        e.waiter_id,
+        e.waiter_generation,
+        e.target_id,
+        e.target_generation,
+        e.reason,
+        e.deadline_ms,
+        e.cancel_mode.value,
+        e.edge_version,
+        e.registered_at_ms,
+    ]
