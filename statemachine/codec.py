@@ -77,12 +77,32 @@ def _optional(inner: Checker) -> Checker:
     return check
 
 
+MAX_ITEMS = 1024
+"""Longest list field (members of a recovery, voters)."""
+
+
+def _tuple_of(inner: Checker) -> Checker:
+    def check(value: Any, name: str) -> tuple[Any, ...]:
+        if type(value) is not list and type(value) is not tuple:
+            raise CodecError(f"field {name!r} must be a list, got {type(value).__name__}", field=name)
+        if len(value) > MAX_ITEMS:
+            raise CodecError(f"field {name!r} has {len(value)} items; the limit is {MAX_ITEMS}", field=name)
+        return tuple(inner(v, name) for v in value)
+
+    return check
+
+
 def _checker_for(tp: Any) -> Checker:
     if isinstance(tp, UnionType) or typing.get_origin(tp) is typing.Union:
         args = [a for a in typing.get_args(tp) if a is not NoneType]
         if len(args) != 1:
             raise TypeError(f"unsupported union {tp}")
         return _optional(_checker_for(args[0]))
+    if typing.get_origin(tp) is tuple:
+        items = typing.get_args(tp)
+        if len(items) != 2 or items[1] is not Ellipsis:
+            raise TypeError(f"unsupported tuple {tp}")
+        return _tuple_of(_checker_for(items[0]))
     if tp is str:
         return _check_str
     if tp is bool:
@@ -100,6 +120,8 @@ class _Spec:
     fields: tuple[tuple[str, Checker, bool], ...]
     """(name, checker, required) in sorted name order."""
     names: frozenset[str]
+    allowed: frozenset[str]
+    """``names`` plus the ``kind`` and ``v`` keys every message carries."""
 
 
 def _spec(cls: type) -> _Spec:
@@ -108,7 +130,11 @@ def _spec(cls: type) -> _Spec:
     for f in sorted(dataclasses.fields(cls), key=lambda f: f.name):
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         out.append((f.name, _checker_for(hints[f.name]), required))
-    return _Spec(cls, tuple(out), frozenset(f.name for f in dataclasses.fields(cls)))
+    names = frozenset(f.name for f in dataclasses.fields(cls))
+    if names & {"kind", "v"}:
+        # The codec writes these keys itself; a field of that name would be silently overwritten.
+        raise TypeError(f"{cls.__name__} has a field named kind or v")
+    return _Spec(cls, tuple(out), names, names | {"kind", "v"})
 
 
 _COMMAND_SPECS: dict[tuple[str, int], _Spec] = {(c.KIND, c.VERSION): _spec(c) for c in COMMANDS}
@@ -136,9 +162,9 @@ def _from_plain(raw: Any, specs: dict[tuple[str, int], _Spec], what: str) -> Any
     spec = specs.get((kind, version))
     if spec is None:
         raise CodecError(f"unknown {what} kind {kind!r} version {version!r}", kind=kind, version=version)
-    extra = raw.keys() - spec.names - {"kind", "v"}
-    if extra:
-        raise CodecError(f"{kind} has unknown fields {sorted(map(str, extra))}", kind=kind)
+    if not raw.keys() <= spec.allowed:
+        extra = sorted(map(str, raw.keys() - spec.allowed))
+        raise CodecError(f"{kind} has unknown fields {extra}", kind=kind)
     kwargs = {}
     for name, check, required in spec.fields:
         if name in raw:
@@ -257,12 +283,16 @@ def outcome_to_plain(out: Outcome) -> list[Any]:
         out.status.value if out.status is not None else None,
         out.message,
         {k: (v.value if isinstance(v, StrEnum) else v) for k, v in sorted(out.fields.items())},
+        out.duplicate,
     ]
 
 
 def outcome_from_plain(raw: Any) -> Outcome:
     try:
-        result, effects, code, status, message, fields = raw
+        result, effects, code, status, message, fields, duplicate = raw
+        # Exact shape only: a map with seven keys would unpack too, and dict() accepts a list of pairs.
+        if type(raw) is not list or type(effects) is not list or type(fields) is not dict:
+            raise CodecError("an outcome is [result, [effect...], code, status, message, {field: value}, duplicate]")
         return Outcome(
             Result(result),
             tuple(effect_from_plain(fx) for fx in effects),
@@ -270,6 +300,7 @@ def outcome_from_plain(raw: Any) -> Outcome:
             Status(status) if status is not None else None,
             _check_str(message, "message"),
             dict(fields),
+            _check_bool(duplicate, "duplicate"),
         )
     except CodecError:
         raise

@@ -14,14 +14,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .enums import CancelMode, EffectOutcome
-
-_CMD = dict(frozen=True, slots=True, kw_only=True)
-
+from .recovery_state import RolloutMode
 
 # -- sessions --------------------------------------------------------------------------------
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JoinSession:
     """Open (or reopen) the agent's session with a lease; its executions belong to it."""
 
@@ -31,7 +29,7 @@ class JoinSession:
     lease_ms: int
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Heartbeat:
     """Renew the agent's session lease."""
 
@@ -40,7 +38,7 @@ class Heartbeat:
     agent_id: str
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaveSession:
     """Close the agent's session cleanly."""
 
@@ -52,7 +50,7 @@ class LeaveSession:
 # -- executions ------------------------------------------------------------------------------
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CreateExecution:
     """Create an execution at generation 1 in state PENDING.
 
@@ -69,17 +67,23 @@ class CreateExecution:
     priority: int = 0
     checkpoint: bool = False
     unique_evidence: bool = False
+    observed_cancel_generation: int
+    """The run's cancel generation the creator observed (0 for a new run); required, so the
+    cancellation fence cannot be bypassed by leaving it out."""
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StartExecution:
+    """Activate a PENDING execution (DAG node activation); fenced by the run's cancel generation."""
+
     KIND: ClassVar[str] = "StartExecution"
     VERSION: ClassVar[int] = 1
     execution_id: str
     generation: int
+    observed_cancel_generation: int
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ResumeExecution:
     """The waiter is making progress again while its waits stay registered (async waits)."""
 
@@ -89,15 +93,18 @@ class ResumeExecution:
     generation: int
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteExecution:
+    """The canonical commit; fenced by the run's cancel generation and by the claim, if any."""
+
     KIND: ClassVar[str] = "CompleteExecution"
     VERSION: ClassVar[int] = 1
     execution_id: str
     generation: int
+    observed_cancel_generation: int
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FailExecution:
     KIND: ClassVar[str] = "FailExecution"
     VERSION: ClassVar[int] = 1
@@ -106,7 +113,7 @@ class FailExecution:
     reason: str
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RetryExecution:
     """Start a new attempt: generation + 1, back to PENDING; the old attempt's edges close."""
 
@@ -119,7 +126,7 @@ class RetryExecution:
 # -- targets, satisfiers, holdings ------------------------------------------------------------
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CreateTarget:
     """Create an artifact, approval, reservation, exclusive resource or capacity pool.
 
@@ -132,7 +139,7 @@ class CreateTarget:
     slots: int = 1
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DeclareSatisfier:
     """PRODUCED_BY (artifact) or PROVIDED_BY (approval) ``target@target_generation -> satisfier``.
 
@@ -148,7 +155,7 @@ class DeclareSatisfier:
     satisfier_generation: int = 0
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Acquire:
     """Take an exclusive resource, a reservation, or one permit of a pool (HELD_BY)."""
 
@@ -157,9 +164,12 @@ class Acquire:
     target_id: str
     execution_id: str
     generation: int
+    observed_epoch: int = 0
+    """The global epoch the caller last saw; an execution rolled back at epoch e is refused while
+    it presents an older one (so omitting it is never a way around the fence)."""
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Release:
     KIND: ClassVar[str] = "Release"
     VERSION: ClassVar[int] = 1
@@ -171,7 +181,7 @@ class Release:
 # -- wait edges (wait-edge.v1) -----------------------------------------------------------------
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RegisterWait:
     """WAIT(waiterExecution, waiterGeneration, targetId, targetGeneration, reason, deadline,
     cancelMode, edgeVersion), written before the waiter blocks.
@@ -192,7 +202,7 @@ class RegisterWait:
     edge_version: int = 1
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CloseWait:
     """Close a wait; naming an older waiter generation or edge version is a recorded no-op."""
 
@@ -208,7 +218,7 @@ class CloseWait:
 # -- target events -----------------------------------------------------------------------------
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProduceArtifact:
     KIND: ClassVar[str] = "ProduceArtifact"
     VERSION: ClassVar[int] = 1
@@ -216,7 +226,7 @@ class ProduceArtifact:
     version: int
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DecideApproval:
     KIND: ClassVar[str] = "DecideApproval"
     VERSION: ClassVar[int] = 1
@@ -225,7 +235,7 @@ class DecideApproval:
     approved: bool
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Tick:
     """Advance logical time: expire sessions and close waits whose deadline has passed."""
 
@@ -236,7 +246,7 @@ class Tick:
 # -- ledger ------------------------------------------------------------------------------------
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RecordSideEffect:
     KIND: ClassVar[str] = "RecordSideEffect"
     VERSION: ClassVar[int] = 1
@@ -247,7 +257,7 @@ class RecordSideEffect:
     compensatable: bool = False
 
 
-@dataclass(**_CMD)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RecordCost:
     """Add ``cost`` (non-negative, in the runtime's own unit) to the execution's consumed cost."""
 
@@ -256,6 +266,200 @@ class RecordCost:
     execution_id: str
     generation: int
     cost: int
+
+
+# -- recovery (DESIGN.md §4) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigureRecovery:
+    """Set the voter set, the vote quorum and the livelock guard's K and W.
+
+    The quorum must be strictly greater than ``max_rollback``, the most executions one recovery
+    may roll back at once (victims and yielders together); otherwise two disjoint rollback
+    cohorts could both win, and the configuration is refused.
+    """
+
+    KIND: ClassVar[str] = "ConfigureRecovery"
+    VERSION: ClassVar[int] = 1
+    voters: tuple[str, ...]
+    quorum: int
+    max_rollback: int
+    confirmation_window_ms: int = 500
+    livelock_repeats: int = 2
+    livelock_window_ms: int = 60_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetMode:
+    """Set the rollout mode for the cluster (``run_id`` none) or override it for one run.
+
+    ``mode`` none on a run removes its override. ``side_effect_free`` (runs only) marks the run
+    as one that ``auto-safe`` may act on.
+    """
+
+    KIND: ClassVar[str] = "SetMode"
+    VERSION: ClassVar[int] = 1
+    mode: RolloutMode | None
+    run_id: str | None = None
+    side_effect_free: bool | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProposeRecovery:
+    """Phase one: a detector saw this candidate deadlock at ``observed_index``.
+
+    Apply re-validates it against the state at its own log position (the second read).
+    """
+
+    KIND: ClassVar[str] = "ProposeRecovery"
+    VERSION: ClassVar[int] = 1
+    digest: str
+    member_ids: tuple[str, ...]
+    member_generations: tuple[int, ...]
+    edge_ids: tuple[str, ...]
+    edge_versions: tuple[int, ...]
+    observed_index: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VoteRecovery:
+    """The sending actor's vote on an open proposal; it must be in the configured voter set."""
+
+    KIND: ClassVar[str] = "VoteRecovery"
+    VERSION: ClassVar[int] = 1
+    digest: str
+    approve: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitRecovery:
+    """Phase two: after the confirmation window and with the quorum, decide and act, in order:
+    epoch, decision, victim CAS, cancellation, and only then releases."""
+
+    KIND: ClassVar[str] = "CommitRecovery"
+    VERSION: ClassVar[int] = 1
+    digest: str
+
+
+# -- cancellation (DESIGN.md §5) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelRun:
+    """Raise the run's cancel generation and ask every unsettled execution of it to stop.
+
+    Sent by an operator, by the agent of the run's root (a parent), or by a cluster node acting on
+    a recovery decision. ``observed_cancel_generation`` older than the run's is a recorded no-op
+    (someone already raised it past what the sender saw).
+    """
+
+    KIND: ClassVar[str] = "CancelRun"
+    VERSION: ClassVar[int] = 1
+    run_id: str
+    observed_cancel_generation: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AckCancel:
+    """The execution stopped at ``cancel_generation``; ``side_effects`` is the outcome of its tool
+    calls still in flight (NONE / COMMITTED / UNKNOWN). Known outcomes of single calls are
+    recorded with RecordSideEffect before the ack."""
+
+    KIND: ClassVar[str] = "AckCancel"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    generation: int
+    cancel_generation: int
+    side_effects: EffectOutcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReemitCancels:
+    """The leader's periodic convergence pass: quarantine executions past the cancellation SLO and
+    re-emit CancelRequested.v1 to those that have not acknowledged (at most ``max_emissions``)."""
+
+    KIND: ClassVar[str] = "ReemitCancels"
+    VERSION: ClassVar[int] = 1
+    max_emissions: int = 10_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseQuarantine:
+    """An operator settles a QUARANTINED execution and hands its resources back;
+    ``side_effects`` is what was established for its calls still in flight."""
+
+    KIND: ClassVar[str] = "ReleaseQuarantine"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    generation: int
+    side_effects: EffectOutcome
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimTask:
+    """Claim the execution's current attempt for ``lease_ms`` of logical time; an expired claim is
+    taken over at generation + 1."""
+
+    KIND: ClassVar[str] = "ClaimTask"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    generation: int
+    observed_cancel_generation: int
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenewClaim:
+    KIND: ClassVar[str] = "RenewClaim"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    generation: int
+    observed_cancel_generation: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptToolCall:
+    """Admit one tool call of a RUNNING attempt; it is in flight until its outcome is recorded."""
+
+    KIND: ClassVar[str] = "AcceptToolCall"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    generation: int
+    observed_cancel_generation: int
+    effect_id: str
+    compensatable: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FreezeAdmission:
+    """Refuse new delegations (child creation, claims) for one run, or without ``run_id`` for the
+    whole cluster, e.g. before a schema rollback. Nothing admitted is cleared."""
+
+    KIND: ClassVar[str] = "FreezeAdmission"
+    VERSION: ClassVar[int] = 1
+    run_id: str | None = None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnfreezeAdmission:
+    KIND: ClassVar[str] = "UnfreezeAdmission"
+    VERSION: ClassVar[int] = 1
+    run_id: str | None = None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigureCancellation:
+    """Set the cancellation SLO and the re-emission interval (logical ms)."""
+
+    KIND: ClassVar[str] = "ConfigureCancellation"
+    VERSION: ClassVar[int] = 1
+    slo_ms: int
+    reemit_interval_ms: int
 
 
 Command = (
@@ -279,6 +483,21 @@ Command = (
     | Tick
     | RecordSideEffect
     | RecordCost
+    | ConfigureRecovery
+    | SetMode
+    | ProposeRecovery
+    | VoteRecovery
+    | CommitRecovery
+    | CancelRun
+    | AckCancel
+    | ReemitCancels
+    | ReleaseQuarantine
+    | ClaimTask
+    | RenewClaim
+    | AcceptToolCall
+    | FreezeAdmission
+    | UnfreezeAdmission
+    | ConfigureCancellation
 )
 
 COMMANDS: tuple[type[Command], ...] = (
@@ -302,6 +521,21 @@ COMMANDS: tuple[type[Command], ...] = (
     Tick,
     RecordSideEffect,
     RecordCost,
+    ConfigureRecovery,
+    SetMode,
+    ProposeRecovery,
+    VoteRecovery,
+    CommitRecovery,
+    CancelRun,
+    AckCancel,
+    ReemitCancels,
+    ReleaseQuarantine,
+    ClaimTask,
+    RenewClaim,
+    AcceptToolCall,
+    FreezeAdmission,
+    UnfreezeAdmission,
+    ConfigureCancellation,
 )
 
 

@@ -11,10 +11,8 @@ from typing import ClassVar
 
 from .enums import CancelMode, EffectOutcome, ExecStatus, Relation
 
-_FX = dict(frozen=True, slots=True, kw_only=True)
 
-
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionJoined:
     KIND: ClassVar[str] = "SessionJoined"
     VERSION: ClassVar[int] = 1
@@ -23,7 +21,7 @@ class SessionJoined:
     expires_at_ms: int
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionRenewed:
     KIND: ClassVar[str] = "SessionRenewed"
     VERSION: ClassVar[int] = 1
@@ -31,7 +29,7 @@ class SessionRenewed:
     expires_at_ms: int
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionEnded:
     """``reason`` is ``left`` or ``expired``."""
 
@@ -41,7 +39,7 @@ class SessionEnded:
     reason: str
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExecutionCreated:
     KIND: ClassVar[str] = "ExecutionCreated"
     VERSION: ClassVar[int] = 1
@@ -51,7 +49,7 @@ class ExecutionCreated:
     generation: int
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExecutionStateChanged:
     KIND: ClassVar[str] = "ExecutionStateChanged"
     VERSION: ClassVar[int] = 1
@@ -62,7 +60,7 @@ class ExecutionStateChanged:
     cause: str
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GenerationAdvanced:
     KIND: ClassVar[str] = "GenerationAdvanced"
     VERSION: ClassVar[int] = 1
@@ -71,7 +69,7 @@ class GenerationAdvanced:
     after: int
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TargetCreated:
     KIND: ClassVar[str] = "TargetCreated"
     VERSION: ClassVar[int] = 1
@@ -79,7 +77,7 @@ class TargetCreated:
     slots: int
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SatisfierDeclared:
     KIND: ClassVar[str] = "SatisfierDeclared"
     VERSION: ClassVar[int] = 1
@@ -90,7 +88,7 @@ class SatisfierDeclared:
     satisfier_generation: int
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SatisfierClosed:
     KIND: ClassVar[str] = "SatisfierClosed"
     VERSION: ClassVar[int] = 1
@@ -100,7 +98,7 @@ class SatisfierClosed:
     reason: str
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Acquired:
     KIND: ClassVar[str] = "Acquired"
     VERSION: ClassVar[int] = 1
@@ -110,7 +108,7 @@ class Acquired:
     lease: int
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Released:
     KIND: ClassVar[str] = "Released"
     VERSION: ClassVar[int] = 1
@@ -121,7 +119,7 @@ class Released:
     reason: str
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WaitRegistered:
     KIND: ClassVar[str] = "WaitRegistered"
     VERSION: ClassVar[int] = 1
@@ -133,7 +131,7 @@ class WaitRegistered:
     cancel_mode: CancelMode
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WaitClosed:
     KIND: ClassVar[str] = "WaitClosed"
     VERSION: ClassVar[int] = 1
@@ -143,7 +141,7 @@ class WaitClosed:
     reason: str
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ArtifactProduced:
     KIND: ClassVar[str] = "ArtifactProduced"
     VERSION: ClassVar[int] = 1
@@ -151,7 +149,7 @@ class ArtifactProduced:
     version: int
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalDecided:
     KIND: ClassVar[str] = "ApprovalDecided"
     VERSION: ClassVar[int] = 1
@@ -160,7 +158,7 @@ class ApprovalDecided:
     approved: bool
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SideEffectRecorded:
     KIND: ClassVar[str] = "SideEffectRecorded"
     VERSION: ClassVar[int] = 1
@@ -171,12 +169,304 @@ class SideEffectRecorded:
     compensatable: bool
 
 
-@dataclass(**_FX)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CostRecorded:
     KIND: ClassVar[str] = "CostRecorded"
     VERSION: ClassVar[int] = 1
     execution_id: str
     cost_consumed: int
+
+
+# -- recovery -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecoveryConfigured:
+    KIND: ClassVar[str] = "RecoveryConfigured"
+    VERSION: ClassVar[int] = 1
+    voters: tuple[str, ...]
+    quorum: int
+    max_rollback: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModeChanged:
+    KIND: ClassVar[str] = "ModeChanged"
+    VERSION: ClassVar[int] = 1
+    run_id: str | None
+    mode: str | None
+    side_effect_free: bool | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecoveryProposed:
+    KIND: ClassVar[str] = "RecoveryProposed"
+    VERSION: ClassVar[int] = 1
+    digest: str
+    signature: str
+    epoch_proposed: int
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecoveryRetracted:
+    """The second read found the deadlock gone or changed: a false positive, counted."""
+
+    KIND: ClassVar[str] = "RecoveryRetracted"
+    VERSION: ClassVar[int] = 1
+    digest: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VoteRecorded:
+    KIND: ClassVar[str] = "VoteRecorded"
+    VERSION: ClassVar[int] = 1
+    digest: str
+    voter: str
+    approve: bool
+    approvals: int
+    quorum: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecoveryRejected:
+    KIND: ClassVar[str] = "RecoveryRejected"
+    VERSION: ClassVar[int] = 1
+    digest: str
+    rejections: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpochCommitted:
+    KIND: ClassVar[str] = "EpochCommitted"
+    VERSION: ClassVar[int] = 1
+    epoch: int
+    digest: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VictimChosen:
+    """The recorded decision; ``decision_kind`` SHADOW means it was only reported."""
+
+    KIND: ClassVar[str] = "VictimChosen"
+    VERSION: ClassVar[int] = 1
+    decision_id: str
+    digest: str
+    decision_kind: str
+    mode: str
+    policy_version: str
+    execution_id: str | None
+    generation: int
+    reason_code: str
+    epoch: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Yielded:
+    """A tie-break loser released what it held and now waits behind the winner."""
+
+    KIND: ClassVar[str] = "Yielded"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    generation: int
+    winner_id: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LivelockDetected:
+    """The same cycle came back: the next recovery is a deterministic tie-break."""
+
+    KIND: ClassVar[str] = "LivelockDetected"
+    VERSION: ClassVar[int] = 1
+    signature: str
+    digest: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecoveryEscalated:
+    """Nothing was rolled back; a human must act (reconciliation, or too large a rollback)."""
+
+    KIND: ClassVar[str] = "RecoveryEscalated"
+    VERSION: ClassVar[int] = 1
+    digest: str
+    reason: str
+    run_ids: tuple[str, ...]
+
+
+# -- cancellation (DESIGN.md §5) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelGenerationRaised:
+    """``cause``: operator, parent (the run's root agent) or recovery (a cluster node)."""
+
+    KIND: ClassVar[str] = "CancelGenerationRaised"
+    VERSION: ClassVar[int] = 1
+    run_id: str
+    before: int
+    after: int
+    reason: str
+    cause: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelRequested:
+    """CancelRequested.v1: one execution is asked to stop; ``emission`` counts the re-emissions
+    at this cancel generation (1 = the first request)."""
+
+    KIND: ClassVar[str] = "CancelRequested"
+    VERSION: ClassVar[int] = 1
+    run_id: str
+    execution_id: str
+    generation: int
+    cancel_generation: int
+    reason: str
+    emission: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelAcknowledged:
+    KIND: ClassVar[str] = "CancelAcknowledged"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    generation: int
+    cancel_generation: int
+    side_effects: EffectOutcome
+    propagation_ms: int
+    """Logical ms from the first request to this ack."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancellationStable:
+    """CANCELLED_STABLE: every execution of the scope (``run:<id>`` or a victim ``exec:<id>@<g>``)
+    is settled and holds nothing. ``leaked`` counts holdings found and released here (a bug if > 0)."""
+
+    KIND: ClassVar[str] = "CancellationStable"
+    VERSION: ClassVar[int] = 1
+    scope_id: str
+    run_id: str
+    root_id: str
+    cancel_generation: int
+    quiescence_ms: int
+    leaked: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelSloExceeded:
+    """The alert: an execution did not acknowledge within the cancellation SLO and is QUARANTINED."""
+
+    KIND: ClassVar[str] = "CancelSloExceeded"
+    VERSION: ClassVar[int] = 1
+    run_id: str
+    execution_id: str
+    generation: int
+    requested_at_ms: int
+    slo_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceQuarantined:
+    """Held by a quarantined execution: not handed out again until an operator releases it."""
+
+    KIND: ClassVar[str] = "ResourceQuarantined"
+    VERSION: ClassVar[int] = 1
+    target_id: str
+    execution_id: str
+    generation: int
+    lease: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuarantineReleased:
+    KIND: ClassVar[str] = "QuarantineReleased"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    generation: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReconciliationOpened:
+    KIND: ClassVar[str] = "ReconciliationOpened"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    generation: int
+    run_id: str
+    unknown_effects: int
+    cause: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompensationQueued:
+    KIND: ClassVar[str] = "CompensationQueued"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    effect_id: str
+    generation: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskClaimed:
+    KIND: ClassVar[str] = "TaskClaimed"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    generation: int
+    agent_id: str
+    expires_at_ms: int
+    took_over: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimRenewed:
+    KIND: ClassVar[str] = "ClaimRenewed"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    generation: int
+    agent_id: str
+    expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimReleased:
+    KIND: ClassVar[str] = "ClaimReleased"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    generation: int
+    agent_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallAccepted:
+    KIND: ClassVar[str] = "ToolCallAccepted"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    generation: int
+    effect_id: str
+    compensatable: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmissionChanged:
+    """``run_id`` None: the whole cluster."""
+
+    KIND: ClassVar[str] = "AdmissionChanged"
+    VERSION: ClassVar[int] = 1
+    run_id: str | None
+    frozen: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancellationConfigured:
+    KIND: ClassVar[str] = "CancellationConfigured"
+    VERSION: ClassVar[int] = 1
+    slo_ms: int
+    reemit_interval_ms: int
 
 
 Effect = (
@@ -197,6 +487,32 @@ Effect = (
     | ApprovalDecided
     | SideEffectRecorded
     | CostRecorded
+    | RecoveryConfigured
+    | ModeChanged
+    | RecoveryProposed
+    | RecoveryRetracted
+    | VoteRecorded
+    | RecoveryRejected
+    | EpochCommitted
+    | VictimChosen
+    | Yielded
+    | LivelockDetected
+    | RecoveryEscalated
+    | CancelGenerationRaised
+    | CancelRequested
+    | CancelAcknowledged
+    | CancellationStable
+    | CancelSloExceeded
+    | ResourceQuarantined
+    | QuarantineReleased
+    | ReconciliationOpened
+    | CompensationQueued
+    | TaskClaimed
+    | ClaimRenewed
+    | ClaimReleased
+    | ToolCallAccepted
+    | AdmissionChanged
+    | CancellationConfigured
 )
 
 EFFECTS: tuple[type[Effect], ...] = (
@@ -217,4 +533,30 @@ EFFECTS: tuple[type[Effect], ...] = (
     ApprovalDecided,
     SideEffectRecorded,
     CostRecorded,
+    RecoveryConfigured,
+    ModeChanged,
+    RecoveryProposed,
+    RecoveryRetracted,
+    VoteRecorded,
+    RecoveryRejected,
+    EpochCommitted,
+    VictimChosen,
+    Yielded,
+    LivelockDetected,
+    RecoveryEscalated,
+    CancelGenerationRaised,
+    CancelRequested,
+    CancelAcknowledged,
+    CancellationStable,
+    CancelSloExceeded,
+    ResourceQuarantined,
+    QuarantineReleased,
+    ReconciliationOpened,
+    CompensationQueued,
+    TaskClaimed,
+    ClaimRenewed,
+    ClaimReleased,
+    ToolCallAccepted,
+    AdmissionChanged,
+    CancellationConfigured,
 )

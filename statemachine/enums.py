@@ -21,6 +21,10 @@ class ExecStatus(StrEnum):
 TERMINAL = frozenset({ExecStatus.COMPLETED, ExecStatus.FAILED, ExecStatus.CANCELLED})
 """An execution in one of these holds nothing, waits for nothing and satisfies nothing."""
 
+SETTLED = TERMINAL | {ExecStatus.NEEDS_RECONCILIATION}
+"""The attempt is over: terminal, or handed to a human for reconciliation; it holds nothing. A
+cancellation converges (CANCELLED_STABLE) when every execution it asked to stop is settled."""
+
 
 class SessionStatus(StrEnum):
     ACTIVE = "ACTIVE"
@@ -51,3 +55,13 @@ class Relation(StrEnum):
     PRODUCED_BY = "PRODUCED_BY"
     PROVIDED_BY = "PROVIDED_BY"
     HELD_BY = "HELD_BY"
+
+
+class CancelState(StrEnum):
+    """Where a run (or a recovery victim's subtree) is in the cancellation protocol."""
+
+    NOT_CANCELLED = "NOT_CANCELLED"
+    CANCELLING = "CANCELLING"
+    """Some execution it asked to stop has not settled yet."""
+    CANCELLED_STABLE = "CANCELLED_STABLE"
+    """Every execution is settled and none of them holds a permit, lease, reservation or claim."""

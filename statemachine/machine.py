@@ -19,30 +19,46 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from . import errors as E
+from . import recovery
 from .codec import command_fingerprint, decode_envelope
 from .commands import (
+    AcceptToolCall,
+    AckCancel,
     Acquire,
+    CancelRun,
+    ClaimTask,
     CloseWait,
     Command,
+    CommitRecovery,
     CompleteExecution,
+    ConfigureCancellation,
+    ConfigureRecovery,
     CreateExecution,
     CreateTarget,
     DecideApproval,
     DeclareSatisfier,
     Envelope,
     FailExecution,
+    FreezeAdmission,
     Heartbeat,
     JoinSession,
     LeaveSession,
     ProduceArtifact,
+    ProposeRecovery,
     RecordCost,
     RecordSideEffect,
+    ReemitCancels,
     RegisterWait,
     Release,
+    ReleaseQuarantine,
+    RenewClaim,
     ResumeExecution,
     RetryExecution,
+    SetMode,
     StartExecution,
     Tick,
+    UnfreezeAdmission,
+    VoteRecovery,
 )
 from .effects import (
     Acquired,
@@ -95,6 +111,13 @@ class Event(StrEnum):
     COMPLETE = "CompleteExecution"
     FAIL = "FailExecution"
     RETRY = "RetryExecution"
+    CANCEL = "CancelRun"
+    CANCEL_ACK = "AckCancel"
+    RECONCILE = "SideEffectsUnknown"
+    QUARANTINE = "CancelSloExceeded"
+    RELEASE_QUARANTINE = "ReleaseQuarantine"
+    VICTIM = "CommitRecovery"
+    """A recovery decision's CAS: only a WAITING execution can be a deadlock victim."""
 
 
 S = ExecStatus
@@ -105,6 +128,7 @@ TRANSITIONS: dict[tuple[ExecStatus, Event], ExecStatus] = {
     (S.WAITING, Event.BLOCK): S.WAITING,
     (S.WAITING, Event.RESUME): S.RUNNING,
     (S.WAITING, Event.WAITS_CLEARED): S.RUNNING,
+    (S.WAITING, Event.VICTIM): S.CANCELLING,
     (S.RUNNING, Event.COMPLETE): S.COMPLETED,
     (S.WAITING, Event.COMPLETE): S.COMPLETED,
     (S.PENDING, Event.FAIL): S.FAILED,
@@ -114,6 +138,23 @@ TRANSITIONS: dict[tuple[ExecStatus, Event], ExecStatus] = {
     (S.RUNNING, Event.RETRY): S.PENDING,
     (S.WAITING, Event.RETRY): S.PENDING,
     (S.FAILED, Event.RETRY): S.PENDING,
+    # Cancellation (statemachine/cancel.py): asked to stop, then settled by the execution's ack, by
+    # the SLO (quarantine) and an operator's release; anything UNKNOWN goes to reconciliation.
+    (S.PENDING, Event.CANCEL): S.CANCEL_REQUESTED,
+    (S.RUNNING, Event.CANCEL): S.CANCEL_REQUESTED,
+    (S.WAITING, Event.CANCEL): S.CANCEL_REQUESTED,
+    (S.CANCEL_REQUESTED, Event.CANCEL): S.CANCEL_REQUESTED,
+    (S.CANCELLING, Event.CANCEL): S.CANCELLING,
+    (S.QUARANTINED, Event.CANCEL): S.QUARANTINED,
+    (S.CANCEL_REQUESTED, Event.CANCEL_ACK): S.CANCELLED,
+    (S.CANCELLING, Event.CANCEL_ACK): S.CANCELLED,
+    (S.CANCEL_REQUESTED, Event.RECONCILE): S.NEEDS_RECONCILIATION,
+    (S.CANCELLING, Event.RECONCILE): S.NEEDS_RECONCILIATION,
+    (S.QUARANTINED, Event.RECONCILE): S.NEEDS_RECONCILIATION,
+    (S.CANCEL_REQUESTED, Event.QUARANTINE): S.QUARANTINED,
+    (S.CANCELLING, Event.QUARANTINE): S.QUARANTINED,
+    (S.QUARANTINED, Event.RELEASE_QUARANTINE): S.CANCELLED,
+    (S.CANCELLED, Event.RETRY): S.PENDING,
 }
 """(state, event) -> next state. A missing pair is an illegal transition."""
 
@@ -226,17 +267,21 @@ def _dispatch(ctx: _Ctx, cmd: Command) -> Outcome:
         case LeaveSession():
             return _leave(ctx, cmd)
         case CreateExecution():
+            _cancel.admit_creation(ctx, cmd)
             return _create_execution(ctx, cmd)
         case StartExecution():
+            _cancel.fence_execution(ctx, cmd.execution_id, cmd.generation, cmd.observed_cancel_generation, "start")
             return _lifecycle(ctx, cmd.execution_id, cmd.generation, Event.START, "started")
         case ResumeExecution():
             return _lifecycle(ctx, cmd.execution_id, cmd.generation, Event.RESUME, "resumed")
         case CompleteExecution():
+            _cancel.fence_execution(ctx, cmd.execution_id, cmd.generation, cmd.observed_cancel_generation, "commit")
             return _lifecycle(ctx, cmd.execution_id, cmd.generation, Event.COMPLETE, "completed")
         case FailExecution():
             _reason(ctx, cmd.reason)
             return _lifecycle(ctx, cmd.execution_id, cmd.generation, Event.FAIL, cmd.reason)
         case RetryExecution():
+            _cancel.check_retry(ctx, cmd.execution_id)
             return _retry(ctx, cmd)
         case CreateTarget():
             return _create_target(ctx, cmd)
@@ -245,6 +290,7 @@ def _dispatch(ctx: _Ctx, cmd: Command) -> Outcome:
         case Acquire():
             return _acquire(ctx, cmd)
         case Release():
+            _cancel.check_release(ctx, cmd)
             return _release(ctx, cmd)
         case RegisterWait():
             return _register_wait(ctx, cmd)
@@ -260,6 +306,36 @@ def _dispatch(ctx: _Ctx, cmd: Command) -> Outcome:
             return _record_side_effect(ctx, cmd)
         case RecordCost():
             return _record_cost(ctx, cmd)
+        case ConfigureRecovery():
+            return recovery.configure(ctx, cmd)
+        case SetMode():
+            return recovery.set_mode(ctx, cmd)
+        case ProposeRecovery():
+            return recovery.propose(ctx, cmd)
+        case VoteRecovery():
+            return recovery.vote(ctx, cmd)
+        case CommitRecovery():
+            return recovery.commit(ctx, cmd)
+        case CancelRun():
+            return _cancel.cancel_run(ctx, cmd)
+        case AckCancel():
+            return _cancel.ack_cancel(ctx, cmd)
+        case ReemitCancels():
+            return _cancel.reemit_cancels(ctx, cmd)
+        case ReleaseQuarantine():
+            return _cancel.release_quarantine(ctx, cmd)
+        case ClaimTask():
+            return _cancel.claim_task(ctx, cmd)
+        case RenewClaim():
+            return _cancel.renew_claim(ctx, cmd)
+        case AcceptToolCall():
+            return _cancel.accept_tool_call(ctx, cmd)
+        case FreezeAdmission():
+            return _cancel.freeze_admission(ctx, cmd)
+        case UnfreezeAdmission():
+            return _cancel.unfreeze_admission(ctx, cmd)
+        case ConfigureCancellation():
+            return _cancel.configure(ctx, cmd)
     raise E.invalid("unknown_command", f"no handler for {type(cmd).__name__}")  # pragma: no cover
 
 
@@ -355,7 +431,8 @@ def _set_status(ctx: _Ctx, ex: Execution, nxt: ExecStatus, cause: str) -> None:
     ctx.state.touch(ex.execution_id)
 
 
-def _close_wait(ctx: _Ctx, edge: WaitEdge, reason: str) -> None:
+def _close_wait(ctx: _Ctx, edge: WaitEdge, reason: str, wake: bool = True) -> None:
+    """Close one edge; with ``wake`` a waiter whose last wait closed goes WAITING -> RUNNING."""
     st = ctx.state
     st.remove_wait(edge)
     st.touch(edge.waiter_id)
@@ -368,7 +445,7 @@ def _close_wait(ctx: _Ctx, edge: WaitEdge, reason: str) -> None:
         )
     )
     waiter = st.executions[edge.waiter_id]
-    if waiter.status is S.WAITING and edge.waiter_id not in st.waits_by_waiter:
+    if wake and waiter.status is S.WAITING and edge.waiter_id not in st.waits_by_waiter:
         _set_status(ctx, waiter, TRANSITIONS[(S.WAITING, Event.WAITS_CLEARED)], "waits_cleared")
 
 
@@ -418,8 +495,10 @@ def _end_attempt(ctx: _Ctx, ex: Execution, reason: str) -> None:
     name it close, and waits on ``exec:<it>`` at this generation close.
     """
     st = ctx.state
+    # No wake-up: the attempt moves straight to its next state (WAITING -> COMPLETED, not via
+    # RUNNING), so the effects show the transition the table names.
     for edge in st.waits_of(ex.execution_id):
-        _close_wait(ctx, edge, reason)
+        _close_wait(ctx, edge, reason, wake=False)
     for target_id in sorted(st.satisfies.get(ex.execution_id, ())):
         t = st.targets[target_id]
         if ex.execution_id in t.holders:
@@ -429,7 +508,7 @@ def _end_attempt(ctx: _Ctx, ex: Execution, reason: str) -> None:
     for edge in st.waits_on(ex.execution_id):
         if edge.target_generation <= ex.generation:
             _close_wait(ctx, edge, "target_" + reason)
-    ex.edge_hwm.clear()
+    _cancel.release_claim(ctx, ex.execution_id, reason)
 
 
 # -- sessions -------------------------------------------------------------------------------------
@@ -450,7 +529,9 @@ def _join(ctx: _Ctx, cmd: JoinSession) -> Outcome:
     s = st.sessions.get(agent)
     if s is None and len(st.sessions) >= st.limits.max_sessions:
         raise E.exhausted("too_many_sessions", f"the cluster holds {st.limits.max_sessions} sessions")
-    expires = ctx.now + cmd.lease_ms
+    # Saturate: an expiry past the 64-bit range could not be carried by the codec (the outcome
+    # and the snapshot would no longer decode).
+    expires = min(ctx.now + cmd.lease_ms, 2**63 - 1)
     if s is not None and s.status is SessionStatus.ACTIVE:
         s.lease_ms, s.expires_at_ms = cmd.lease_ms, expires
         heapq.heappush(st.session_expiry, (expires, agent))
@@ -467,7 +548,7 @@ def _heartbeat(ctx: _Ctx, cmd: Heartbeat) -> Outcome:
     s = st.sessions.get(agent)
     if s is None or s.status is not SessionStatus.ACTIVE:
         raise E.precondition("no_session", f"agent {agent} has no active session; join again", agent_id=agent)
-    s.expires_at_ms = ctx.now + s.lease_ms
+    s.expires_at_ms = min(ctx.now + s.lease_ms, 2**63 - 1)
     heapq.heappush(st.session_expiry, (s.expires_at_ms, agent))
     return applied([SessionRenewed(agent_id=agent, expires_at_ms=s.expires_at_ms)])
 
@@ -509,8 +590,11 @@ def _create_execution(ctx: _Ctx, cmd: CreateExecution) -> Outcome:
         if parent.run_id != cmd.run_id:
             raise E.invalid("wrong_run", f"parent {cmd.parent_id} belongs to run {parent.run_id}, not {cmd.run_id}")
         _live(parent, "create children")
-    # Delegation: an agent may hand an execution to another agent only under its own parent.
-    if ctx.agent_id is not None and owner != ctx.agent_id and (parent is None or parent.agent_id != ctx.agent_id):
+    # An agent adds children only under its own executions (a child widens the parent's cancel
+    # scope), and hands one to another agent only that way: delegation.
+    if ctx.agent_id is not None and parent is not None and parent.agent_id != ctx.agent_id:
+        raise E.denied("not_owner", f"{parent.execution_id} belongs to another agent; only its owner adds children")
+    if ctx.agent_id is not None and owner != ctx.agent_id and parent is None:
         raise E.denied("not_owner", "an agent may create executions for another agent only under its own parent")
     if owner != ctx.agent_id:
         s = st.sessions.get(owner)
@@ -555,14 +639,23 @@ def _retry(ctx: _Ctx, cmd: RetryExecution) -> Outcome:
     ex = _owned(ctx, cmd.execution_id)
     _current(ex, cmd.generation)
     nxt = next_status(ex, Event.RETRY)
-    _end_attempt(ctx, ex, "generation_changed")
+    _new_attempt(ctx, ex, nxt, "retried")
+    return applied(ctx.fx)
+
+
+def _new_attempt(ctx: _Ctx, ex: Execution, nxt: ExecStatus, cause: str, end_reason: str = "generation_changed") -> None:
+    """End the current attempt and start generation + 1 in state ``nxt`` (a retry, a claim takeover)."""
+    _end_attempt(ctx, ex, end_reason)
     before = ex.generation
     ex.generation += 1
+    # Edge versions count per generation (``Execution.edge_hwm``): cleared here, when the generation
+    # changes, and not when an attempt merely ends, so that a late close or re-register of an
+    # edge the finished attempt had is still recognised as stale (a no-op, not "never registered").
+    ex.edge_hwm.clear()
     ctx.fx.append(GenerationAdvanced(execution_id=ex.execution_id, before=before, after=ex.generation))
     if ex.status is nxt:
         ctx.state.touch(ex.execution_id)
-    _set_status(ctx, ex, nxt, "retried")
-    return applied(ctx.fx)
+    _set_status(ctx, ex, nxt, cause)
 
 
 # -- targets, satisfiers, holdings ----------------------------------------------------------------
@@ -637,6 +730,7 @@ def _acquire(ctx: _Ctx, cmd: Acquire) -> Outcome:
     ex = _owned(ctx, cmd.execution_id)
     _current(ex, cmd.generation)
     _live(ex, "acquire")
+    recovery.check_fence(ctx.state, ex.execution_id, cmd.observed_epoch)
     if ex.execution_id in t.holders:
         return noop("already_held", f"{ex.execution_id} already holds {t.target_id}")
     if len(t.holders) >= t.slots:
@@ -673,8 +767,12 @@ def _release(ctx: _Ctx, cmd: Release) -> Outcome:
 # -- wait edges -----------------------------------------------------------------------------------
 
 
-def _check_wait_target(ctx: _Ctx, cmd: RegisterWait, kind: Kind) -> None:
-    """Refuse a wait whose resolving event already happened or that names a stale target state."""
+def _check_wait_target(ctx: _Ctx, cmd: RegisterWait, kind: Kind) -> str:
+    """Refuse a wait whose resolving event already happened or that names a stale target state.
+
+    Returns the target's id as the state already stores it, so the new edge shares that string
+    instead of keeping its own copy (a large share of an edge's memory).
+    """
     st = ctx.state
     tg = cmd.target_generation
 
@@ -696,7 +794,7 @@ def _check_wait_target(ctx: _Ctx, cmd: RegisterWait, kind: Kind) -> None:
             raise E.invalid("future_generation", f"{cmd.target_id} has no generation {tg} yet")
         if target_ex.status in TERMINAL:
             raise satisfied(f"{cmd.target_id} is already {target_ex.status.value}")
-        return
+        return target_ex.execution_id
     t = _target(ctx, cmd.target_id, TARGET_KINDS)
     if t.kind in DECLARED_KINDS:
         if tg < 1:
@@ -720,6 +818,7 @@ def _check_wait_target(ctx: _Ctx, cmd: RegisterWait, kind: Kind) -> None:
             )
         if tg > t.version:
             raise E.invalid("future_generation", f"{cmd.target_id} has no lease {tg} yet")
+    return t.target_id
 
 
 def _register_wait(ctx: _Ctx, cmd: RegisterWait) -> Outcome:
@@ -738,7 +837,7 @@ def _register_wait(ctx: _Ctx, cmd: RegisterWait) -> Outcome:
         what = "an open edge" if existing else "a closed edge"
         return noop("stale_edge_version", f"edge version {cmd.edge_version} <= {hwm} of {what}")
     nxt = next_status(ex, Event.BLOCK)
-    _check_wait_target(ctx, cmd, kind)
+    target_id = _check_wait_target(ctx, cmd, kind)
     if existing is None:
         if len(st.waits_by_waiter.get(ex.execution_id, ())) >= st.limits.max_edges_per_execution:
             raise E.exhausted("too_many_edges", f"{ex.execution_id} has {st.limits.max_edges_per_execution} open waits")
@@ -749,16 +848,16 @@ def _register_wait(ctx: _Ctx, cmd: RegisterWait) -> Outcome:
     edge = WaitEdge(
         ex.execution_id,
         ex.generation,
-        cmd.target_id,
+        target_id,
         cmd.target_generation,
-        cmd.reason,
+        st.shared_text(cmd.reason),
         cmd.deadline_ms,
         cmd.cancel_mode,
         cmd.edge_version,
         ctx.now,
     )
     st.add_wait(edge)
-    ex.edge_hwm[cmd.target_id] = cmd.edge_version
+    ex.edge_hwm[target_id] = cmd.edge_version
     st.touch(ex.execution_id)
     ctx.fx.append(
         WaitRegistered(
@@ -845,6 +944,7 @@ def _tick(ctx: _Ctx) -> Outcome:
         if s.status is SessionStatus.ACTIVE and s.expires_at_ms == expires:
             s.status = SessionStatus.EXPIRED
             ctx.fx.append(SessionEnded(agent_id=agent, reason="expired"))
+            _cancel.on_session_expired(ctx, agent)
     while st.deadlines and st.deadlines[0][0] <= ctx.now:
         deadline, waiter, target, version = heapq.heappop(st.deadlines)
         edge = st.wait(waiter, target)
@@ -880,10 +980,12 @@ def _record_side_effect(ctx: _Ctx, cmd: RecordSideEffect) -> Outcome:
     elif (prior.outcome, cmd.outcome) not in _EFFECT_STEPS:
         raise E.precondition(
             "side_effect_final",
-            f"{cmd.effect_id} is {prior.outcome.value}; it cannot become {cmd.outcome.value}",
+            f"{cmd.effect_id} is {prior.outcome.value}; it cannot become {cmd.outcome.value}"
+            f"{'' if prior.outcome is not cmd.outcome else ' with another compensatable flag'}",
             effect_id=cmd.effect_id,
         )
     ex.side_effects[cmd.effect_id] = SideEffect(cmd.outcome, cmd.compensatable, cmd.generation)
+    _cancel.forget_tool_call(ctx.state, ex.execution_id, cmd.effect_id)
     return applied(
         [
             SideEffectRecorded(
@@ -904,3 +1006,8 @@ def _record_cost(ctx: _Ctx, cmd: RecordCost) -> Outcome:
         raise E.invalid("future_generation", f"{ex.execution_id} has no generation {cmd.generation} yet")
     ex.cost_consumed = min(ex.cost_consumed + cmd.cost, 2**63 - 1)
     return applied([CostRecorded(execution_id=ex.execution_id, cost_consumed=ex.cost_consumed)])
+
+
+# The cancellation protocol (statemachine/cancel.py) is built on this module's helpers, so it is
+# imported last, once everything it uses here is defined.
+from . import cancel as _cancel  # noqa: E402

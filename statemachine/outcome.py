@@ -39,13 +39,26 @@ class Outcome:
         return Rejection(self.status, self.code, self.message, **self.fields)
 
 
+MAX_TEXT_LEN = 512
+"""Longest message or text field an outcome carries. Messages echo input (ids, kinds) and the
+codec refuses strings over 1024 characters, so an unclipped rejection of hostile input would be an
+outcome that cannot be decoded."""
+
+
+def _clip(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_TEXT_LEN:
+        return value[: MAX_TEXT_LEN - 3] + "..."
+    return value
+
+
 def applied(effects: list[Effect] | tuple[Effect, ...]) -> Outcome:
     return Outcome(Result.APPLIED, tuple(effects))
 
 
 def noop(reason: str, message: str, **fields: Any) -> Outcome:
-    return Outcome(Result.NOOP, (), reason, None, message, fields)
+    return Outcome(Result.NOOP, (), reason, None, _clip(message), {k: _clip(v) for k, v in fields.items()})
 
 
 def rejected(err: Rejection) -> Outcome:
-    return Outcome(Result.REJECTED, (), err.code, err.status, err.message, dict(err.fields))
+    fields = {k: _clip(v) for k, v in err.fields.items()}
+    return Outcome(Result.REJECTED, (), err.code, err.status, _clip(err.message), fields)

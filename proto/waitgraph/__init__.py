@@ -1,0 +1,1 @@
+"""waitgraph protocol packages (generated code under v1/, see scripts/gen_proto)."""

@@ -1,0 +1,333 @@
+"""The replicated records of the recovery protocol (DESIGN.md §4) and their snapshot.
+
+Rules kept here:
+- The epoch lives here, in the replicated state, never in an agent: every rollback advances it
+  by a committed log entry before anything is released (the second seed's first condition).
+- Proposals, decisions and the livelock trajectory are kept in log order and bounded; eviction
+  drops the oldest closed entries first, so every replica evicts the same ones.
+- No logic lives here beyond bookkeeping; :mod:`statemachine.recovery` decides what happens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+POLICY_VERSION = "victim-policy.v1"
+MAX_PROPOSALS = 10_000
+MAX_DECISIONS = 10_000
+MAX_SIGNATURES = 10_000
+
+
+class RolloutMode(StrEnum):
+    """How far recovery may act (the first seed's rollout path)."""
+
+    SHADOW = "shadow"
+    """Detect, propose, vote and record the decision it would make; never cancel or release."""
+    AUTO_SAFE = "auto-safe"
+    """Act only when every run in the cycle is marked side-effect-free."""
+    AUTO = "auto"
+
+
+MODE_ORDER = (RolloutMode.SHADOW, RolloutMode.AUTO_SAFE, RolloutMode.AUTO)
+"""From most to least conservative; a cycle across runs uses the most conservative mode."""
+
+
+class ProposalStatus(StrEnum):
+    OPEN = "OPEN"
+    COMMITTED = "COMMITTED"
+    RETRACTED = "RETRACTED"
+    """The second read found the deadlock gone or changed: a false positive."""
+    REJECTED = "REJECTED"
+    """Enough voters said no that the quorum can no longer be reached."""
+
+
+class DecisionKind(StrEnum):
+    VICTIM = "VICTIM"
+    """Speculative rollback of one victim chosen by the policy."""
+    TIE_BREAK = "TIE_BREAK"
+    """Livelock: the lowest id wins, every other member yields or is rolled back."""
+    SHADOW = "SHADOW"
+    """What would have been done; nothing was cancelled or released."""
+    RECONCILIATION = "RECONCILIATION"
+    """An UNKNOWN non-compensatable side effect: runs frozen, a human decides."""
+    ESCALATION = "ESCALATION"
+    """The recovery would roll back more executions than the configuration allows."""
+
+
+@dataclass(slots=True)
+class RecoveryConfig:
+    voters: tuple[str, ...] = ()
+    """Who may vote: cluster nodes, operators and designated agent sessions (actor ids)."""
+    quorum: int = 1
+    max_rollback: int = 0
+    """The most executions one recovery may roll back at once (victims and yielders together)."""
+    confirmation_window_ms: int = 500
+    livelock_repeats: int = 2
+    """K: more than K recoveries of one signature within W logical ms is a livelock."""
+    livelock_window_ms: int = 60_000
+    """W."""
+
+
+@dataclass(slots=True)
+class Proposal:
+    digest: str
+    signature: str
+    members: list[tuple[str, int]]
+    edges: list[tuple[str, int]]
+    observed_index: int
+    proposer: str
+    proposed_at_ms: int
+    epoch_proposed: int
+    status: ProposalStatus = ProposalStatus.OPEN
+    approvals: list[str] = field(default_factory=list)
+    rejections: list[str] = field(default_factory=list)
+    decision_id: str | None = None
+    closed_at_ms: int | None = None
+    close_reason: str = ""
+
+
+@dataclass(slots=True)
+class Score:
+    """One candidate's victim-policy inputs; ``key()`` orders them, the smallest is the victim."""
+
+    execution_id: str
+    generation: int
+    external_side_effects: bool
+    checkpoint: bool
+    priority: int
+    cost_consumed: int
+    unique_evidence: bool
+
+    def key(self) -> tuple[bool, bool, int, int, bool, str]:
+        # Prefer (smaller first): no external side effects, a checkpoint, lower priority, less
+        # cost, no unique evidence; the lowest id breaks the last tie.
+        return (
+            self.external_side_effects,
+            not self.checkpoint,
+            self.priority,
+            self.cost_consumed,
+            self.unique_evidence,
+            self.execution_id,
+        )
+
+    def to_plain(self) -> list[Any]:
+        return [
+            self.execution_id,
+            self.generation,
+            self.external_side_effects,
+            self.checkpoint,
+            self.priority,
+            self.cost_consumed,
+            self.unique_evidence,
+        ]
+
+
+@dataclass(slots=True)
+class Decision:
+    decision_id: str
+    digest: str
+    signature: str
+    policy_version: str
+    kind: DecisionKind
+    mode: RolloutMode
+    reason_code: str
+    epoch: int | None
+    """The epoch this decision committed; None when nothing was rolled back."""
+    winner_id: str | None
+    """The victim (VICTIM, SHADOW) or the tie-break winner (TIE_BREAK)."""
+    winner_generation: int
+    scores: list[Score]
+    roles: list[tuple[str, str]]
+    """(execution id, role) for every member: victim, winner, yielded, rolled_back, kept."""
+    released: list[tuple[str, str]]
+    """(target id, execution id) released by this decision, in release order."""
+    at_ms: int
+
+
+@dataclass(slots=True)
+class Trajectory:
+    """The livelock guard's memory of one cycle signature (the epoch is not part of it)."""
+
+    observations: list[tuple[int, int]] = field(default_factory=list)
+    """(epoch when observed, at_ms) of recent proposals with this signature."""
+    recoveries: list[tuple[int, int]] = field(default_factory=list)
+    """(epoch committed, at_ms) of recent committed rollbacks of this signature."""
+
+
+class RecoveryBook:
+    """Everything the recovery protocol keeps in the replicated state (``State.recovery``)."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.config = RecoveryConfig()
+        self.mode = RolloutMode.SHADOW
+        self.run_modes: dict[str, RolloutMode] = {}
+        self.side_effect_free: set[str] = set()
+        self.proposals: dict[str, Proposal] = {}
+        """digest -> proposal, in log order."""
+        self.decisions: dict[str, Decision] = {}
+        """decision id -> decision, in log order."""
+        self.next_decision = 1
+        self.trajectory: dict[str, Trajectory] = {}
+        """signature -> trajectory, in order of first sight."""
+        self.fence: dict[str, int] = {}
+        """execution id -> epoch it was rolled back at; it may not acquire presenting an older one."""
+        # -- derived --
+        self.open_members: dict[str, str] = {}
+        """execution id -> digest of the open proposal it belongs to."""
+
+    def open_proposal(self, p: Proposal) -> None:
+        self.proposals[p.digest] = p
+        for m, _ in p.members:
+            self.open_members[m] = p.digest
+        _trim(self.proposals, MAX_PROPOSALS, lambda q: q.status is not ProposalStatus.OPEN)
+
+    def close_proposal(self, p: Proposal, status: ProposalStatus, at_ms: int, reason: str) -> None:
+        p.status, p.closed_at_ms, p.close_reason = status, at_ms, reason
+        for m, _ in p.members:
+            if self.open_members.get(m) == p.digest:
+                del self.open_members[m]
+
+    def add_decision(self, d: Decision) -> None:
+        self.decisions[d.decision_id] = d
+        _trim(self.decisions, MAX_DECISIONS, lambda _: True)
+
+    def trajectory_of(self, signature: str) -> Trajectory:
+        t = self.trajectory.get(signature)
+        if t is None:
+            t = self.trajectory[signature] = Trajectory()
+            _trim(self.trajectory, MAX_SIGNATURES, lambda _: True)
+        return t
+
+    def mode_for(self, run_ids: list[str]) -> RolloutMode:
+        modes = [self.run_modes.get(r, self.mode) for r in run_ids] or [self.mode]
+        return min(modes, key=MODE_ORDER.index)
+
+    # -- snapshot ------------------------------------------------------------------------------
+
+    def to_plain(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "config": [
+                list(c.voters),
+                c.quorum,
+                c.max_rollback,
+                c.confirmation_window_ms,
+                c.livelock_repeats,
+                c.livelock_window_ms,
+            ],
+            "decisions": [
+                [
+                    d.decision_id,
+                    d.digest,
+                    d.signature,
+                    d.policy_version,
+                    d.kind,
+                    d.mode,
+                    d.reason_code,
+                    d.epoch,
+                    d.winner_id,
+                    d.winner_generation,
+                    [s.to_plain() for s in d.scores],
+                    [list(r) for r in d.roles],
+                    [list(r) for r in d.released],
+                    d.at_ms,
+                ]
+                for d in self.decisions.values()
+            ],
+            "epoch": self.epoch,
+            "fence": sorted(self.fence.items()),
+            "mode": self.mode,
+            "next_decision": self.next_decision,
+            "proposals": [
+                [
+                    p.digest,
+                    p.signature,
+                    [list(m) for m in p.members],
+                    [list(e) for e in p.edges],
+                    p.observed_index,
+                    p.proposer,
+                    p.proposed_at_ms,
+                    p.epoch_proposed,
+                    p.status,
+                    p.approvals,
+                    p.rejections,
+                    p.decision_id,
+                    p.closed_at_ms,
+                    p.close_reason,
+                ]
+                for p in self.proposals.values()
+            ],
+            "run_modes": sorted(self.run_modes.items()),
+            "side_effect_free": sorted(self.side_effect_free),
+            "trajectory": [
+                [sig, [list(o) for o in t.observations], [list(r) for r in t.recoveries]]
+                for sig, t in self.trajectory.items()
+            ],
+        }
+
+    @classmethod
+    def from_plain(cls, raw: dict[str, Any]) -> RecoveryBook:
+        """Rebuild from :meth:`to_plain`; malformed input raises ValueError, TypeError or KeyError."""
+        book = cls()
+        voters, quorum, max_rb, window, k, w = raw["config"]
+        book.config = RecoveryConfig(tuple(voters), quorum, max_rb, window, k, w)
+        book.epoch = raw["epoch"]
+        book.mode = RolloutMode(raw["mode"])
+        book.next_decision = raw["next_decision"]
+        book.fence = {e: ep for e, ep in raw["fence"]}
+        book.run_modes = {r: RolloutMode(m) for r, m in raw["run_modes"]}
+        book.side_effect_free = set(raw["side_effect_free"])
+        for row in raw["decisions"]:
+            (did, digest, sig, pv, kind, mode, reason, epoch, winner, wgen, scores, roles, released, at) = row
+            book.decisions[did] = Decision(
+                did,
+                digest,
+                sig,
+                pv,
+                DecisionKind(kind),
+                RolloutMode(mode),
+                reason,
+                epoch,
+                winner,
+                wgen,
+                [Score(*s) for s in scores],
+                [(a, b) for a, b in roles],
+                [(a, b) for a, b in released],
+                at,
+            )
+        for row in raw["proposals"]:
+            (digest, sig, members, edges, idx, proposer, at, ep, status, yes, no, did, closed, why) = row
+            p = Proposal(
+                digest,
+                sig,
+                [(m, g) for m, g in members],
+                [(e, v) for e, v in edges],
+                idx,
+                proposer,
+                at,
+                ep,
+                ProposalStatus(status),
+                list(yes),
+                list(no),
+                did,
+                closed,
+                why,
+            )
+            book.proposals[digest] = p
+            if p.status is ProposalStatus.OPEN:
+                for m, _ in p.members:
+                    book.open_members[m] = digest
+        for sig, obs, recs in raw["trajectory"]:
+            book.trajectory[sig] = Trajectory([(a, b) for a, b in obs], [(a, b) for a, b in recs])
+        return book
+
+
+def _trim(table: dict[str, Any], limit: int, evictable: Any) -> None:
+    """Drop the oldest evictable entries beyond ``limit`` (log order, so every replica agrees)."""
+    if len(table) <= limit:
+        return
+    for key in [k for k, v in table.items() if evictable(v)][: len(table) - limit]:
+        del table[key]

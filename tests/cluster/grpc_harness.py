@@ -1,0 +1,327 @@
+"""``waitgraph serve`` processes on loopback for the gRPC tests, and small async clients.
+
+Each node is ``python -m cluster.cli serve`` in its own process with its own data directory and
+log file; tests talk to it over gRPC only. :class:`GrpcCluster` kills every process it started
+when it is closed, whatever happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+
+from cluster import convert
+from proto.waitgraph.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc
+from statemachine.commands import Command
+from statemachine.outcome import Outcome
+
+from .harness import REPO, free_ports
+
+T = TypeVar("T")
+SECRET = "grpc-test-cluster-secret"
+TOKENS = {
+    "a": "agent-a-token-0123456789",
+    "b": "agent-b-token-0123456789",
+    "c": "agent-c-token-0123456789",
+    "ops": "operator-token-0123456789",
+    "root": "admin-token-0123456789ab",
+    "old": "expired-token-0123456789",
+}
+
+
+def token_file(path: Path) -> Path:
+    entries = [{"name": f"agent-{a}", "role": "agent", "agent_id": a, "token": TOKENS[a]} for a in ("a", "b", "c")] + [
+        {"name": "ops", "role": "operator", "token": TOKENS["ops"]},
+        {"name": "root", "role": "admin", "token": TOKENS["root"]},
+        {"name": "old", "role": "operator", "token": TOKENS["old"], "expires_at": "2020-01-01T00:00:00Z"},
+    ]
+    path.write_text(json.dumps({"tokens": entries}))
+    return path
+
+
+def auth(name: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {TOKENS[name]}"),)
+
+
+@dataclass
+class GrpcNode:
+    name: str
+    raft: str
+    grpc: str
+    data: Path
+    log: Path
+    args: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    extra_args: list[str] = field(default_factory=list)
+
+    def spawn(self) -> None:
+        assert self.proc is None or self.proc.poll() is not None
+        env = dict(os.environ, WAITGRAPH_SECRET=SECRET, PYTHONPATH=str(REPO))
+        cmd = [sys.executable, "-m", "cluster.cli", "serve", *self.args, *self.extra_args]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=log)
+
+    def wait_ready(self, timeout_s: float = 20.0) -> None:
+        assert self.proc is not None
+        host, port = self.grpc.rsplit(":", 1)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"{self.name} did not open its gRPC port")
+
+    def start(self) -> None:
+        self.spawn()
+        self.wait_ready()
+
+    def kill(self) -> None:
+        """SIGKILL: a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def terminate(self, timeout_s: float = 10.0) -> int:
+        """SIGTERM and wait: the graceful stop. Returns the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout_s)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def channel(self) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(self.grpc)
+
+
+class GrpcCluster:
+    def __init__(self, root: Path, size: int = 3, extra_args: list[str] | None = None) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        ports = free_ports(2 * size)
+        raft = [f"127.0.0.1:{p}" for p in ports[:size]]
+        grpcs = [f"127.0.0.1:{p}" for p in ports[size:]]
+        names = [f"n{i + 1}" for i in range(size)]
+        tokens = token_file(root / "tokens.json")
+        peers = ",".join(f"{n}={a}" for n, a in zip(names, raft, strict=True))
+        peer_grpc = ",".join(f"{n}={a}" for n, a in zip(names, grpcs, strict=True))
+        self.nodes: list[GrpcNode] = []
+        for i, name in enumerate(names):
+            (root / name).mkdir(exist_ok=True)
+            args = ["--id", name, "--raft-addr", raft[i], "--grpc-addr", grpcs[i], "--peers", peers]
+            args += ["--peer-grpc", peer_grpc, "--data-dir", str(root / name / "data"), "--tokens-file", str(tokens)]
+            args += ["--detect-interval-ms", "50", "--log-level", "INFO"]
+            self.nodes.append(
+                GrpcNode(
+                    name,
+                    raft[i],
+                    grpcs[i],
+                    root / name / "data",
+                    root / name / "node.log",
+                    args,
+                    None,
+                    list(extra_args or []),
+                )
+            )
+
+    def __enter__(self) -> GrpcCluster:
+        try:
+            for node in self.nodes:
+                node.spawn()
+            for node in self.nodes:
+                node.wait_ready()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.kill()
+
+    def by_name(self, name: str) -> GrpcNode:
+        return next(n for n in self.nodes if n.name == name)
+
+    def live(self) -> list[GrpcNode]:
+        return [n for n in self.nodes if n.alive()]
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {n.name}\n{n.log_text()[-6000:]}" for n in self.nodes)
+
+
+# -- async clients -------------------------------------------------------------------------------------
+
+
+class Agent:
+    """One agent's AgentService calls on one node: commands in, core Outcomes out."""
+
+    def __init__(self, node: GrpcNode, name: str) -> None:
+        self.channel = node.channel()
+        self.stub = agent_pb2_grpc.AgentServiceStub(self.channel)
+        self.md = auth(name)
+
+    async def do(self, cmd: Command, request_id: str | None = None, timeout_s: float = 10.0) -> Outcome:
+        request = convert.request_from_command(cmd, request_id or uuid.uuid4().hex)
+        reply = await getattr(self.stub, cmd.KIND)(request, metadata=self.md, timeout=timeout_s)
+        return convert.outcome_from_proto(reply)
+
+    def watch(self, after: int | None = None, kinds: tuple[str, ...] = (), agent_id: str = "") -> Any:
+        request = agent_pb2.WatchEventsRequest(kinds=list(kinds), agent_id=agent_id)
+        if after is not None:
+            request.after_cursor = after
+        return self.stub.WatchEvents(request, metadata=self.md)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+class Operator:
+    def __init__(self, node: GrpcNode, name: str = "ops") -> None:
+        self.channel = node.channel()
+        self.stub = operator_pb2_grpc.OperatorServiceStub(self.channel)
+        self.md = auth(name)
+
+    async def status(self, fresh: bool = False, digest: bool = False, timeout_s: float = 10.0) -> Any:
+        return await self.stub.Status(
+            operator_pb2.StatusRequest(fresh=fresh, include_digest=digest), metadata=self.md, timeout=timeout_s
+        )
+
+    async def decisions(self, digest: str, fresh: bool = False) -> list[Any]:
+        try:
+            reply = await self.stub.ExplainDecision(
+                operator_pb2.ExplainDecisionRequest(digest=digest, fresh=fresh), metadata=self.md, timeout=10
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                return []
+            raise
+        return list(reply.decisions)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+async def until(fn: Callable[[], Awaitable[T]], timeout_s: float, what: str, interval_s: float = 0.1) -> T:
+    """Call ``fn`` until it returns something truthy; errors count as "not yet"."""
+    deadline = time.monotonic() + timeout_s
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = await fn()
+            if value:
+                return value
+        except (grpc.aio.AioRpcError, OSError) as exc:
+            last = exc
+        await asyncio.sleep(interval_s)
+    raise TimeoutError(f"timed out waiting for {what} (last error: {last!r})")
+
+
+async def leader_of(cluster: GrpcCluster, timeout_s: float = 20.0) -> GrpcNode:
+    """The node every live member agrees is leader, and that has a quorum."""
+
+    async def agreed() -> GrpcNode | None:
+        seen = set()
+        leader_status = None
+        for node in cluster.live():
+            op = Operator(node)
+            try:
+                st = await op.status(timeout_s=2)
+            finally:
+                await op.close()
+            seen.add(st.leader_id)
+            if st.role == "leader":
+                leader_status = st
+        if len(seen) != 1 or "" in seen or leader_status is None or not leader_status.has_quorum:
+            return None
+        return cluster.by_name(seen.pop())
+
+    return await until(agreed, timeout_s, "an agreed leader")
+
+
+async def refused(call: Awaitable[Any]) -> grpc.aio.AioRpcError:
+    """The error of a call that must fail."""
+    try:
+        await call
+    except grpc.aio.AioRpcError as exc:
+        return exc
+    raise AssertionError("the call succeeded; it should have been refused")
+
+
+def trailer(exc: grpc.aio.AioRpcError, key: str) -> Any:
+    for k, v in exc.trailing_metadata() or ():
+        if k == key:
+            return v
+    return None
+
+
+def make_pki(directory: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = dt.datetime.now(dt.UTC)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def cert(subject: str, key: Any, issuer: str, issuer_key: Any, ca: bool, san: Any = None) -> Any:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name(subject))
+            .issuer_name(name(issuer))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if san is not None:
+            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    files: dict[str, Path] = {}
+
+    def write(label: str, data: bytes) -> None:
+        files[label] = directory / f"{label}.pem"
+        files[label].write_bytes(data)
+
+    def key_pem(key: Any) -> bytes:
+        return key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = cert("waitgraph-test-ca", ca_key, "waitgraph-test-ca", ca_key, True)
+    write("ca", ca.public_bytes(serialization.Encoding.PEM))
+    for label, san in (("server", [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), ("client", None)):
+        key = ec.generate_private_key(ec.SECP256R1())
+        write(f"{label}-key", key_pem(key))
+        write(label, cert(label, key, "waitgraph-test-ca", ca_key, False, san).public_bytes(serialization.Encoding.PEM))
+    return files

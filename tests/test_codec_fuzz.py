@@ -1,0 +1,232 @@
+"""Codec fuzzing: bad bytes never escape as anything but ``CodecError``, and never change the state.
+
+- Random bytes and damaged encodings (bit flips, truncation, appended garbage, lying lengths, deep
+  nesting; structural mutations: fields of the wrong type, unknown kinds and versions, extra and
+  missing fields, oversize strings, huge integers, nested junk) make ``decode_envelope``,
+  ``decode_command`` and ``decode_outcome`` raise ``CodecError`` or return a value whose encoding
+  is a canonical fixpoint; ``decode_outcome`` accepts only the outcome's exact shape.
+- ``StateMachine.apply_bytes`` on them returns an Outcome: REJECTED/INVALID_ARGUMENT for
+  undecodable bytes, with the state byte-identical; whatever decodes leaves the invariants intact
+  and the state restorable.
+- Round trips: ``decode(encode(x)) == x`` and ``encode(decode(b)) == b`` for every command,
+  envelope, effect and outcome the strategies can build.
+- ``State.restore`` on a damaged snapshot raises ``CodecError`` and nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from statemachine import invariants
+from statemachine.codec import (
+    MAX_PAYLOAD_BYTES,
+    command_to_plain,
+    decode_command,
+    decode_envelope,
+    decode_outcome,
+    encode_command,
+    encode_envelope,
+    encode_outcome,
+    envelope_to_plain,
+    outcome_to_plain,
+)
+from statemachine.commands import COMMANDS
+from statemachine.errors import CodecError, Status
+from statemachine.machine import StateMachine
+from statemachine.outcome import Outcome, Result
+from statemachine.state import State
+from tests.strategies import (
+    any_command,
+    any_envelope,
+    any_outcome,
+    examples,
+    generate_log,
+    mutated_bytes,
+    mutated_plain,
+    pack_plain,
+)
+
+KINDS = tuple(cls.KIND for cls in COMMANDS)
+
+DECODERS: dict[str, tuple[Callable[[bytes], Any], Callable[[Any], bytes]]] = {
+    "envelope": (decode_envelope, encode_envelope),
+    "command": (decode_command, encode_command),
+    "outcome": (decode_outcome, encode_outcome),
+}
+
+
+def decoded_or_none(decode: Callable[[bytes], Any], data: bytes) -> Any:
+    """The decoded value, or None for a CodecError; any other exception fails the test."""
+    try:
+        return decode(data)
+    except CodecError:
+        return None
+
+
+def check_decoder(what: str, data: bytes) -> None:
+    decode, encode = DECODERS[what]
+    value = decoded_or_none(decode, data)
+    if value is None:
+        return
+    # Whatever decodes re-encodes to canonical bytes that decode back to themselves.
+    canonical = encode(value)
+    assert encode(decode(canonical)) == canonical
+    if what == "outcome":
+        # Strict shape: exactly [result, [effect...], code, status, message, {field: value}, duplicate].
+        raw = msgpack.unpackb(data, raw=False)
+        assert type(raw) is list and len(raw) == 7, raw
+        assert type(raw[1]) is list and type(raw[5]) is dict, raw
+        assert same(raw[5], msgpack.unpackb(canonical, raw=False)[5]), "outcome fields changed in decoding"
+
+
+def same(a: Any, b: Any) -> bool:
+    """Structural equality that tells bool from int and treats NaN as equal to itself."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    return bool(a == b)
+
+
+@cache
+def rich_snapshot() -> bytes:
+    """A machine with sessions, executions, holdings, waits and recorded requests."""
+    sm = StateMachine()
+    for data in generate_log(3, 250):
+        sm.apply_bytes(data)
+    assert sm.state.executions and sm.state.idempotency
+    return sm.snapshot()
+
+
+def valid_plain(what: str) -> st.SearchStrategy[Any]:
+    if what == "envelope":
+        return any_envelope().map(envelope_to_plain)
+    if what == "command":
+        return any_command().map(command_to_plain)
+    return any_outcome().map(outcome_to_plain)
+
+
+@st.composite
+def damaged(draw: st.DrawFn, what: str) -> bytes:
+    """Valid bytes of ``what`` damaged one way or another."""
+    plain = draw(valid_plain(what))
+    how = draw(st.sampled_from(("bytes", "plain", "plain", "random")))
+    if how == "bytes":
+        return draw(mutated_bytes(pack_plain(plain)))
+    if how == "plain":
+        return pack_plain(draw(mutated_plain(plain, KINDS)))
+    return draw(st.binary(max_size=128))
+
+
+# -- decoders --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("what", sorted(DECODERS))
+@settings(max_examples=examples(150), deadline=None)
+@given(data=st.binary(max_size=256))
+def test_random_bytes_raise_only_codec_error(what: str, data: bytes) -> None:
+    check_decoder(what, data)
+
+
+@pytest.mark.parametrize("what", sorted(DECODERS))
+@settings(max_examples=examples(300), deadline=None)
+@given(data=st.data())
+def test_damaged_encodings_raise_only_codec_error(what: str, data: st.DataObject) -> None:
+    check_decoder(what, data.draw(damaged(what), label="damaged"))
+
+
+@pytest.mark.parametrize("what", sorted(DECODERS))
+def test_oversize_payloads_are_refused(what: str) -> None:
+    decode, _ = DECODERS[what]
+    huge = pack_plain({"kind": "JoinSession", "v": 1, "agent_id": "a" * MAX_PAYLOAD_BYTES, "lease_ms": 1})
+    for data in (huge, b"\xc0" * (MAX_PAYLOAD_BYTES + 1), b"\x91" * 100_000 + b"\xc0"):
+        with pytest.raises(CodecError):
+            decode(data)
+
+
+# -- round trips -----------------------------------------------------------------------------
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(cmd=any_command())
+def test_command_round_trip_is_canonical(cmd: Any) -> None:
+    data = encode_command(cmd)
+    assert decode_command(data) == cmd
+    assert encode_command(decode_command(data)) == data
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(env=any_envelope())
+def test_envelope_round_trip_is_canonical(env: Any) -> None:
+    data = encode_envelope(env)
+    assert decode_envelope(data) == env
+    assert encode_envelope(decode_envelope(data)) == data
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(out=any_outcome())
+def test_outcome_round_trip_is_canonical(out: Outcome) -> None:
+    data = encode_outcome(out)
+    assert decode_outcome(data) == out
+    assert encode_outcome(decode_outcome(data)) == data
+
+
+# -- the machine on bad bytes ----------------------------------------------------------------
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(data=st.data())
+def test_apply_bytes_on_damaged_envelopes(data: st.DataObject) -> None:
+    snap = rich_snapshot()
+    sm = StateMachine(State.restore(snap))
+    bad = data.draw(damaged("envelope"), label="damaged")
+    out = sm.apply_bytes(bad)
+    assert isinstance(out, Outcome)
+    assert decode_outcome(encode_outcome(out)) == out, "the outcome does not survive the codec"
+    after = sm.snapshot()
+    if decoded_or_none(decode_envelope, bad) is None:
+        assert (out.result, out.status, out.code) == (Result.REJECTED, Status.INVALID_ARGUMENT, "codec"), out
+        assert after == snap, "undecodable bytes changed the state"
+        return
+    # It decoded (a damaged but well-formed command): whatever it did, the state is sound.
+    if out.result is Result.REJECTED:
+        assert after == snap, f"rejection {out.code} changed the state"
+    assert invariants.check(sm.state) == []
+    assert State.restore(after).snapshot() == after
+
+
+# -- snapshots -------------------------------------------------------------------------------
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(data=st.data())
+def test_restore_of_a_damaged_snapshot_raises_only_codec_error(data: st.DataObject) -> None:
+    snap = rich_snapshot()
+    if data.draw(st.booleans(), label="structural"):
+        plain = msgpack.unpackb(snap, raw=False, strict_map_key=False)
+        bad = pack_plain(data.draw(mutated_plain(plain), label="plain"))
+    else:
+        bad = data.draw(mutated_bytes(snap), label="bytes")
+    try:
+        restored = State.restore(bad)
+    except CodecError:
+        return
+    assert isinstance(restored, State)
+
+
+def test_restore_of_the_rich_snapshot_is_identity() -> None:
+    snap = rich_snapshot()
+    assert State.restore(snap).snapshot() == snap
+    assert invariants.check(State.restore(snap)) == []
