@@ -35,7 +35,6 @@ from statemachine.commands import (
     Command,
     CommitRecovery,
     ConfigureRecovery,
-    ProposeRecovery,
     ReemitCancels,
     SetMode,
     Tick,
@@ -43,6 +42,7 @@ from statemachine.commands import (
 )
 from statemachine.detect import Candidate, IncrementalDetector, still_deadlocked
 from statemachine.outcome import Outcome, Result
+from statemachine.recovery import propose_command
 from statemachine.recovery_state import ProposalStatus, RolloutMode
 from statemachine.state import State
 
@@ -201,15 +201,7 @@ class Loops:
         if s.unconfigured and not self._bootstrapped and self.cfg.bootstrap is not None:
             self._bootstrap()
         for c in s.proposals:
-            cmd = ProposeRecovery(
-                digest=c.digest,
-                member_ids=tuple(m for m, _ in c.members),
-                member_generations=tuple(g for _, g in c.members),
-                edge_ids=tuple(e for e, _ in c.edges),
-                edge_versions=tuple(v for _, v in c.edges),
-                observed_index=read.applied_index,
-            )
-            self._propose(f"propose:{c.digest[:16]}", cmd)
+            self._propose(f"propose:{c.digest[:16]}", propose_command(c, read.applied_index))
         for digest in s.commits:
             self._propose(f"commit:{digest[:16]}", CommitRecovery(digest=digest))
         mono = time.monotonic()

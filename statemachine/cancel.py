@@ -77,7 +77,7 @@ from .machine import (
     next_status,
 )
 from .outcome import Outcome, applied, noop
-from .state import Execution, SideEffect, State, _no_gc
+from .state import Execution, SideEffect, State, collector_paused
 
 S = ExecStatus
 
@@ -306,7 +306,7 @@ def _request_subtree(ctx: _Ctx, scope: CancelScope) -> None:
     cyclic collector paused (the effects and records made here form no cycles, and on a large
     state each full collection it would trigger walks every object of the replica).
     """
-    with _no_gc():
+    with collector_paused():
         _request_each(ctx, scope)
     if not scope.pending:
         _stabilize(ctx, scope)

@@ -40,18 +40,16 @@ Canonical forms (what the recovery protocol compares and replicates):
 
 from __future__ import annotations
 
-import gc
 import hashlib
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain, compress, groupby, islice, repeat
 from operator import attrgetter, eq, is_, itemgetter, neg, not_
 
 from .enums import TERMINAL, ExecStatus
 from .ids import Kind
-from .state import State, Target, WaitEdge
+from .state import State, Target, WaitEdge, collector_paused
 
 __all__ = [
     "DIGEST_VERSION",
@@ -619,24 +617,9 @@ def _assemble(g: _Graph, sets: list[tuple[int, list[int]]], label: list[int]) ->
     return out
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """A pass allocates millions of small lists and tuples, none of which form reference cycles;
-    the cyclic collector would otherwise run every few hundred allocations and walk them all.
-    Pausing it changes no result (the same reasoning as ``State.snapshot``); the core runs no
-    threads, so nothing else sees the pause."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def full_pass(state: State) -> list[Candidate]:
     """Every candidate deadlock of ``state``, sorted by members (each member in one at most)."""
-    with _collector_paused():
+    with collector_paused():
         g = _project_all(state)
         sets, label = _candidate_sets(g)
         found = _assemble(g, sets, label)
@@ -651,7 +634,7 @@ def _pass_from(
 ) -> tuple[list[str], list[Candidate]] | None:
     """The candidates in the part of the graph reachable from ``seeds``, and the executions
     explored; None past ``limit`` explored executions."""
-    with _collector_paused():
+    with collector_paused():
         g = _project_from(state, seeds, limit)
         if g is None:
             return None

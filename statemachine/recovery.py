@@ -158,6 +158,18 @@ def _candidate(cmd: ProposeRecovery) -> Candidate:
     return c
 
 
+def propose_command(c: Candidate, observed_index: int) -> ProposeRecovery:
+    """The ProposeRecovery a detector sends for a candidate it saw at ``observed_index``."""
+    return ProposeRecovery(
+        digest=c.digest,
+        member_ids=tuple(m for m, _ in c.members),
+        member_generations=tuple(g for _, g in c.members),
+        edge_ids=tuple(e for e, _ in c.edges),
+        edge_versions=tuple(v for _, v in c.edges),
+        observed_index=observed_index,
+    )
+
+
 def _as_candidate(p: Proposal) -> Candidate:
     return Candidate.build(p.members, p.edges)
 

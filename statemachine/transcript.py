@@ -33,13 +33,14 @@ from types import NoneType, UnionType
 from typing import Any
 
 from .codec import command_class, encode_envelope, field_types
-from .commands import Command, Envelope, ProposeRecovery
+from .commands import Command, Envelope
 from .detect import Candidate, full_pass
 from .effects import Effect
 from .errors import CodecError, Status, WaitgraphError
 from .ids import HELD_KINDS, Kind, kind_of
 from .machine import StateMachine
 from .outcome import Outcome, Result
+from .recovery import propose_command
 from .state import Limits, State
 
 SEPARATOR = "----"
@@ -508,15 +509,7 @@ def _verb_propose(r: _Runner, block: _Block) -> list[str]:
     if len(rest) != 1 or not rest[0].bare or not rest[0].key.startswith("#"):
         raise TranscriptError(f"line {block.line_no}: propose takes one candidate reference, e.g. propose #1")
     c = r.candidate(rest[0].key, block.line_no)
-    cmd = ProposeRecovery(
-        digest=c.digest,
-        member_ids=tuple(m for m, _ in c.members),
-        member_generations=tuple(g for _, g in c.members),
-        edge_ids=tuple(e for e, _ in c.edges),
-        edge_versions=tuple(v for _, v in c.edges),
-        observed_index=r.commands_applied,
-    )
-    return r.apply(cmd, None, block.line_no)
+    return r.apply(propose_command(c, r.commands_applied), None, block.line_no)
 
 
 def _verb_decision(r: _Runner, block: _Block) -> list[str]:

@@ -11,13 +11,13 @@ from statemachine.commands import (
     CreateTarget,
     DeclareSatisfier,
     JoinSession,
-    ProposeRecovery,
     RegisterWait,
     SetMode,
     StartExecution,
     VoteRecovery,
 )
 from statemachine.detect import Candidate, full_pass
+from statemachine.recovery import propose_command
 from statemachine.recovery_state import RolloutMode
 
 NODES = ("node:n1", "node:n2", "node:n3")
@@ -138,17 +138,7 @@ class World:
         return full_pass(self.st)
 
     def propose(self, c: Candidate) -> Outcome:
-        return self.do(
-            "node:n1",
-            ProposeRecovery(
-                digest=c.digest,
-                member_ids=tuple(m for m, _ in c.members),
-                member_generations=tuple(g for _, g in c.members),
-                edge_ids=tuple(e for e, _ in c.edges),
-                edge_versions=tuple(v for _, v in c.edges),
-                observed_index=len(self.st.changed),
-            ),
-        )
+        return self.do("node:n1", propose_command(c, len(self.st.changed)))
 
     def vote_all(self, c: Candidate) -> None:
         for voter in self.st.recovery.config.voters:
