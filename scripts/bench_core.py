@@ -97,8 +97,8 @@ def build(edges: int, with_waits: bool = True) -> Driver:
             )
         )
     for i in range(waiters + producers + FREE):
-        d.run(i, CreateExecution(execution_id=f"exec:e{i}", run_id=f"run-{i}"))
-        d.run(i, StartExecution(execution_id=f"exec:e{i}", generation=1))
+        d.run(i, CreateExecution(execution_id=f"exec:e{i}", run_id=f"run-{i}", observed_cancel_generation=0))
+        d.run(i, StartExecution(execution_id=f"exec:e{i}", generation=1, observed_cancel_generation=0))
     for k in range(edges):
         p = waiters + k // ARTIFACTS_PER_PRODUCER
         d.run(p, CreateTarget(target_id=f"artifact:r{k}"))
