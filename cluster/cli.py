@@ -9,11 +9,44 @@ import click
 
 from statemachine import transcript
 
+# -- connection options: on the group (``waitgraph --endpoints X status``) and on every operator
+# verb (``waitgraph status --endpoints X``); the verb's value wins. -----------------------------------
+
+_CONN_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (
+        ("--endpoints", "-e"),
+        dict(help="gRPC addresses host:port,... [env WAITGRAPH_ENDPOINTS; default: the `waitgraph dev` ports]"),
+    ),
+    (("--token",), dict(help="bearer token (operator or admin) [env WAITGRAPH_TOKEN]")),
+    (("--token-file",), dict(help="file holding the bearer token [env WAITGRAPH_TOKEN_FILE]")),
+    (("--tls",), dict(is_flag=True, default=None, help="use TLS (implied by --cacert/--cert/--key)")),
+    (("--cacert",), dict(help="PEM CA bundle that signed the servers [env WAITGRAPH_CACERT]")),
+    (("--cert",), dict(help="PEM client certificate, for mTLS [env WAITGRAPH_CERT]")),
+    (("--key",), dict(help="PEM private key of --cert [env WAITGRAPH_KEY]")),
+    (("--server-name",), dict(help="name expected in the server certificate, if not the endpoint's host")),
+    (("--timeout",), dict(type=float, help="seconds per RPC (default 10)")),
+)
+_CONN_KEYS = ("endpoints", "token", "token_file", "tls", "cacert", "cert", "key", "server_name", "timeout")
+
+
+def _conn_options(fn: Any, hidden: bool = False) -> Any:
+    for decls, kw in reversed(_CONN_OPTIONS):
+        fn = click.option(*decls, **{"default": None, **kw}, hidden=hidden)(fn)
+    return fn
+
 
 @click.group()
 @click.version_option(package_name="waitgraph")
-def main() -> None:
-    """waitgraph: find and break deadlocks and livelocks between AI agents."""
+@_conn_options
+@click.pass_context
+def main(ctx: click.Context, **conn: Any) -> None:
+    """waitgraph: find and break deadlocks and livelocks between AI agents.
+
+    Operator verbs (status, health, graph, cycles, explain, vote, mode, freeze, unfreeze, export,
+    cancel) talk to a cluster over gRPC; each takes -o table|json. `waitgraph dev` starts a local
+    cluster and prints the environment they need.
+    """
+    ctx.obj = conn
 
 
 @main.command()
@@ -93,6 +126,530 @@ def hash_token() -> None:
     if not token:
         raise click.ClickException("no token on stdin")
     click.echo(hashlib.sha256(token.encode()).hexdigest())
+
+
+# -- the operator verbs (cluster/opsclient.py talks, cluster/render.py draws) ---------------------------
+
+
+class _Session:
+    """One verb's connection settings (verb flags > group flags > environment > defaults), its
+    client and its output format."""
+
+    def __init__(self, group: dict[str, Any], verb: dict[str, Any], output: str) -> None:
+        self.opts = {k: verb.get(k) if verb.get(k) is not None else group.get(k) for k in _CONN_KEYS}
+        self.output = output
+        self._client: Any = None
+
+    def _env(self, key: str, name: str) -> Any:
+        import os
+
+        value = self.opts.get(key)
+        return value if value is not None else (os.environ.get(name) or None)
+
+    def token(self) -> str | None:
+        import os
+
+        if self.opts.get("token"):
+            return str(self.opts["token"])
+        path = self.opts.get("token_file")
+        if path is None and not os.environ.get("WAITGRAPH_TOKEN"):
+            path = os.environ.get("WAITGRAPH_TOKEN_FILE") or None
+        if path is not None:
+            try:
+                return Path(path).read_text().strip() or None
+            except OSError as exc:
+                raise click.ClickException(f"cannot read the token file {path}: {exc.strerror}") from None
+        return os.environ.get("WAITGRAPH_TOKEN") or None
+
+    def client(self) -> Any:
+        if self._client is None:
+            from .localcluster import default_endpoints
+            from .opsclient import DEFAULT_TIMEOUT_S, OperatorClient, Tls
+
+            endpoints = self._env("endpoints", "WAITGRAPH_ENDPOINTS") or ",".join(default_endpoints())
+            files = {k: self._env(k, f"WAITGRAPH_{k.upper()}") for k in ("cacert", "cert", "key")}
+            tls = None
+            if self.opts.get("tls") or any(files.values()):
+                tls = Tls(
+                    ca=Path(files["cacert"]) if files["cacert"] else None,
+                    cert=Path(files["cert"]) if files["cert"] else None,
+                    key=Path(files["key"]) if files["key"] else None,
+                    server_name=self.opts.get("server_name"),
+                )
+            self._client = OperatorClient(
+                str(endpoints).split(","), self.token(), tls, self.opts.get("timeout") or DEFAULT_TIMEOUT_S
+            )
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def emit(self, blocks: Any) -> None:
+        from . import render
+
+        render.emit(blocks)
+
+    def json(self, doc: Any) -> None:
+        from . import render
+
+        click.echo(render.dumps(doc))
+
+
+def _operator_verb(outputs: tuple[str, ...] = ("table", "json")) -> Any:
+    """Connection options, ``-o``, and the error rule: one line naming the gRPC code, exit 1."""
+    import functools
+
+    def wrap(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def run(**kwargs: Any) -> Any:
+            from .opsclient import OpsError
+
+            ctx = click.get_current_context()
+            verb = {k: kwargs.pop(k) for k in _CONN_KEYS}
+            session = _Session(ctx.find_root().obj or {}, verb, kwargs.pop("output"))
+            try:
+                return fn(session, **kwargs)
+            except OpsError as exc:
+                click.echo(f"waitgraph {ctx.info_name}: {exc.one_line()}", err=True)
+                raise SystemExit(1) from None
+            finally:
+                session.close()
+
+        run = click.option(
+            "-o",
+            "--output",
+            type=click.Choice(outputs),
+            default="table",
+            show_default=True,
+            help="table: aligned text (boxes and colour on a terminal); json: the stable document (docs/cli.md)",
+        )(run)
+        run.__doc__ = (run.__doc__ or "") + _CONN_EPILOG
+        return _conn_options(run, hidden=True)
+
+    return wrap
+
+
+_CONN_EPILOG = """
+
+    Connection options (--endpoints, --token, --token-file, --tls, --cacert, --cert, --key,
+    --server-name, --timeout) go before or after the verb; see `waitgraph --help`.
+    """
+
+
+_FRESH = click.option(
+    "--fresh/--stale",
+    default=None,
+    help="--fresh: only after a log barrier (fails without a leader); --stale: this node's replica, no "
+    "barrier. Default: fresh when possible, else stale and labelled.",
+)
+
+
+_REQUEST_ID = click.option(
+    "--request-id",
+    default=None,
+    help="make the write idempotent under this id (default: a new cli-<uuid>); after 'outcome unknown', "
+    "repeat the command with the id it printed to get the recorded outcome",
+)
+
+
+def _with_endpoint(doc: dict[str, Any], read: Any) -> dict[str, Any]:
+    return {"endpoint": read.endpoint, **doc}
+
+
+def _emit_write(s: _Session, w: Any) -> None:
+    from . import render
+
+    if s.output == "json":
+        s.json(
+            {"endpoint": w.endpoint, "request_id": w.request_id, "hops": list(w.hops), **render.outcome_json(w.outcome)}
+        )
+    else:
+        s.emit(render.outcome_blocks(w.endpoint, w.request_id, w.outcome, w.hops))
+
+
+_UNREACHABLE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
+
+
+@main.command()
+@click.option("--digest", is_flag=True, help="also compute each replica's state digest (equal when converged)")
+@click.option("--no-discover", is_flag=True, help="only the given endpoints, not the peers they name")
+@_operator_verb()
+def status(s: _Session, digest: bool, no_discover: bool) -> None:
+    """One row per node: role, leader, term, commit/applied index, epoch, mode, admission, health."""
+    from . import render
+
+    reports = s.client().status_all(digest=digest, discover=not no_discover)
+    refusals = [r.error for r in reports if r.error is not None and r.error.code_name not in _UNREACHABLE]
+    if refusals and all(r.status is None for r in reports):
+        raise refusals[0]  # the same refusal everywhere (a bad token): one line, not a table of it
+    if s.output == "json":
+        s.json(render.status_json(reports))
+    else:
+        s.emit(render.status_blocks(reports, digest))
+    if all(r.status is None for r in reports):
+        from .opsclient import most_telling
+
+        why = most_telling([r.error for r in reports if r.error is not None]).one_line()
+        click.echo(f"waitgraph status: no node answered; {why}", err=True)
+        raise SystemExit(1)
+
+
+@main.command()
+@_operator_verb()
+def health(s: _Session) -> None:
+    """Exit 0 when a leader with a quorum commits a barrier through the log; 1 (and why) otherwise."""
+    from . import render
+
+    ops = s.client()
+    reports = ops.status_all(health=True)
+    up = [r.status for r in reports if r.status is not None]
+    members = max(len({st.node_id for st in up} | {p.node_id for st in up for p in st.peers}), len(reports))
+    needed = members // 2 + 1
+    down = [f"{r.node_id or r.endpoint} ({r.error.one_line()})" for r in reports if r.error is not None]
+    leader = next((st for st in up if st.role == "leader"), None)
+    healthy = False
+    if not up:
+        reason = "no node answered: " + "; ".join(down)
+    elif len(up) < needed:
+        reason = f"no quorum: {len(up)} of {members} members reachable, a quorum needs {needed}; down: " + "; ".join(
+            down
+        )
+    elif leader is None:
+        seen = ", ".join(f"{st.node_id} sees {st.leader_id or 'no leader'} ({st.role})" for st in up)
+        reason = f"no leader: {seen}"
+    else:
+        try:
+            ops.status(leader.grpc_address, fresh=True)
+            healthy = True
+            reason = (
+                f"leader {leader.node_id} at {leader.grpc_address} (term {leader.term}) committed a barrier "
+                f"through the log; {len(up)} of {members} members reachable"
+            )
+        except Exception as exc:
+            text = exc.one_line() if hasattr(exc, "one_line") else str(exc)
+            reason = f"leader {leader.node_id} could not commit a barrier through the log: {text}"
+    result = render.Health(
+        healthy,
+        reason,
+        members,
+        needed,
+        len(up),
+        leader.node_id if leader else None,
+        leader.grpc_address if leader else None,
+        reports,
+    )
+    if s.output == "json":
+        s.json(result.to_json())
+    else:
+        s.emit(result.blocks())
+    if not healthy:
+        raise SystemExit(1)
+
+
+@main.command()
+@click.option("--run", "run_id", default="", help="only this run's executions and their waits")
+@click.option("--agent", "agent_id", default="", help="only this agent's executions, waits and session")
+@click.option("--limit", type=int, default=0, help="items per list (server default 1000)")
+@_FRESH
+@_operator_verb(("table", "json", "dot"))
+def graph(s: _Session, run_id: str, agent_id: str, limit: int, fresh: bool | None) -> None:
+    """Executions, targets (with holders and satisfiers), waits, runs and sessions.
+
+    -o dot prints Graphviz (`waitgraph graph -o dot | dot -Tsvg > graph.svg`) with the candidate
+    deadlocks in red."""
+    from . import render
+
+    ops = s.client()
+    read = ops.graph(run_id, agent_id, limit, fresh)
+    if s.output == "json":
+        s.json(_with_endpoint(render.message_json(read.reply), read))
+        return
+    cycles = ops.cycles(fresh=fresh).reply
+    if s.output == "dot":
+        click.echo(render.graph_dot(read.reply, cycles), nl=False)
+        return
+    s.emit(
+        [
+            *render.graph_blocks(read.reply, cycles),
+            render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason),
+        ]
+    )
+
+
+@main.command()
+@click.option(
+    "--all", "include_closed", is_flag=True, help="also the closed proposals (committed, retracted, rejected)"
+)
+@_FRESH
+@_operator_verb()
+def cycles(s: _Session, include_closed: bool, fresh: bool | None) -> None:
+    """The current candidate deadlocks (a full detection pass) and the recovery proposals."""
+    from . import render
+
+    ops = s.client()
+    read = ops.cycles(include_closed, fresh)
+    try:
+        quorum: int | None = ops.status(read.endpoint).quorum
+    except Exception:
+        quorum = None
+    if s.output == "json":
+        s.json({**_with_endpoint(render.message_json(read.reply), read), "quorum": quorum})
+    else:
+        s.emit(
+            [
+                *render.cycles_blocks(read.reply, quorum),
+                render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason),
+            ]
+        )
+
+
+@main.command()
+@click.argument("decision")
+@_FRESH
+@_operator_verb()
+def explain(s: _Session, decision: str, fresh: bool | None) -> None:
+    """Why a recovery decided what it did. DECISION: a decision id (d1) or a recovery digest
+    (a unique prefix is enough; every decision for it is explained)."""
+    import re
+
+    from . import render
+
+    ops = s.client()
+    if re.fullmatch(r"d\d+", decision):
+        read = ops.explain(decision_id=decision, fresh=fresh)
+    else:
+        read = ops.explain(digest=ops.resolve_digest(decision, fresh), fresh=fresh)
+    proposals = list(ops.cycles(include_closed=True, fresh=fresh).reply.proposals)
+    try:
+        quorum = ops.status(read.endpoint).quorum
+    except Exception:
+        quorum = None
+    docs, blocks = [], []
+    for d in read.reply.decisions:
+        own = next((p for p in proposals if p.HasField("decision_id") and p.decision_id == d.decision_id), None)
+        own = own or next((p for p in proposals if p.digest == d.digest), None)
+        before = own.proposed_at_ms if own is not None else d.at_ms
+        history = [p for p in proposals if p.signature == d.signature and p is not own and p.proposed_at_ms <= before]
+        docs.append(render.explain_json(d, own, history))
+        blocks += render.explain_blocks(d, own, history, quorum)
+    if s.output == "json":
+        s.json(
+            {
+                "endpoint": read.endpoint,
+                "decisions": docs,
+                "stale": read.reply.stale,
+                "applied_index": read.reply.applied_index,
+            }
+        )
+    else:
+        s.emit([*blocks, render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason)])
+
+
+@main.command()
+@click.argument("digest")
+@click.option("--reject", is_flag=True, help="vote against (default: approve)")
+@_REQUEST_ID
+@_operator_verb()
+def vote(s: _Session, digest: str, reject: bool, request_id: str | None) -> None:
+    """Vote on an open recovery proposal as operator:<token name> (counted only when the
+    operator is a configured voter). DIGEST may be a unique prefix."""
+    ops = s.client()
+    _emit_write(s, ops.vote(ops.resolve_digest(digest), approve=not reject, request_id=request_id))
+
+
+_MODES = ("shadow", "auto-safe", "auto", "inherit")
+
+
+@main.command()
+@click.argument("mode", type=click.Choice(_MODES))
+@click.option("--run", "run_id", default=None, help="override the mode for this run only")
+@click.option(
+    "--side-effect-free/--no-side-effect-free",
+    default=None,
+    help="with --run: mark the run as one auto-safe may act on (or not)",
+)
+@_REQUEST_ID
+@_operator_verb()
+def mode(s: _Session, mode: str, run_id: str | None, side_effect_free: bool | None, request_id: str | None) -> None:
+    """Set the rollout mode (admin): shadow (detect and record, never cancel), auto-safe (act on
+    side-effect-free runs only), auto. `inherit --run R` removes R's override."""
+    from statemachine.recovery_state import RolloutMode
+
+    from . import convert
+
+    if mode == "inherit" and run_id is None:
+        raise click.UsageError("`inherit` removes a run's override: give --run RUN")
+    if side_effect_free is not None and run_id is None:
+        raise click.UsageError("--side-effect-free marks a run: give --run RUN")
+    number = None if mode == "inherit" else convert.enum_number(RolloutMode(mode))
+    _emit_write(s, s.client().set_mode(number, run_id, side_effect_free, request_id))
+
+
+@main.command()
+@click.option("--run", "run_id", default=None, help="freeze one run (default: the whole cluster)")
+@click.option("--reason", required=True, help="why (recorded in the state and shown by status/export)")
+@_REQUEST_ID
+@_operator_verb()
+def freeze(s: _Session, run_id: str | None, reason: str, request_id: str | None) -> None:
+    """Refuse new delegations (child creation, claims) for a run or the whole cluster; nothing
+    already admitted is cleared."""
+    _emit_write(s, s.client().freeze(reason, run_id, request_id))
+
+
+@main.command()
+@click.option("--run", "run_id", default=None, help="unfreeze one run (default: the whole cluster)")
+@click.option("--reason", default="unfrozen by operator", show_default=True)
+@_REQUEST_ID
+@_operator_verb()
+def unfreeze(s: _Session, run_id: str | None, reason: str, request_id: str | None) -> None:
+    """Admit new delegations again."""
+    _emit_write(s, s.client().unfreeze(reason, run_id, request_id))
+
+
+@main.command()
+@_FRESH
+@_operator_verb()
+def export(s: _Session, fresh: bool | None) -> None:
+    """The pending-edges document: open waits, holdings, claims, open cancellations and
+    reconciliation items, sorted (`-o json > pending.json` before a schema rollback)."""
+    import json
+
+    from . import render
+
+    read = s.client().export_pending(fresh)
+    doc = json.loads(read.reply.document_json)
+    if s.output == "json":
+        click.echo(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
+    else:
+        s.emit(
+            [
+                *render.export_blocks(doc),
+                render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason),
+            ]
+        )
+
+
+@main.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--reason", default="cancelled by operator", show_default=True)
+@click.option(
+    "--observed-generation",
+    type=int,
+    default=None,
+    help="the run's cancel generation you saw (default: read it now); older is a recorded no-op",
+)
+@_REQUEST_ID
+@_operator_verb()
+def cancel(s: _Session, run_id: str, reason: str, observed_generation: int | None, request_id: str | None) -> None:
+    """Cancel a run: raise its cancel generation and ask every unsettled execution to stop."""
+    _emit_write(s, s.client().cancel_run(run_id, reason, observed_generation, request_id))
+
+
+# -- dev: a local cluster of real processes ------------------------------------------------------------------
+
+
+@main.command()
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="keep everything here (reused by the next run); default: a temporary directory removed on exit",
+)
+@click.option("--nodes", type=click.IntRange(1, 9), default=3, show_default=True)
+@click.option("--mode", "rollout", type=click.Choice(_MODES[:3]), default="auto", show_default=True)
+@click.option(
+    "--base-port",
+    type=int,
+    default=None,
+    help="gRPC on BASE.., Raft on BASE+100..; 0: any free ports (default: 50051 when free, else any)",
+)
+@click.option("--agents", default="a,b,c", show_default=True, help="agent ids to make tokens for")
+@click.option(
+    "--serve-args",
+    default="",
+    help="extra `waitgraph serve` flags for every node, e.g. "
+    "'--recovery-voters node:n1,node:n2,node:n3,operator:admin --recovery-quorum 4'",
+)
+def dev(data_dir: Path | None, nodes: int, rollout: str, base_port: int | None, agents: str, serve_args: str) -> None:
+    """Start a local cluster of --nodes real `waitgraph serve` processes on loopback, print their
+    addresses and the environment for the other verbs, and stay in the foreground; Ctrl-C or
+    SIGTERM stops every node."""
+    import shlex
+    import signal
+    import time
+
+    from .localcluster import DEFAULT_BASE_PORT, RAFT_PORT_OFFSET, LocalCluster, ports_free
+    from .opsclient import OpsError
+
+    def stop_signal(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_signal)
+    signal.signal(signal.SIGINT, stop_signal)
+    if base_port is None:
+        wanted = [DEFAULT_BASE_PORT + i for i in range(nodes)]
+        base_port = DEFAULT_BASE_PORT if ports_free(wanted + [p + RAFT_PORT_OFFSET for p in wanted]) else 0
+        if base_port == 0:
+            click.echo(f"waitgraph dev: ports {DEFAULT_BASE_PORT}.. are taken; using free ports", err=True)
+    lc = LocalCluster(
+        root=data_dir,
+        nodes=nodes,
+        mode=rollout,
+        base_port=base_port or None,
+        agents=tuple(a for a in agents.split(",") if a),
+        serve_args=shlex.split(serve_args),
+        die_with_parent=True,
+    )
+    code = 0
+    try:
+        lc.prepare()
+        kept = "kept" if data_dir is not None else "temporary: removed on exit"
+        click.echo(f"waitgraph dev: {nodes} node(s) in {lc.directory} ({kept})")
+        lc.start()
+        for m in lc.members:
+            click.echo(f"  {m.node_id}  grpc {m.grpc_address}  raft {m.raft_address}  pid {m.pid}  log {m.log_path}")
+        try:
+            leader = lc.wait_for_leader(60)
+        except OpsError as exc:
+            raise click.ClickException(exc.one_line()) from None
+        from . import render
+
+        now_mode = render.enum_text(leader.DESCRIPTOR.fields_by_name["mode"].enum_type, leader.mode)
+        recovery = (
+            f"recovery voters {','.join(leader.voters)}, quorum {leader.quorum}"
+            if leader.recovery_configured
+            else "recovery not configured (one node cannot out-vote a rollback; configure an operator voter)"
+        )
+        click.echo(f"leader {leader.node_id} (term {leader.term}); mode {now_mode}; {recovery}")
+        assert lc.credentials is not None
+        click.echo(
+            f"tokens: admin {lc.admin_token_file}, operator {lc.operator_token_file}; "
+            f"agents {', '.join(sorted(lc.credentials.agents))} in {lc.directory / 'credentials.json'}"
+        )
+        env = lc.env()
+        click.echo(f"export WAITGRAPH_ENDPOINTS={env['WAITGRAPH_ENDPOINTS']} WAITGRAPH_TOKEN={env['WAITGRAPH_TOKEN']}")
+        click.echo("Ctrl-C stops all nodes.")
+        reported: set[str] = set()
+        while True:
+            time.sleep(0.5)
+            for m in lc.exited():
+                if m.node_id not in reported:
+                    reported.add(m.node_id)
+                    code_ = m.proc.returncode if m.proc else None
+                    click.echo(f"waitgraph dev: {m.node_id} exited with {code_} (log {m.log_path})", err=True)
+    except KeyboardInterrupt:
+        pass
+    except (RuntimeError, TimeoutError, ValueError) as exc:
+        click.echo(f"waitgraph dev: {exc}", err=True)
+        code = 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave nodes behind
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        click.echo("stopping...")
+        codes = lc.close()
+        click.echo("stopped: " + ", ".join(f"{k} exit {v}" for k, v in codes.items()))
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

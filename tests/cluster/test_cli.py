@@ -1,0 +1,396 @@
+"""The operator CLI against three real ``waitgraph serve`` processes with a real deadlock.
+
+One cluster for the module (cluster/localcluster.py, killed at the end whatever happened). Its
+recovery voters are the three nodes *and* ``operator:admin`` with quorum 4, so the deadlock's
+recovery proposal stays open until the operator votes: ``cycles`` sees it, ``vote`` completes it,
+``explain`` narrates the decision. Every verb runs as its own ``python -m cluster.cli`` process
+with stdout piped, in ``-o json`` and in table form; piped tables must carry no escape codes and no
+box characters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from cluster import convert
+from cluster.localcluster import LocalCluster
+from proto.waitgraph.v1 import agent_pb2_grpc
+from statemachine import commands as C
+from statemachine.enums import EffectOutcome
+
+from .harness import REPO
+
+LEASE_MS = 600_000
+BOX = set("│─╭╮╰╯┃━┏┓┗┛┼├┤┬┴")
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+
+
+def wg(cluster: LocalCluster, *args: str, token: str | None = None, endpoints: str | None = None) -> Any:
+    """``waitgraph ARGS`` as a process with stdout piped (not a terminal)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")}
+    env.update(cluster.env())
+    if token is not None:
+        env["WAITGRAPH_TOKEN"] = token
+    if endpoints is not None:
+        env["WAITGRAPH_ENDPOINTS"] = endpoints
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "cluster.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def ok_json(cluster: LocalCluster, *args: str, **kw: Any) -> Any:
+    out = wg(cluster, *args, "-o", "json", **kw)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def ok_table(cluster: LocalCluster, *args: str, **kw: Any) -> str:
+    out = wg(cluster, *args, **kw)
+    assert out.returncode == 0, out.stderr
+    assert_plain(out.stdout)
+    return str(out.stdout)
+
+
+def assert_plain(text: str) -> None:
+    assert "\x1b" not in text, "escape codes in piped output"
+    assert not BOX & set(text), "box characters in piped output"
+
+
+def until(fn: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def build_cycle(cluster: LocalCluster, endpoint: str, tag: str) -> None:
+    """The first seed's cycle through the AgentService: A holds the browser and waits for B's
+    review; B produces the review and waits for the browser. A sent an email (a committed side
+    effect) and B has a checkpoint, so the policy's victim is B."""
+    assert cluster.credentials is not None
+    tokens = cluster.credentials.agents
+    A, B = f"exec:A-{tag}", f"exec:B-{tag}"
+    browser, review = f"resource:browser-{tag}", f"artifact:review-{tag}"
+    steps: list[tuple[str, Any]] = [
+        ("a", C.JoinSession(agent_id="a", lease_ms=LEASE_MS)),
+        ("b", C.JoinSession(agent_id="b", lease_ms=LEASE_MS)),
+        ("a", C.CreateExecution(execution_id=A, run_id=f"run-a-{tag}", observed_cancel_generation=0)),
+        ("a", C.StartExecution(execution_id=A, generation=1, observed_cancel_generation=0)),
+        ("b", C.CreateExecution(execution_id=B, run_id=f"run-b-{tag}", checkpoint=True, observed_cancel_generation=0)),
+        ("b", C.StartExecution(execution_id=B, generation=1, observed_cancel_generation=0)),
+        ("a", C.CreateTarget(target_id=browser)),
+        ("a", C.CreateTarget(target_id=review)),
+        ("a", C.Acquire(target_id=browser, execution_id=A, generation=1, observed_epoch=0)),
+        ("b", C.DeclareSatisfier(target_id=review, target_generation=1, satisfier_id=B, satisfier_generation=1)),
+        ("a", C.RecordSideEffect(execution_id=A, generation=1, effect_id="email-1", outcome=EffectOutcome.COMMITTED)),
+        ("a", C.RegisterWait(waiter_id=A, waiter_generation=1, target_id=review, target_generation=1, reason="review")),
+        (
+            "b",
+            C.RegisterWait(waiter_id=B, waiter_generation=1, target_id=browser, target_generation=1, reason="browser"),
+        ),
+    ]
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        for agent, cmd in steps:
+            request = convert.request_from_command(cmd, uuid.uuid4().hex)
+            md = (("authorization", f"Bearer {tokens[agent]}"),)
+            out = convert.outcome_from_proto(getattr(stub, cmd.KIND)(request, metadata=md, timeout=10))
+            assert out.ok, (cmd, out)
+
+
+# -- the shared cluster ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    voters = "node:n1,node:n2,node:n3,operator:admin"
+    cluster = LocalCluster(
+        root=tmp_path_factory.mktemp("cli"),
+        nodes=3,
+        mode="auto",
+        serve_args=[
+            "--detect-interval-ms",
+            "50",
+            "--recovery-voters",
+            voters,
+            "--recovery-quorum",
+            "4",
+            "--recovery-max-rollback",
+            "1",
+            "--recovery-confirmation-window-ms",
+            "200",
+        ],
+    )
+    try:
+        cluster.start()
+        cluster.wait_for_leader(30)
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def cluster(shared: LocalCluster, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    yield shared
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        for m in shared.members:
+            print(f"===== {m.node_id}\n{m.log_tail(4000)}")
+
+
+def leader_and_followers(cluster: LocalCluster) -> tuple[str, list[str]]:
+    nodes = ok_json(cluster, "status")["nodes"]
+    leader = next(n["grpc_address"] for n in nodes if n["role"] == "leader")
+    return leader, [n["grpc_address"] for n in nodes if n["role"] != "leader"]
+
+
+# -- tests --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_status_and_health(cluster: LocalCluster) -> None:
+    doc = ok_json(cluster, "status", "--digest")
+    nodes = doc["nodes"]
+    assert sorted(n["node_id"] for n in nodes) == ["n1", "n2", "n3"]
+    assert all(n["reachable"] and n["error"] is None for n in nodes)
+    assert [n["role"] for n in nodes].count("leader") == 1
+    assert len({n["leader_id"] for n in nodes}) == 1
+    assert all(n["mode"] == "auto" and n["quorum"] == 4 and "operator:admin" in n["voters"] for n in nodes)
+    assert all(isinstance(n["term"], int) and isinstance(n["applied_index"], int) for n in nodes)
+    # one endpoint is enough: the others are discovered from its peer list
+    first = cluster.endpoints[0]
+    doc = ok_json(cluster, "status", endpoints=first)
+    assert [n["discovered"] for n in doc["nodes"]] == [False, True, True]
+
+    table = ok_table(cluster, "status")
+    lines = table.splitlines()
+    assert lines[0].split() == [
+        "NODE",
+        "ENDPOINT",
+        "ROLE",
+        "LEADER",
+        "TERM",
+        "COMMIT",
+        "APPLIED",
+        "EPOCH",
+        "MODE",
+        "ADMISSION",
+        "HEALTHY",
+    ]
+    rows = [line.split() for line in lines[1:4]]
+    assert sorted(r[0] for r in rows) == ["n1", "n2", "n3"] and all(r[-1] == "yes" for r in rows)
+    assert "3 of 3 nodes reachable" in table
+
+    health = wg(cluster, "health")
+    assert health.returncode == 0, health.stdout + health.stderr
+    assert_plain(health.stdout)
+    assert "healthy: leader n" in health.stdout and "committed a barrier" in health.stdout
+    doc = ok_json(cluster, "health")
+    assert doc["healthy"] is True and doc["members"] == 3 and doc["quorum_needed"] == 2 and doc["reachable"] == 3
+    assert all(n["serving"] for n in doc["nodes"])
+
+
+@pytest.mark.timeout(90)
+def test_deadlock_graph_cycles_vote_explain_export(cluster: LocalCluster) -> None:
+    _, followers = leader_and_followers(cluster)
+    build_cycle(cluster, followers[0], "cli")  # through a follower: forwarded writes
+
+    def open_proposal() -> Any:
+        doc = ok_json(cluster, "cycles")
+        cand = [c for c in doc["cycles"] if c["proposal_status"] == "OPEN"]
+        return (doc, cand[0]) if cand and doc["proposals"] else None
+
+    doc, cand = until(open_proposal, 20, "the candidate and its open proposal")
+    digest = cand["digest"]
+    assert [m["execution_id"] for m in cand["members"]] == ["exec:A-cli", "exec:B-cli"]
+    assert {e["edge_id"] for e in cand["edges"]} == {
+        "exec:A-cli>artifact:review-cli",
+        "exec:B-cli>resource:browser-cli",
+    }
+    (proposal,) = [p for p in doc["proposals"] if p["digest"] == digest]
+    assert proposal["status"] == "OPEN" and proposal["decision_id"] is None
+    assert doc["stale"] is False and isinstance(doc["applied_index"], int)
+    table = ok_table(cluster, "cycles")
+    assert "CANDIDATE DEADLOCKS (1)" in table and digest[:12] in table and "OPEN" in table
+
+    graph = ok_json(cluster, "graph")
+    execs = {e["execution_id"]: e for e in graph["executions"]}
+    assert execs["exec:A-cli"]["status"] == "WAITING" and execs["exec:B-cli"]["status"] == "WAITING"
+    assert execs["exec:A-cli"]["side_effects"][0]["outcome"] == "COMMITTED"
+    assert execs["exec:B-cli"]["parent_id"] is None
+    targets = {t["target_id"]: t for t in graph["targets"]}
+    assert targets["resource:browser-cli"]["holders"] == [{"execution_id": "exec:A-cli", "generation": 1}]
+    assert targets["artifact:review-cli"]["satisfier_id"] == "exec:B-cli"
+    assert {(w["waiter_id"], w["target_id"]) for w in graph["waits"]} == {
+        ("exec:A-cli", "artifact:review-cli"),
+        ("exec:B-cli", "resource:browser-cli"),
+    }
+    table = ok_table(cluster, "graph")
+    assert "EXECUTIONS (2)" in table and "WAITS (2)" in table
+    row = next(line for line in table.splitlines() if line.startswith("exec:B-cli "))
+    assert "WAITING" in row and "yes" in row  # the CYCLE column
+    dot = wg(cluster, "graph", "-o", "dot")
+    assert dot.returncode == 0 and dot.stdout.startswith("digraph waitgraph {") and dot.stdout.rstrip().endswith("}")
+    assert f"// candidate {digest}" in dot.stdout
+    assert '"exec:A-cli" -> "artifact:review-cli" [label="waits: review", color="red"' in dot.stdout
+    assert '"resource:browser-cli" -> "exec:A-cli" [label="held by", style="dashed", color="red"' in dot.stdout
+    assert '"artifact:review-cli" -> "exec:B-cli" [label="produced by"' in dot.stdout
+
+    # the operator's vote completes the quorum; sent to a follower, which forwards it
+    out = ok_json(cluster, "vote", digest[:10], endpoints=followers[1])
+    assert out["result"] == "APPLIED" and out["endpoint"] == followers[1] and out["hops"] == [followers[1]]
+    (cast,) = [fx for fx in out["effects"] if fx["kind"] == "VoteRecorded"]
+    assert cast["voter"] == "operator:admin" and cast["approve"] is True and cast["approvals"] == 4
+    again = wg(cluster, "vote", digest)  # the proposal is being decided or decided: said clearly
+    assert_plain(again.stdout)
+
+    def decided() -> Any:
+        got = wg(cluster, "explain", digest[:16], "-o", "json")
+        return json.loads(got.stdout) if got.returncode == 0 else None
+
+    doc = until(decided, 20, "the decision")
+    (d,) = doc["decisions"]
+    assert d["kind"] == "VICTIM" and d["winner_id"] == "exec:B-cli" and d["epoch"] >= 1 and d["mode"] == "auto"
+    assert d["policy_order"] == ["exec:B-cli", "exec:A-cli"] and d["decided_by"] == "external side effects"
+    assert d["proposal"]["digest"] == digest and "operator:admin" in d["proposal"]["approvals"]
+    assert d["signature_history"] == []
+    assert {r["execution_id"]: r["role"] for r in d["roles"]} == {"exec:A-cli": "kept", "exec:B-cli": "victim"}
+    text = ok_table(cluster, "explain", d["decision_id"])
+    assert f"DECISION {d['decision_id']}" in text and "It chose exec:B-cli" in text
+    assert "decided by external side effects against exec:A-cli" in text
+    assert "approved by" in text and "operator:admin" in text and "was not seen before" in text
+
+    export = ok_json(cluster, "export")
+    assert export["format"] == "waitgraph-pending" and export["version"] == 1
+    assert ("exec:A-cli", "artifact:review-cli") in {(e["waiterExecution"], e["targetId"]) for e in export["edges"]}
+    (scope,) = [c for c in export["cancellations"] if c["root"] == "exec:B-cli"]
+    assert scope["pending"][0]["execution"] == "exec:B-cli"
+    assert {"targetId": "resource:browser-cli", "lease": 1, "holder": "exec:A-cli", "holderGeneration": 1} in export[
+        "holdings"
+    ]
+    table = ok_table(cluster, "export")
+    assert "WAIT EDGES (" in table and "OPEN CANCELLATIONS (1)" in table and "format:" in table
+
+
+@pytest.mark.timeout(60)
+def test_mode_freeze_unfreeze_cancel(cluster: LocalCluster) -> None:
+    leader, followers = leader_and_followers(cluster)
+    build_cycle(cluster, leader, "ops")
+    # mode, sent to a follower only
+    out = ok_json(cluster, "mode", "shadow", "--run", "run-a-ops", "--side-effect-free", endpoints=followers[0])
+    assert out["result"] == "APPLIED"
+    (fx,) = out["effects"]
+    assert fx == {"kind": "ModeChanged", "run_id": "run-a-ops", "mode": "shadow", "side_effect_free": True}
+    table = ok_table(cluster, "mode", "inherit", "--run", "run-a-ops")
+    assert table.startswith("APPLIED") and "ModeChanged" in table and "run_id=run-a-ops" in table
+    assert wg(cluster, "mode", "inherit").returncode == 2  # a usage error: inherit needs --run
+
+    out = ok_json(cluster, "freeze", "--run", "run-a-ops", "--reason", "maintenance")
+    assert out["result"] == "APPLIED" and out["effects"][0] == {
+        "kind": "AdmissionChanged",
+        "run_id": "run-a-ops",
+        "frozen": True,
+        "reason": "maintenance",
+    }
+    out = ok_json(cluster, "freeze", "--reason", "schema rollback")
+    assert out["result"] == "APPLIED"
+    nodes = until(
+        lambda: [n for n in ok_json(cluster, "status")["nodes"] if n["admission_frozen"] and n["frozen_runs"] == 1],
+        10,
+        "the freeze on a node",
+    )
+    assert nodes[0]["admission_frozen_reason"] == "schema rollback"
+    table = ok_table(cluster, "status")
+    assert "frozen" in table and "admission frozen: schema rollback" in table
+    assert ok_json(cluster, "export")["admission"] == {
+        "clusterFrozen": "schema rollback",
+        "frozenRuns": [{"run": "run-a-ops", "reason": "maintenance"}],
+    }
+    table = ok_table(cluster, "unfreeze")
+    assert table.startswith("APPLIED") and "AdmissionChanged" in table and "frozen=false" in table
+    assert ok_json(cluster, "unfreeze", "--run", "run-a-ops")["result"] == "APPLIED"
+    assert ok_json(cluster, "export")["admission"] == {"clusterFrozen": None, "frozenRuns": []}
+
+    out = ok_json(cluster, "cancel", "run-a-ops", "--reason", "operator test")
+    assert out["result"] == "APPLIED"
+    kinds = {fx["kind"] for fx in out["effects"]}
+    assert "CancelRequested" in kinds
+    run = ok_json(cluster, "graph", "--run", "run-a-ops")["runs"][0]
+    assert run["cancel_generation"] == 1 and run["cancel_state"] in ("CANCELLING", "CANCELLED_STABLE")
+    table = ok_table(cluster, "cancel", "run-a-ops", "--observed-generation", "0")
+    assert table.startswith("NOOP")  # someone already raised it past what we saw: a recorded no-op
+
+
+@pytest.mark.timeout(60)
+def test_errors_are_one_line_with_the_grpc_code(cluster: LocalCluster) -> None:
+    assert cluster.credentials is not None
+    out = wg(cluster, "mode", "auto", token=cluster.credentials.operator)
+    assert out.returncode == 1 and out.stdout == ""
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("waitgraph mode: PERMISSION_DENIED: ") and "admin" in line
+    out = wg(cluster, "status", token="not-a-real-token-at-all")
+    assert out.returncode == 1
+    (line,) = out.stderr.splitlines()
+    assert "UNAUTHENTICATED: unknown token" in line
+    out = wg(cluster, "explain", "d999")
+    assert out.returncode == 1 and "NOT_FOUND" in out.stderr and len(out.stderr.splitlines()) == 1
+    out = wg(cluster, "vote", "ffff")
+    assert out.returncode == 1 and "NOT_FOUND" in out.stderr and "ffff" in out.stderr
+    out = wg(cluster, "graph", endpoints="127.0.0.1:1")
+    assert out.returncode == 1
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("waitgraph graph: UNAVAILABLE: ") and "[127.0.0.1:1]" in line
+    env_less = subprocess.run(
+        [sys.executable, "-m", "cluster.cli", "status", "--endpoints", cluster.endpoints[0]],
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert env_less.returncode == 1 and "no token" in env_less.stderr
+    # flags after the verb beat those before it
+    out = wg(cluster, "--endpoints", "127.0.0.1:1", "status", "--endpoints", cluster.endpoints[0], "--no-discover")
+    assert out.returncode == 0 and cluster.endpoints[0] in out.stdout
+
+
+@pytest.mark.timeout(60)
+def test_a_terminal_gets_boxes_and_colour_a_pipe_does_not(cluster: LocalCluster) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_") and k != "NO_COLOR"}
+    env.update(cluster.env(), PYTHONPATH=str(REPO), TERM="xterm-256color", COLUMNS="200")
+    main, child = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster.cli", "status"], cwd=REPO, env=env, stdout=child, stderr=child
+    )
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    assert proc.wait(30) == 0
+    text = b"".join(chunks).decode()
+    assert "\x1b[" in text and BOX & set(text) and "leader" in text
+    assert_plain(ok_table(cluster, "status"))
