@@ -1,0 +1,1406 @@
+"""Cluster benchmark: three real ``waitgraph serve`` processes on loopback, driven over gRPC,
+side by side with raw pysyncobj (``scripts/bench_raw_raft.py``) in the same run.
+
+    scripts/bench cluster [--quick] [--soak-s 60] [--samples N] [--seconds S] [--profile] ...
+
+Prints markdown tables; asserts nothing, and never exits non-zero because a target is missed (it
+does exit 1 when a phase could not produce its figures at all, e.g. the cluster did not start).
+
+The cluster: 3 nodes (``python -m cluster.cli serve``, i.e. ``waitgraph serve``), free loopback
+ports, a temporary data directory, a generated cluster secret (``--secret-file``, mode 0600) and a
+generated tokens file (sha256 entries, one agent token per simulated agent, one operator token).
+Every node runs with the defaults (detection every 100 ms, confirmation window 500 ms) except
+``--initial-mode auto`` (the core's default, shadow, never cancels, so there would be no recovery
+to time). Every process started here is killed at exit, on Ctrl-C, SIGTERM or an exception.
+
+The workload (every RegisterWait is valid and APPLIED, and no wait-for cycle ever forms): agent
+``tNN`` owns two executions, ``H`` that acquired ``resource:r-tNN`` and never waits, and ``W``
+that waits on the resource of the next agent (held by that agent's ``H``). One iteration of an
+agent is ``RegisterWait(W -> next resource, edge_version=v)`` then ``CloseWait(W, v)``; ``v``
+grows by one each time. "Registrations/s" counts APPLIED RegisterWait calls only; each one is
+followed by a CloseWait, so the cluster commits twice as many writes.
+
+Figures (all times are the client's ``time.perf_counter``; the client is one asyncio process
+with one grpc.aio channel per node, every call carrying its agent's bearer token):
+
+1. unary RegisterWait latency at the leader: one agent, one call at a time (each RegisterWait is
+   followed by an untimed-for-the-target CloseWait), ``--samples`` samples after 50 warm-ups;
+   p50/p99 of the RegisterWait round trip (gRPC + auth + Raft commit on a majority + apply).
+2. throughput: 64 agents, each with one call outstanding (closed loop), to the leader, for
+   ``--seconds``; APPLIED RegisterWait per second of wall time. Also the per-call latency under
+   that load, log entries per write (group commit), and the CPU each process used.
+3. the same with all 64 agents connected to a follower (which forwards writes to the leader and
+   answers once its own replica applied them).
+   (full run only) 3b: RegisterWait only, each re-registering the open edge with a higher
+   edge_version (no CloseWait), to the leader.
+4. recovery: ``--recovery-trials`` times, two fresh executions of two agents ``ra``/``rb``, each
+   holding a fresh resource, A waits on B's resource; then the timed RegisterWait of B on A's
+   resource closes the 2-cycle. Time from sending that RegisterWait until the victim's own
+   ``WatchEvents`` stream (opened on the leader before the trial) delivers ``CancelRequested``
+   for it. ``CancelRequested`` is emitted by the applied ``CommitRecovery`` log entry that also
+   raised the epoch (``EpochCommitted``) and moved the victim WAITING -> CANCELLING; the trial
+   also checks that the ``VictimChosen`` it got carries an epoch. Reported with the breakdown
+   (until ``RecoveryProposed`` reached the stream) next to the configured confirmation window.
+   The victim acknowledges afterwards (untimed), the survivor completes.
+5. failover: the leader is killed with SIGKILL; time from the kill until a write (a Heartbeat of
+   agent ``fo``, one request id per trial, retried on both survivors every ~20 ms with a 0.5 s
+   deadline) returns OK, i.e. committed by the new leader. The killed node is restarted and
+   caught up before the next trial. The cluster is otherwise idle.
+6. soak: the workload of 2 against the leader for ``--soak-s`` seconds while Status is polled on
+   every node every 0.5 s (lag of a non-leader = the current leader's commit index - its applied
+   index, in log entries; leader changes are recorded). After the load stops: time until the
+   three replicas report the same applied index and the same state digest
+   (``Status(include_digest)``, which serializes the whole state: it can take seconds).
+
+``--profile`` runs py-spy (``--gil``: what each process's one Python core is spent on) on the
+leader, a follower and the client during figure 2 and prints the top frames; ``--profile native``
+adds C/Cython frames (py-spy then pauses the processes per sample). ``--node-switch-interval-ms``
+is an experiment: the nodes start with ``sys.setswitchinterval`` changed.
+
+raw pysyncobj and the RaftNode wrapper come from ``scripts/bench_raw_raft.py`` (imported), run
+before the cluster starts with the same sample count, 64 submitters and the same duration. They
+measure in-process at the leader, without any client round trip, with the same ``build_conf``
+settings as the nodes (their ``max_outstanding`` is 100,000 instead of the node's 10,000).
+
+Durability: pysyncobj 0.3.17's journal is an mmap that is never flushed while running, and
+``SyncObjConf``/``cluster.raft.build_conf``/``waitgraph serve`` have no flush or fsync option; the
+output says so and shows what one flush of a dirty journal page costs on the data directory's
+file system (the floor of what a per-entry flush option would add to every commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import collections
+import contextlib
+import hashlib
+import importlib.util
+import json
+import mmap
+import os
+import platform
+import random
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import grpc  # noqa: E402
+import psutil  # noqa: E402
+
+from cluster import convert  # noqa: E402
+from cluster.config import ServeConfig  # noqa: E402
+from proto.waitgraph.v1 import (  # noqa: E402
+    agent_pb2,
+    agent_pb2_grpc,
+    commands_pb2,
+    operator_pb2,
+    operator_pb2_grpc,
+    types_pb2,
+)
+from statemachine import commands as C  # noqa: E402
+from statemachine.enums import EffectOutcome  # noqa: E402
+
+LEASE_MS = 3_600_000
+AGENTS = 64
+WINDOW_MS: int = ServeConfig.__dataclass_fields__["recovery_confirmation_window_ms"].default  # type: ignore[assignment]
+"""The default confirmation window every node runs with here (cluster/config.py)."""
+APPLIED = types_pb2.RESULT_APPLIED
+NODE_SWITCH_INTERVAL_S: float | None = None
+CHANNEL_OPTIONS = [
+    # A restarted node must be reachable again at once, not after gRPC's reconnect backoff (1 s+).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+]
+
+
+# -- small helpers ----------------------------------------------------------------------------------
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms" if seconds < 0.1 else f"{seconds * 1000:.0f} ms"
+
+
+def rate(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def fs_type(path: Path) -> str:
+    best, kind = "", "?"
+    with contextlib.suppress(OSError), open("/proc/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 3 and str(path).startswith(parts[1]) and len(parts[1]) > len(best):
+                best, kind = parts[1], parts[2]
+    return kind
+
+
+def cpu_model() -> str:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "?"
+
+
+class CpuMeter:
+    """CPU used by each process between start() and stop(), in cores; plus ``others``: what every
+    other process on the machine used meanwhile (busy time of the whole machine minus ours), and
+    ``steal`` (time the hypervisor gave to someone else)."""
+
+    def __init__(self, procs: dict[str, int]) -> None:
+        self.pids = dict(procs)
+        self.t0 = 0.0
+        self.before: dict[str, float] = {}
+        self.sys0: Any = None
+
+    @staticmethod
+    def _cpu(pid: int) -> float:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            return float(t.user + t.system + t.children_user + t.children_system)
+        except psutil.Error:
+            return float("nan")
+
+    def start(self) -> CpuMeter:
+        self.t0 = time.perf_counter()
+        self.before = {k: self._cpu(p) for k, p in self.pids.items()}
+        self.sys0 = psutil.cpu_times()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        wall = time.perf_counter() - self.t0
+        out = {k: (self._cpu(p) - self.before[k]) / wall for k, p in self.pids.items()}
+        s0, s1 = self.sys0, psutil.cpu_times()
+        busy = (sum(s1) - s1.idle - getattr(s1, "iowait", 0)) - (sum(s0) - s0.idle - getattr(s0, "iowait", 0))
+        steal = getattr(s1, "steal", 0) - getattr(s0, "steal", 0)
+        out["others"] = max(0.0, (busy - steal) / wall - sum(out.values()))
+        out["steal"] = steal / wall
+        return out
+
+
+# -- the cluster ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Node:
+    name: str
+    raft: str
+    grpc: str
+    log: Path
+    args: list[str]
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+
+    def spawn(self) -> None:
+        cmd = [sys.executable, "-m", "cluster.cli", "serve", *self.args]
+        if NODE_SWITCH_INTERVAL_S is not None:
+            # Experiment only (--node-switch-interval-ms): the same command with the interpreter's
+            # GIL switch interval changed first.
+            boot = (
+                f"import runpy, sys; sys.setswitchinterval({NODE_SWITCH_INTERVAL_S!r}); "
+                "sys.argv = ['waitgraph', *sys.argv[1:]]; runpy.run_module('cluster.cli', run_name='__main__')"
+            )
+            cmd = [sys.executable, "-c", boot, "serve", *self.args]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=log, stderr=log)
+        _LIVE.add(self.proc)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        if self.proc is not None:
+            _LIVE.discard(self.proc)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    async def wait_port(self, timeout_s: float = 30.0) -> None:
+        host, port = self.grpc.rsplit(":", 1)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited:\n{self.log_tail()}")
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return
+            except OSError:
+                await asyncio.sleep(0.05)
+        raise TimeoutError(f"{self.name} did not open its gRPC port")
+
+    def log_tail(self, n: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
+
+
+_LIVE: set[subprocess.Popen[bytes]] = set()
+"""Every node process started and not yet reaped: killed at exit whatever happens."""
+
+
+def _kill_all() -> None:
+    for proc in list(_LIVE):
+        with contextlib.suppress(Exception):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(5)
+        _LIVE.discard(proc)
+
+
+atexit.register(_kill_all)
+
+
+@dataclass
+class BenchAgent:
+    name: str
+    token: str
+    n: int = 0
+    v: int = 0
+    W: str = ""
+    H: str = ""
+    own: str = ""
+    wait_on: str = ""
+
+    @property
+    def md(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),)
+
+    def rid(self) -> str:
+        self.n += 1
+        return f"{self.name}-{self.n}"
+
+
+class Cluster:
+    def __init__(self, root: Path, agent_names: list[str], extra_args: list[str]) -> None:
+        self.root = root
+        ports = free_ports(6)
+        raft = [f"127.0.0.1:{p}" for p in ports[:3]]
+        grpcs = [f"127.0.0.1:{p}" for p in ports[3:]]
+        names = ["n1", "n2", "n3"]
+        secret_file = root / "secret"
+        secret_file.write_text(secrets.token_urlsafe(32))
+        secret_file.chmod(0o600)
+        self.agents = {a: BenchAgent(a, secrets.token_urlsafe(24)) for a in agent_names}
+        self.ops_token = secrets.token_urlsafe(24)
+        entries: list[dict[str, Any]] = [
+            {"name": f"agent-{a.name}", "role": "agent", "agent_id": a.name, "sha256": _sha(a.token)}
+            for a in self.agents.values()
+        ]
+        entries.append({"name": "bench-ops", "role": "operator", "sha256": _sha(self.ops_token)})
+        tokens = root / "tokens.json"
+        tokens.write_text(json.dumps({"tokens": entries}))
+        tokens.chmod(0o600)
+        peers = ",".join(f"{n}={a}" for n, a in zip(names, raft, strict=True))
+        peer_grpc = ",".join(f"{n}={a}" for n, a in zip(names, grpcs, strict=True))
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env.pop("WAITGRAPH_SECRET", None)
+        self.nodes: list[Node] = []
+        for i, name in enumerate(names):
+            args = ["--id", name, "--raft-addr", raft[i], "--grpc-addr", grpcs[i], "--peers", peers]
+            args += ["--peer-grpc", peer_grpc, "--data-dir", str(root / name), "--tokens-file", str(tokens)]
+            args += ["--secret-file", str(secret_file), *extra_args]
+            self.nodes.append(Node(name, raft[i], grpcs[i], root / f"{name}.log", args, env))
+        self.channels: dict[str, grpc.aio.Channel] = {}
+        self.example_command = shlex.join(["waitgraph", "serve", *self.nodes[0].args])
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for node in self.nodes:
+            node.spawn()
+        for node in self.nodes:
+            await node.wait_port()
+        for node in self.nodes:
+            self.channels[node.name] = grpc.aio.insecure_channel(node.grpc, options=CHANNEL_OPTIONS)
+
+    async def close(self) -> None:
+        for ch in self.channels.values():
+            with contextlib.suppress(Exception):
+                await ch.close()
+        for node in self.nodes:
+            node.kill()
+
+    def by_name(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+    def agent_stub(self, node: Node) -> agent_pb2_grpc.AgentServiceStub:
+        return agent_pb2_grpc.AgentServiceStub(self.channels[node.name])  # type: ignore[no-untyped-call]
+
+    def ops_stub(self, node: Node) -> operator_pb2_grpc.OperatorServiceStub:
+        return operator_pb2_grpc.OperatorServiceStub(self.channels[node.name])  # type: ignore[no-untyped-call]
+
+    @property
+    def ops_md(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.ops_token}"),)
+
+    # -- status -----------------------------------------------------------------------------------
+
+    async def status(self, node: Node, digest: bool = False, timeout_s: float = 2.0) -> Any:
+        return await self.ops_stub(node).Status(
+            operator_pb2.StatusRequest(include_digest=digest), metadata=self.ops_md, timeout=timeout_s
+        )
+
+    async def statuses(self, digest: bool = False) -> dict[str, Any]:
+        live = [n for n in self.nodes if n.alive()]
+
+        async def one(n: Node) -> Any:
+            try:
+                return await self.status(n, digest)
+            except grpc.aio.AioRpcError:
+                return None
+
+        got = await asyncio.gather(*(one(n) for n in live))
+        return {n.name: s for n, s in zip(live, got, strict=True)}
+
+    async def leader(self, timeout_s: float = 30.0) -> Node:
+        """The node every live member names as leader, which says it is leader with a quorum."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            sts = await self.statuses()
+            if sts and all(s is not None for s in sts.values()):
+                named = {s.leader_id for s in sts.values()}
+                if len(named) == 1 and "" not in named:
+                    lid = named.pop()
+                    st = sts.get(lid)
+                    if st is not None and st.role == "leader" and st.has_quorum:
+                        return self.by_name(lid)
+            await asyncio.sleep(0.05)
+        raise TimeoutError("no agreed leader with a quorum")
+
+    async def caught_up(self, timeout_s: float = 60.0) -> float:
+        """Wait until every node is live and applied the leader's commit index; returns the time taken."""
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + timeout_s
+        leader = await self.leader(timeout_s)
+        while time.monotonic() < deadline:
+            sts = await self.statuses()
+            lst = sts.get(leader.name)
+            if lst is not None and len(sts) == 3 and all(s is not None for s in sts.values()):
+                applied = min(s.applied_index for s in sts.values())
+                if applied >= lst.commit_index:
+                    return time.perf_counter() - t0
+            await asyncio.sleep(0.05)
+        raise TimeoutError("a node did not catch up")
+
+    async def converged(self, timeout_s: float) -> dict[str, Any]:
+        """Poll until the three replicas report the same applied index and the same state digest.
+
+        Each node's (applied index, digest) pair is one consistent read of its replica (one Status
+        with include_digest), so pairs taken at different moments compare fine once the index
+        stops moving. Returns the time it took (None: not within ``timeout_s``), the last pair
+        seen on each node, and how long the digest reads took.
+        """
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + timeout_s
+        last: dict[str, Any] = {}
+        read_s: list[float] = []
+
+        async def one(n: Node) -> None:
+            t = time.perf_counter()
+            try:
+                st = await self.status(n, digest=True, timeout_s=20.0)
+                last[n.name] = (st.applied_index, st.state_digest[:16])
+            except grpc.aio.AioRpcError as exc:
+                last[n.name] = f"{exc.code().name}: {(exc.details() or '')[:80]}"
+            read_s.append(time.perf_counter() - t)
+
+        while time.monotonic() < deadline:
+            await asyncio.gather(*(one(n) for n in self.nodes if n.alive()))
+            pairs = set(last.values())
+            if len(last) == 3 and len(pairs) == 1 and isinstance(next(iter(pairs)), tuple):
+                return {"after_s": time.perf_counter() - t0, "last": dict(last), "read_s": max(read_s)}
+            await asyncio.sleep(0.1)
+        return {"after_s": None, "last": dict(last), "read_s": max(read_s, default=float("nan"))}
+
+    # -- setup writes -----------------------------------------------------------------------------
+
+    async def do(self, node: Node, agent: BenchAgent, cmd: Any) -> Any:
+        request = convert.request_from_command(cmd, agent.rid())
+        out = await getattr(self.agent_stub(node), cmd.KIND)(request, metadata=agent.md, timeout=10)
+        if out.result != APPLIED:
+            raise RuntimeError(f"setup: {cmd.KIND} by {agent.name}: {out.code} {out.message}")
+        return out
+
+
+def _sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# -- the workload -----------------------------------------------------------------------------------
+
+
+async def setup_ring(cluster: Cluster, node: Node, agents: list[BenchAgent]) -> None:
+    """Each agent: a session, H holding its own resource, W RUNNING; W waits on the next agent's resource."""
+    sem = asyncio.Semaphore(16)
+
+    async def one(a: BenchAgent) -> None:
+        async with sem:
+            a.H, a.W, a.own = f"exec:H-{a.name}", f"exec:W-{a.name}", f"resource:r-{a.name}"
+            await cluster.do(node, a, C.JoinSession(agent_id=a.name, lease_ms=LEASE_MS))
+            for ex in (a.H, a.W):
+                run = f"run-{ex[5:]}"
+                await cluster.do(node, a, C.CreateExecution(execution_id=ex, run_id=run, observed_cancel_generation=0))
+                await cluster.do(node, a, C.StartExecution(execution_id=ex, generation=1, observed_cancel_generation=0))
+            await cluster.do(node, a, C.CreateTarget(target_id=a.own))
+            await cluster.do(node, a, C.Acquire(target_id=a.own, execution_id=a.H, generation=1, observed_epoch=0))
+
+    await asyncio.gather(*(one(a) for a in agents))
+    for i, a in enumerate(agents):
+        a.wait_on = agents[(i + 1) % len(agents)].own if len(agents) > 1 else a.own
+
+
+def register_req(a: BenchAgent) -> commands_pb2.RegisterWaitRequest:
+    return commands_pb2.RegisterWaitRequest(
+        request_id=a.rid(),
+        waiter_id=a.W,
+        waiter_generation=1,
+        target_id=a.wait_on,
+        target_generation=1,
+        reason="bench",
+        edge_version=a.v,
+    )
+
+
+def close_req(a: BenchAgent) -> commands_pb2.CloseWaitRequest:
+    return commands_pb2.CloseWaitRequest(
+        request_id=a.rid(), waiter_id=a.W, waiter_generation=1, target_id=a.wait_on, edge_version=a.v, reason="done"
+    )
+
+
+@dataclass
+class DriveResult:
+    seconds: float
+    registrations: int
+    closes: int
+    other: collections.Counter[str] = field(default_factory=collections.Counter)
+    latencies: list[float] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)
+    entries: int = 0
+
+    @property
+    def reg_per_s(self) -> float:
+        return self.registrations / self.seconds
+
+    @property
+    def writes_per_s(self) -> float:
+        return (self.registrations + self.closes) / self.seconds
+
+
+async def drive(
+    cluster: Cluster,
+    agents: list[BenchAgent],
+    node: Node,
+    seconds: float,
+    close: bool = True,
+    cpu: CpuMeter | None = None,
+) -> DriveResult:
+    """Every agent in a closed loop (one call outstanding each) against ``node`` for ``seconds``."""
+    stub = cluster.agent_stub(node)
+    res = DriveResult(seconds, 0, 0)
+    leader = await cluster.leader()
+    before = (await cluster.status(leader)).commit_index
+    if cpu is not None:
+        cpu.start()
+    t0 = time.perf_counter()
+    stop = t0 + seconds
+
+    async def loop(a: BenchAgent) -> None:
+        while time.perf_counter() < stop:
+            a.v += 1
+            t = time.perf_counter()
+            try:
+                out = await stub.RegisterWait(register_req(a), metadata=a.md, timeout=10)
+            except grpc.aio.AioRpcError as exc:
+                res.other[f"RegisterWait {exc.code().name}"] += 1
+                await asyncio.sleep(0.01)
+                continue
+            res.latencies.append(time.perf_counter() - t)
+            if out.result == APPLIED:
+                res.registrations += 1
+            else:
+                res.other[f"RegisterWait {out.code}"] += 1
+            if not close:
+                continue
+            try:
+                out = await stub.CloseWait(close_req(a), metadata=a.md, timeout=10)
+            except grpc.aio.AioRpcError as exc:
+                res.other[f"CloseWait {exc.code().name}"] += 1
+                await asyncio.sleep(0.01)
+                continue
+            if out.result == APPLIED:
+                res.closes += 1
+            else:
+                res.other[f"CloseWait {out.code}"] += 1
+
+    await asyncio.gather(*(loop(a) for a in agents))
+    res.seconds = time.perf_counter() - t0
+    if cpu is not None:
+        res.cpu = cpu.stop()
+    if not close:  # leave every W RUNNING again
+        await asyncio.gather(*(stub.CloseWait(close_req(a), metadata=a.md, timeout=10) for a in agents))
+    with contextlib.suppress(Exception):
+        res.entries = (await cluster.status(await cluster.leader())).commit_index - before
+    return res
+
+
+# -- phases -----------------------------------------------------------------------------------------
+
+
+async def phase_latency(cluster: Cluster, agent: BenchAgent, samples: int) -> dict[str, Any]:
+    leader = await cluster.leader()
+    stub = cluster.agent_stub(leader)
+    reg: list[float] = []
+    clo: list[float] = []
+    for i in range(samples + 50):
+        agent.v += 1
+        t = time.perf_counter()
+        out = await stub.RegisterWait(register_req(agent), metadata=agent.md, timeout=10)
+        t1 = time.perf_counter()
+        if out.result != APPLIED:
+            raise RuntimeError(f"RegisterWait not applied: {out.code}")
+        out = await stub.CloseWait(close_req(agent), metadata=agent.md, timeout=10)
+        t2 = time.perf_counter()
+        if i >= 50:
+            reg.append(t1 - t)
+            clo.append(t2 - t1)
+    return {
+        "p50": statistics.median(reg),
+        "p99": pct(reg, 0.99),
+        "max": max(reg),
+        "close_p50": statistics.median(clo),
+        "close_p99": pct(clo, 0.99),
+        "n": len(reg),
+        "leader": leader.name,
+    }
+
+
+class Watch:
+    """A WatchEvents stream read in the background: (receive time, Event) in order."""
+
+    def __init__(self, stub: Any, md: Any, kinds: list[str]) -> None:
+        self.call = stub.WatchEvents(agent_pb2.WatchEventsRequest(kinds=kinds), metadata=md)
+        self.events: list[tuple[float, Any]] = []
+        self.started = asyncio.Event()
+        self.changed = asyncio.Event()
+        self.error: BaseException | None = None
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            async for msg in self.call:
+                now = time.perf_counter()
+                body = msg.WhichOneof("body")
+                if body == "started":
+                    self.started.set()
+                elif body == "event":
+                    self.events.append((now, msg.event))
+                    self.changed.set()
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                self.error = exc
+        finally:
+            self.changed.set()
+
+    def find(self, kind: str, pred: Callable[[Any], bool]) -> tuple[float, Any] | None:
+        for t, ev in self.events:
+            if ev.effect.WhichOneof("effect") == kind and pred(getattr(ev.effect, kind)):
+                return t, getattr(ev.effect, kind)
+        return None
+
+    async def close(self) -> None:
+        self.call.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
+
+
+async def wait_any(watches: list[Watch], kind: str, pred: Callable[[Any], bool], timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for w in watches:
+            got = w.find(kind, pred)
+            if got is not None:
+                return got
+            if w.error is not None:
+                raise w.error
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no {kind} within {timeout_s}s")
+        for w in watches:
+            w.changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                asyncio.wait([asyncio.ensure_future(w.changed.wait()) for w in watches], return_when="FIRST_COMPLETED"),
+                left,
+            )
+
+
+async def phase_recovery(cluster: Cluster, ra: BenchAgent, rb: BenchAgent, trials: int) -> dict[str, Any]:
+    leader = await cluster.leader()
+    stub = cluster.agent_stub(leader)
+    for a in (ra, rb):
+        await cluster.do(leader, a, C.JoinSession(agent_id=a.name, lease_ms=LEASE_MS))
+    kinds = ["RecoveryProposed", "VictimChosen", "CancelRequested"]
+    watches = [Watch(stub, ra.md, kinds), Watch(stub, rb.md, kinds)]
+    total: list[float] = []
+    proposed: list[float] = []
+    ack: list[float] = []
+    problems: collections.Counter[str] = collections.Counter()
+    try:
+        for w in watches:
+            await asyncio.wait_for(w.started.wait(), 10)
+        for i in range(trials):
+            tag = f"{os.getpid()}-{i}"
+            A, B = f"exec:rA-{tag}", f"exec:rB-{tag}"
+            X, Y = f"resource:rx-{tag}", f"resource:ry-{tag}"
+            steps: list[tuple[BenchAgent, Any]] = [
+                (ra, C.CreateExecution(execution_id=A, run_id=f"run-rA-{tag}", observed_cancel_generation=0)),
+                (ra, C.StartExecution(execution_id=A, generation=1, observed_cancel_generation=0)),
+                (rb, C.CreateExecution(execution_id=B, run_id=f"run-rB-{tag}", observed_cancel_generation=0)),
+                (rb, C.StartExecution(execution_id=B, generation=1, observed_cancel_generation=0)),
+                (ra, C.CreateTarget(target_id=X)),
+                (rb, C.CreateTarget(target_id=Y)),
+                (ra, C.Acquire(target_id=X, execution_id=A, generation=1, observed_epoch=0)),
+                (rb, C.Acquire(target_id=Y, execution_id=B, generation=1, observed_epoch=0)),
+                (ra, C.RegisterWait(waiter_id=A, waiter_generation=1, target_id=Y, target_generation=1, reason="y")),
+            ]
+            for agent, cmd in steps:
+                await cluster.do(leader, agent, cmd)
+            await asyncio.sleep(random.uniform(0.0, 0.1))  # a random phase against the 100 ms loops
+            closing = convert.request_from_command(
+                C.RegisterWait(waiter_id=B, waiter_generation=1, target_id=X, target_generation=1, reason="x"),
+                rb.rid(),
+            )
+            t0 = time.perf_counter()
+            out = await stub.RegisterWait(closing, metadata=rb.md, timeout=10)
+            ack.append(time.perf_counter() - t0)
+            if out.result != APPLIED:
+                raise RuntimeError(f"closing RegisterWait: {out.code}")
+            members = {A, B}
+
+            def is_member(fx: Any, members: set[str] = members) -> bool:
+                return fx.execution_id in members
+
+            def proposes(fx: Any, a: str = A) -> bool:
+                return a in fx.members
+
+            t_cancel, cancel = await wait_any(watches, "cancel_requested", is_member, 15)
+            t_prop, _ = await wait_any(watches, "recovery_proposed", proposes, 1)
+            _, victim = await wait_any(watches, "victim_chosen", is_member, 1)
+            if not victim.HasField("epoch") or victim.decision_kind != "VICTIM":
+                problems[
+                    f"decision {victim.decision_kind} epoch={victim.epoch if victim.HasField('epoch') else None}"
+                ] += 1
+            total.append(t_cancel - t0)
+            proposed.append(t_prop - t0)
+            # untimed clean-up: the victim acknowledges, the survivor finishes
+            v_agent = ra if cancel.execution_id == A else rb
+            survivor, s_agent = (B, rb) if cancel.execution_id == A else (A, ra)
+            await cluster.do(
+                leader,
+                v_agent,
+                C.AckCancel(
+                    execution_id=cancel.execution_id,
+                    generation=cancel.generation,
+                    cancel_generation=cancel.cancel_generation,
+                    side_effects=EffectOutcome.NONE,
+                ),
+            )
+            with contextlib.suppress(Exception):
+                await cluster.do(
+                    leader,
+                    s_agent,
+                    C.CompleteExecution(execution_id=survivor, generation=1, observed_cancel_generation=0),
+                )
+    finally:
+        for w in watches:
+            await w.close()
+    return {
+        "p50": statistics.median(total),
+        "p99": pct(total, 0.99),
+        "max": max(total),
+        "proposed_p50": statistics.median(proposed),
+        "proposed_p99": pct(proposed, 0.99),
+        "write_p50": statistics.median(ack),
+        "n": len(total),
+        "problems": dict(problems),
+    }
+
+
+async def phase_failover(cluster: Cluster, agent: BenchAgent, trials: int) -> dict[str, Any]:
+    leader = await cluster.leader()
+    await cluster.do(leader, agent, C.JoinSession(agent_id=agent.name, lease_ms=LEASE_MS))
+    samples: list[float] = []
+    elected: list[str] = []
+    attempts: list[int] = []
+    restart: list[float] = []
+    leader_seen: list[float] = []
+    why: collections.Counter[str] = collections.Counter()
+    for i in range(trials):
+        await cluster.caught_up()
+        await asyncio.sleep(1.0)  # a settled cluster: heartbeats flowing, the restarted node a follower
+        old = await cluster.leader()
+        survivors = [n for n in cluster.nodes if n is not old]
+        request = commands_pb2.HeartbeatRequest(request_id=f"fo-{os.getpid()}-{i}", agent_id=agent.name)
+        t_leader: list[float] = []
+
+        async def watch_election(
+            t_start: float, survivors: list[Node] = survivors, out: list[float] = t_leader
+        ) -> None:
+            # The first moment a survivor says it is leader (Status is a local, non-log read).
+            while not out:
+                for n in survivors:
+                    with contextlib.suppress(grpc.aio.AioRpcError):
+                        if (await cluster.status(n, timeout_s=0.2)).role == "leader":
+                            out.append(time.perf_counter() - t_start)
+                            return
+                await asyncio.sleep(0.01)
+
+        t0 = time.perf_counter()
+        old.kill()
+        watcher = asyncio.get_running_loop().create_task(watch_election(t0))
+        k = 0
+        while True:
+            node = survivors[k % 2]
+            k += 1
+            try:
+                out = await cluster.agent_stub(node).Heartbeat(request, metadata=agent.md, timeout=0.5)
+                if out.result == APPLIED or out.duplicate:
+                    break
+            except grpc.aio.AioRpcError as exc:
+                why[f"{exc.code().name}: {(exc.details() or '')[:60]}"] += 1
+            await asyncio.sleep(0.02)
+            if time.perf_counter() - t0 > 60:
+                raise TimeoutError("no write committed within 60 s of the leader's death")
+        samples.append(time.perf_counter() - t0)
+        attempts.append(k)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(watcher, 5)
+        leader_seen.append(t_leader[0] if t_leader else float("nan"))
+        new = await cluster.leader()
+        elected.append(f"{old.name}->{new.name}")
+        t1 = time.perf_counter()
+        old.spawn()
+        await old.wait_port()
+        await cluster.caught_up()
+        restart.append(time.perf_counter() - t1)
+    return {
+        "p50": statistics.median(samples),
+        "max": max(samples),
+        "min": min(samples),
+        "samples": samples,
+        "elected": elected,
+        "attempts": attempts,
+        "restart_p50": statistics.median(restart),
+        "leader_seen": leader_seen,
+        "why": dict(why),
+        "n": len(samples),
+    }
+
+
+async def phase_soak(cluster: Cluster, agents: list[BenchAgent], seconds: float) -> dict[str, Any]:
+    leader = await cluster.leader()
+    rss0 = {n.name: psutil.Process(n.pid).memory_info().rss for n in cluster.nodes}
+    lags: dict[str, list[int]] = {n.name: [] for n in cluster.nodes}
+    changes: list[tuple[float, str]] = []  # (seconds into the soak, the node that says it is leader)
+    polls = 0
+    stop = asyncio.Event()
+    t_start = time.perf_counter()
+
+    async def monitor() -> None:
+        # Lag of every non-leader = the current leader's commit index - its applied index. The
+        # three Status reads are concurrent, not simultaneous: a lag of -1 or -2 is that skew.
+        nonlocal polls
+        current = leader.name
+        while not stop.is_set():
+            sts = await cluster.statuses()
+            leaders = [name for name, s in sts.items() if s is not None and s.role == "leader"]
+            if len(leaders) == 1:
+                if leaders[0] != current:
+                    current = leaders[0]
+                    changes.append((round(time.perf_counter() - t_start, 1), current))
+                lst = sts[current]
+                polls += 1
+                for name, fst in sts.items():
+                    if fst is not None and name != current:
+                        lags[name].append(lst.commit_index - fst.applied_index)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+
+    mon = asyncio.get_running_loop().create_task(monitor())
+    cpu = CpuMeter({n.name: n.pid for n in cluster.nodes} | {"client": os.getpid()})
+    try:
+        res = await drive(cluster, agents, leader, seconds, cpu=cpu)
+    finally:
+        stop.set()
+        await mon
+    conv = await cluster.converged(60.0)
+    rss1 = {n.name: psutil.Process(n.pid).memory_info().rss for n in cluster.nodes}
+    lags = {k: v for k, v in lags.items() if v}
+    tail = {name: v[-1] for name, v in lags.items()}
+    return {
+        "drive": res,
+        "leader": leader.name,
+        "max_lag": {k: (max(v) if v else None) for k, v in lags.items()},
+        "p50_lag": {k: (statistics.median(v) if v else None) for k, v in lags.items()},
+        "last_lag": tail,
+        "polls": polls,
+        "changes": changes,
+        "converged": conv,
+        "rss_mb": {k: (rss0[k] / 2**20, rss1[k] / 2**20) for k in rss0},
+    }
+
+
+# -- py-spy (optional) -------------------------------------------------------------------------------
+
+
+def start_profilers(
+    targets: dict[str, int], seconds: float, out_dir: Path, native: bool = False
+) -> dict[str, tuple[Any, Path]]:
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(exe).exists():
+        print(f"(--profile: py-spy not found; `{sys.executable} -m pip install py-spy`)")
+        return {}
+    running = {}
+    for name, pid in targets.items():
+        out = out_dir / f"pyspy-{name}.txt"
+        # --gil: only the thread holding the GIL, i.e. what the process's one Python core is spent on.
+        # --native needs py-spy to pause the process for each sample (it slows the run down).
+        mode = ["--native"] if native else ["--nonblocking"]
+        cmd = [exe, "record", *mode, "--gil", "--full-filenames", "--format", "raw", "--rate", "100"]
+        cmd += ["--duration", str(max(1, int(seconds))), "--pid", str(pid), "--output", str(out)]
+        running[name] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out)
+    return running
+
+
+_FRAME = re.compile(r"^(.*) \((.*?):\d+\)$")
+_ENTRY_POINTS = ("cli.py", "server.py:main", "server.py:NodeProcess.run", "bench_cluster.py:main")
+
+
+def _thread_kind(funcs: list[str]) -> str:
+    joined = ";".join(funcs)
+    if "_autoTickThread" in joined:
+        return "pysyncobj tick thread"
+    if "_worker" in joined and "thread.py" in joined:
+        return "executor threads (reads)"
+    if "run_until_complete" in joined or "Runner.run" in joined:
+        return "asyncio loop (gRPC, service, loops)"
+    return "other"
+
+
+def summarize_profile(path: Path, top: int = 12) -> list[str]:
+    """From py-spy's raw (collapsed) output: samples by thread, top frames by own samples, and
+    the repository's and pysyncobj's functions by inclusive samples."""
+    own: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[str] = collections.Counter()
+    threads: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames: list[tuple[str, str]] = []
+        for fr in stack.split(";"):
+            m = _FRAME.match(fr)
+            frames.append((m.group(1), m.group(2)) if m else (fr, ""))
+        if not frames:
+            continue
+        threads[_thread_kind([f"{fn} {file}" for fn, file in frames])] += n
+        fn, file = frames[-1]
+        own[f"{fn} ({Path(file).name})"] += n
+        seen = set()
+        for fn, file in frames:
+            mine = file.startswith(str(REPO)) and "/.venv/" not in file
+            if not (mine or "/pysyncobj/" in file or "/grpc/" in file):
+                continue
+            label = f"{Path(file).name}:{fn}"
+            if label.startswith(_ENTRY_POINTS) or label in seen:
+                continue
+            seen.add(label)
+            incl[label] += n
+    if not total:
+        return ["(no samples)"]
+    lines = [
+        f"{total} samples holding the GIL ({total / 100:.1f} s of Python at 100 Hz); by thread: "
+        + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in threads.most_common()),
+        "",
+        "| own % | function (file) | | incl % | repo / pysyncobj / grpc function |",
+        "|---:|---|---|---:|---|",
+    ]
+    a, b = own.most_common(top), incl.most_common(top)
+    for i in range(max(len(a), len(b))):
+        left = f"{100 * a[i][1] / total:.1f} | `{a[i][0]}`" if i < len(a) else " | "
+        right = f"{100 * b[i][1] / total:.1f} | `{b[i][0]}`" if i < len(b) else " | "
+        lines.append(f"| {left} | | {right} |")
+    return lines
+
+
+# -- raw pysyncobj (scripts/bench_raw_raft.py) --------------------------------------------------------
+
+
+def run_raw(samples: int, seconds: float) -> dict[str, Any]:
+    spec = importlib.util.spec_from_file_location("bench_raw_raft", REPO / "scripts" / "bench_raw_raft.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ns = argparse.Namespace(samples=samples, concurrency=AGENTS, seconds=seconds)
+    out: dict[str, Any] = {}
+    for variant in ("raw", "wrapper"):
+        try:
+            out[variant] = mod.run_variant(variant, ns)
+        except Exception as exc:
+            out[variant] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return out
+
+
+def fsync_probe(directory: Path, n: int = 200) -> dict[str, float]:
+    """What one flush of a dirty journal page costs here: mmap.flush (msync), like Journal.flush()."""
+    path = directory / "fsync-probe"
+    with open(path, "wb") as f:
+        f.write(b"\0" * (1 << 20))
+    times = []
+    with open(path, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), 0)
+        try:
+            for i in range(n):
+                off = (i * 4096) % (1 << 20)
+                mm[off : off + 200] = os.urandom(200)
+                t = time.perf_counter()
+                mm.flush()
+                times.append(time.perf_counter() - t)
+        finally:
+            mm.close()
+    path.unlink()
+    return {"p50": statistics.median(times), "p99": pct(times, 0.99)}
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Settings:
+    samples: int
+    seconds: float
+    recovery_trials: int
+    failover_trials: int
+    soak_s: float
+    register_only: bool
+    profile: str | None
+    keep: bool
+
+
+async def run(st: Settings, root: Path, results: dict[str, Any], errors: dict[str, str]) -> None:
+    names = [f"t{i:02d}" for i in range(AGENTS)] + ["lat", "ra", "rb", "fo"]
+    cluster = Cluster(root, names, ["--initial-mode", "auto"])
+    results["serve_command"] = cluster.example_command
+    agents = [cluster.agents[f"t{i:02d}"] for i in range(AGENTS)]
+
+    async def phase(name: str, fn: Callable[[], Awaitable[Any]]) -> None:
+        print(f"... {name}", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        try:
+            results[name] = await fn()
+        except Exception as exc:
+            errors[name] = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc(file=sys.stderr)
+            for n in cluster.nodes:
+                print(f"--- {n.name} log tail\n{n.log_tail(1500)}", file=sys.stderr)
+        print(f"    {name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
+
+    try:
+        await cluster.start()
+        leader = await cluster.leader()
+        results["leader_at_start"] = leader.name
+        # Recovery bootstrap (ConfigureRecovery + SetMode auto) is proposed by the first leader.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            s = await cluster.status(leader)
+            if s.recovery_configured and s.mode == types_pb2.ROLLOUT_MODE_AUTO:
+                break
+            await asyncio.sleep(0.1)
+        lat = cluster.agents["lat"]
+        await setup_ring(cluster, leader, [*agents, lat])
+        lat.wait_on = lat.own  # its own H holds it
+
+        await phase("latency", lambda: phase_latency(cluster, lat, st.samples))
+
+        async def thr(to_follower: bool, close: bool) -> DriveResult:
+            ldr = await cluster.leader()
+            node = next(n for n in cluster.nodes if n is not ldr) if to_follower else ldr
+            cpu = CpuMeter({n.name + ("*" if n is ldr else ""): n.pid for n in cluster.nodes} | {"client": os.getpid()})
+            profs = {}
+            if st.profile and not to_follower and close:
+                follower = next(n for n in cluster.nodes if n is not ldr)
+                profs = start_profilers(
+                    {"leader": ldr.pid, "follower": follower.pid, "client": os.getpid()},
+                    st.seconds,
+                    root,
+                    native=st.profile == "native",
+                )
+            res = await drive(cluster, agents, node, st.seconds, close=close, cpu=cpu)
+            results.setdefault("drive_nodes", {})[(to_follower, close)] = node.name
+            for name, (proc, path) in profs.items():
+                with contextlib.suppress(Exception):
+                    proc.wait(st.seconds + 30)
+                if path.exists():
+                    results.setdefault("profiles", {})[name] = summarize_profile(path)
+            return res
+
+        await phase("thr_leader", lambda: thr(False, True))
+        await phase("thr_follower", lambda: thr(True, True))
+        if st.register_only:
+            await phase("thr_register_only", lambda: thr(False, False))
+        if st.recovery_trials > 0:
+            await phase(
+                "recovery",
+                lambda: phase_recovery(cluster, cluster.agents["ra"], cluster.agents["rb"], st.recovery_trials),
+            )
+        if st.soak_s > 0:
+            await phase("soak", lambda: phase_soak(cluster, agents, st.soak_s))
+        if st.failover_trials > 0:
+            await phase("failover", lambda: phase_failover(cluster, cluster.agents["fo"], st.failover_trials))
+    except Exception as exc:
+        errors["cluster"] = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc(file=sys.stderr)
+        for n in cluster.nodes:
+            print(f"--- {n.name} log tail\n{n.log_tail(3000)}", file=sys.stderr)
+    finally:
+        await cluster.close()
+
+
+def met(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("**yes**" if ok else "**no**")
+
+
+def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], errors: dict[str, str]) -> None:
+    raw = results.get("raw", {})
+    r_raw, r_wrap = raw.get("raw", {}), raw.get("wrapper", {})
+
+    def rawfig(r: dict[str, Any], key: str, kind: str) -> str:
+        if "error" in r:
+            return "error"
+        if key not in r:
+            return "—"
+        return ms(r[key] / 1000) if kind == "ms" else f"{rate(r[key])} writes/s"
+
+    direct = shlex.join(["python", "scripts/bench_cluster.py", *sys.argv[1:]])
+    print("## scripts/bench cluster\n")
+    print(f"- command: `{shlex.join(['scripts/bench', 'cluster', *sys.argv[1:]])}` (= `{direct}`)")
+    print(
+        f"- machine: {os.cpu_count()} cores ({cpu_model()}), {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+        f"Linux {platform.release()}, Python {platform.python_version()}, grpcio {grpc.__version__}, "
+        f"pysyncobj {_version('pysyncobj')}"
+    )
+    print(
+        f"- **the {os.cpu_count()} cores are shared** by the 3 node processes, the benchmark client (one asyncio "
+        "process) and, for the raw rows, the 3 raw processes: nothing here is a per-node figure of a real "
+        "deployment (one node per machine)" + ("; py-spy was sampling during figure 2" if st.profile else "")
+    )
+    print(
+        f"- load average before the run {results.get('loadavg_before', '?')}, after {os.getloadavg()[0]:.2f}; "
+        "`others` in the CPU figures below = every process not started by this run (other work on the machine)"
+    )
+    print(f"- nodes: `{results.get('serve_command', '?')}` (n1 shown; secret and tokens generated per run)")
+    print(
+        f"- settings: {st.samples} latency samples, {AGENTS} agents for {st.seconds:g}s per throughput figure, "
+        f"{st.recovery_trials} recovery trials, {st.failover_trials} failover trials, soak {st.soak_s:g}s; "
+        f"confirmation window {WINDOW_MS} ms and detection every 100 ms (the defaults)"
+        + (
+            f"; **experiment: nodes run with sys.setswitchinterval({NODE_SWITCH_INTERVAL_S * 1000:g} ms)**"
+            if NODE_SWITCH_INTERVAL_S is not None
+            else ""
+        )
+    )
+    print()
+    print(
+        "| # | figure | waitgraph: 3 x `waitgraph serve`, gRPC client | raw pysyncobj counter (in-process, "
+        "at the leader) | RaftNode + state machine (in-process, at the leader) | target | met? |"
+    )
+    print("|---|---|---|---|---|---|---|")
+
+    lat = results.get("latency")
+    if lat:
+        print(
+            f"| 1 | unary RegisterWait at the leader, p50 ({lat['n']} samples) | {ms(lat['p50'])} | "
+            f"{rawfig(r_raw, 'p50_ms', 'ms')} | {rawfig(r_wrap, 'p50_ms', 'ms')} | ≤ 2 ms | "
+            f"{met(lat['p50'] <= 0.002)} |"
+        )
+        print(
+            f"| 1 | unary RegisterWait at the leader, p99 | {ms(lat['p99'])} | {rawfig(r_raw, 'p99_ms', 'ms')} | "
+            f"{rawfig(r_wrap, 'p99_ms', 'ms')} | ≤ 10 ms | {met(lat['p99'] <= 0.010)} |"
+        )
+    else:
+        print(f"| 1 | unary RegisterWait latency | error: {errors.get('latency', '?')} | | | ≤ 2 / 10 ms | n/a |")
+    for key, label, num, raws in (
+        ("thr_leader", f"committed registrations/s, {AGENTS} agents → leader", "2", True),
+        ("thr_follower", f"committed registrations/s, {AGENTS} agents → a follower", "3", False),
+        ("thr_register_only", f"RegisterWait only (re-register, no CloseWait), {AGENTS} agents → leader", "3b", True),
+    ):
+        r: DriveResult | None = results.get(key)
+        if key == "thr_register_only" and not st.register_only:
+            continue
+        if r is None:
+            print(f"| {num} | {label} | error: {errors.get(key, '?')} | | | ≥ 10,000/s | n/a |")
+            continue
+        extra = f" ({rate(r.writes_per_s)} writes/s)" if r.closes else ""
+        print(
+            f"| {num} | {label} | {rate(r.reg_per_s)}/s{extra} | "
+            f"{rawfig(r_raw, 'writes_per_s', 'rate') if raws else '—'} | "
+            f"{rawfig(r_wrap, 'writes_per_s', 'rate') if raws else '—'} | ≥ 10,000/s | {met(r.reg_per_s >= 10_000)} |"
+        )
+    rec = results.get("recovery")
+    if rec:
+        print(
+            f"| 4 | cycle closed → victim CANCELLING, epoch committed (its stream), p50 ({rec['n']} cycles) | "
+            f"{ms(rec['p50'])} | — | — | ≤ {WINDOW_MS} + 50 ms | {met(rec['p50'] <= (WINDOW_MS + 50) / 1000)} |"
+        )
+        print(f"| 4 | the same, p99 | {ms(rec['p99'])} | — | — | — | — |")
+    elif st.recovery_trials:
+        print(f"| 4 | recovery | error: {errors.get('recovery', '?')} | — | — | ≤ {WINDOW_MS} + 50 ms | n/a |")
+    fo = results.get("failover")
+    if fo:
+        print(
+            f"| 5 | failover: leader kill -9 → first committed write, p50 ({fo['n']} kills) | {ms(fo['p50'])} "
+            f"(max {ms(fo['max'])}) | — | — | ≤ 1 s | {met(fo['p50'] <= 1.0)} |"
+        )
+    elif st.failover_trials:
+        print(f"| 5 | failover | error: {errors.get('failover', '?')} | — | — | ≤ 1 s | n/a |")
+    soak = results.get("soak")
+    if soak:
+        d: DriveResult = soak["drive"]
+        conv = soak["converged"]
+        lag = max((v for v in soak["max_lag"].values() if v is not None), default=None)
+        ok = conv["after_s"] is not None and conv["after_s"] <= 5.0
+        full = st.soak_s >= 60
+        verdict = met(ok) if full else f"{met(ok)} for {st.soak_s:g}s (the target asks 60 s)"
+        if conv["after_s"] is None:
+            conv_text = f"did NOT converge within 60 s: last (applied index, digest) per node {conv['last']}"
+        else:
+            idx, dig = next(iter(conv["last"].values()))
+            conv_text = f"all 3 at index {idx}, digest {dig}…, {conv['after_s']:.2f}s after load stopped"
+        failed = sum(d.other.values())
+        churn = (
+            f"; **{len(soak['changes'])} leader change(s)** during the load, {failed} writes refused"
+            if soak["changes"] or failed
+            else "; no leader change, no write refused"
+        )
+        print(
+            f"| 6 | {st.soak_s:g} s at full throughput → leader: rate; max follower lag; replicas after load stops "
+            f"| {rate(d.reg_per_s)} reg/s; max lag {lag} entries{churn}; {conv_text} | — | — | "
+            f"{'60 s, ' if not full else ''}no follower behind for good (same index + digest ≤ 5 s after) | {verdict} |"
+        )
+    elif st.soak_s:
+        print(f"| 6 | soak | error: {errors.get('soak', '?')} | — | — | no follower behind for good | n/a |")
+    probe = results.get("fsync")
+    probe_text = (
+        f"; one msync of a dirty journal page here ({probe['fs']}): p50 {ms(probe['p50'])}, p99 {ms(probe['p99'])}"
+        if probe
+        else ""
+    )
+    print(
+        "| 7 | durability option (journal flush/fsync) | **none**: pysyncobj 0.3.17's FileJournal is an mmap never "
+        "flushed while running; SyncObjConf, `build_conf` and `waitgraph serve` have no flush/fsync setting, so "
+        f"there is no cost to measure{probe_text} | same journal | same journal | — | n/a |"
+    )
+    print()
+
+    # -- details --------------------------------------------------------------------------------
+    print("### details\n")
+    if lat:
+        print(
+            f"- 1: at leader {lat['leader']}; RegisterWait max {ms(lat['max'])}; the CloseWait after each: "
+            f"p50 {ms(lat['close_p50'])}, p99 {ms(lat['close_p99'])}. raw/wrapper p50/p99: one write at a time "
+            "submitted inside the leader process (no gRPC, no client, no auth, no conversion)."
+        )
+    for key, num in (("thr_leader", "2"), ("thr_follower", "3"), ("thr_register_only", "3b")):
+        r = results.get(key)
+        if r is None:
+            continue
+        node = results.get("drive_nodes", {}).get((key == "thr_follower", key != "thr_register_only"), "?")
+        others = {k: v for k, v in r.other.items() if v}
+        writes = r.registrations + r.closes
+        per_entry = f"{writes / r.entries:.1f} writes per log entry (group commit)" if r.entries else "entries ?"
+        cpu = ", ".join(f"{k} {v:.2f}" for k, v in r.cpu.items())
+        under_load = f"p50 {ms(statistics.median(r.latencies))}, p99 {ms(pct(r.latencies, 0.99))}"
+        print(
+            f"- {num}: to {node} for {r.seconds:.1f}s: {r.registrations} registrations, {r.closes} closes, "
+            f"{r.entries} log entries, {per_entry}; per-call latency under load {under_load}; "
+            f"not applied / errors: {others or 'none'}; CPU in cores (* = leader): {cpu} "
+            f"(sum without steal {sum(v for k, v in r.cpu.items() if k != 'steal'):.2f} of {os.cpu_count()})"
+        )
+    for variant, rv in (("raw", r_raw), ("wrapper", r_wrap)):
+        if rv:
+            print(f"- raw bench `{variant}`: {json.dumps(rv)}")
+    if rec:
+        print(
+            f"- 4: closing RegisterWait answered in p50 {ms(rec['write_p50'])}; `RecoveryProposed` reached the stream "
+            f"after p50 {ms(rec['proposed_p50'])} / p99 {ms(rec['proposed_p99'])} (detection loop); `CancelRequested` "
+            f"after "
+            f"p50 {ms(rec['p50'])} / p99 {ms(rec['p99'])} / max {ms(rec['max'])}; the part after the proposal is the "
+            f"{WINDOW_MS} ms window (logical time from the proposal's stamp) plus the wait for the next 100 ms leader "
+            f"loop step and the votes. Decisions other than VICTIM-with-epoch: {rec['problems'] or 'none'}."
+        )
+    if fo:
+        samples = ", ".join(ms(s) for s in fo["samples"])
+        print(
+            f"- 5: samples {samples}; a survivor first said `role=leader` (Status polled every ~10 ms) after "
+            f"{', '.join(ms(s) for s in fo['leader_seen'])}; leader changes {fo['elected']}; write attempts per trial "
+            f"{fo['attempts']}, refusals seen {fo['why']}; "
+            f"restart of the killed node until caught up p50 {fo['restart_p50']:.1f}s. Raft timers: election timeout "
+            "0.5-1.0 s, heartbeat 0.1 s (cluster/raft.py RaftConfig)."
+        )
+    if soak:
+        d = soak["drive"]
+        print(
+            f"- 6: leader {soak['leader']}; {d.registrations} registrations + {d.closes} closes in {d.seconds:.1f}s, "
+            f"{d.entries} log entries; not applied / errors: {({k: v for k, v in d.other.items() if v}) or 'none'}; "
+            f"leader changes (s into the soak, new leader) {soak['changes'] or 'none'}; "
+            f"{soak['polls']} Status polls: follower lag (leader commit - follower applied, entries) max "
+            f"{soak['max_lag']}, median {soak['p50_lag']}, at the last poll {soak['last_lag']}; RSS MB before→after "
+            + ", ".join(f"{k} {a:.0f}→{b:.0f}" for k, (a, b) in soak["rss_mb"].items())
+            + "; CPU cores: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in d.cpu.items())
+            + f"; one Status(include_digest) took up to {soak['converged']['read_s']:.2f}s"
+        )
+    if errors:
+        print()
+        print("### errors (phases that produced no figure)\n")
+        for k, v in errors.items():
+            print(f"- {k}: {v}")
+    profiles = results.get("profiles")
+    if profiles:
+        print()
+        print(
+            f"### py-spy during figure 2 ({st.seconds:g}s, --gil, 100 Hz, "
+            f"{'--native: the processes were paused per sample' if st.profile == 'native' else '--nonblocking'})\n"
+        )
+        for name, lines in profiles.items():
+            print(f"**{name}**\n")
+            print("\n".join(lines))
+            print()
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "?"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="a short run (~1 min): fewer samples, shorter phases")
+    p.add_argument("--samples", type=int, help="figure 1 samples (default 3000; --quick 2000)")
+    p.add_argument("--seconds", type=float, help="figures 2/3 duration (default 10; --quick 5)")
+    p.add_argument("--recovery-trials", type=int, help="figure 4 cycles (default 40; --quick 20)")
+    p.add_argument("--failover-trials", type=int, help="figure 5 kills (default 7; --quick 3; 0 skips)")
+    p.add_argument("--soak-s", type=float, help="figure 6 duration (default 60; --quick 10; 0 skips)")
+    p.add_argument("--register-only", action=argparse.BooleanOptionalAction, help="figure 3b (default: full run)")
+    p.add_argument("--no-raw", action="store_true", help="skip the raw pysyncobj / wrapper columns")
+    p.add_argument(
+        "--profile",
+        nargs="?",
+        const="python",
+        choices=["python", "native"],
+        help="py-spy the leader, a follower and the client during figure 2 (native: with C/Cython frames)",
+    )
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory (node logs, data)")
+    p.add_argument(
+        "--node-switch-interval-ms",
+        type=float,
+        help="experiment: start each node with sys.setswitchinterval(this) (Python's default is 5 ms)",
+    )
+    args = p.parse_args()
+    global NODE_SWITCH_INTERVAL_S
+    if args.node_switch_interval_ms is not None:
+        NODE_SWITCH_INTERVAL_S = args.node_switch_interval_ms / 1000
+    q = args.quick
+    st = Settings(
+        samples=args.samples or (2000 if q else 3000),
+        seconds=args.seconds or (5.0 if q else 10.0),
+        recovery_trials=args.recovery_trials if args.recovery_trials is not None else (20 if q else 40),
+        failover_trials=args.failover_trials if args.failover_trials is not None else (3 if q else 7),
+        soak_s=args.soak_s if args.soak_s is not None else (10.0 if q else 60.0),
+        register_only=args.register_only if args.register_only is not None else not q,
+        profile=args.profile,
+        keep=args.keep,
+    )
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored (`&`)
+    root = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    t0 = time.perf_counter()
+    results["loadavg_before"] = f"{os.getloadavg()[0]:.2f}"
+    try:
+        results["fsync"] = fsync_probe(root) | {"fs": fs_type(root)}
+        if not args.no_raw:
+            print("... raw pysyncobj and RaftNode wrapper (scripts/bench_raw_raft.py)", file=sys.stderr, flush=True)
+            results["raw"] = run_raw(st.samples, st.seconds)
+        asyncio.run(run(st, root, results, errors))
+    except KeyboardInterrupt:
+        print("interrupted; every node process is being killed", file=sys.stderr)
+        _kill_all()
+        return 130
+    finally:
+        _kill_all()
+        if st.keep:
+            print(f"kept {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    report(st, args, results, errors)
+    print(f"\n(total run time {time.perf_counter() - t0:.0f}s)")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
