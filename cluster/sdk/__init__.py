@@ -1,0 +1,94 @@
+"""The waitgraph Python SDK: register what an agent waits for before it blocks, and be told when
+the cluster breaks a deadlock by rolling it back.
+
+Async first (:class:`Client`), with a blocking twin of the same surface (:class:`SyncClient`)::
+
+    from cluster.sdk import Client, DeadlockVictim
+
+    async with Client(endpoints=["127.0.0.1:50051"], token=TOKEN) as client:
+        async with client.session("reviewer") as s:
+            async with s.execution(run_id="run-7", checkpoint=True) as ex:
+                try:
+                    async with ex.holding("resource:browser-9"):
+                        ...
+                except DeadlockVictim as victim:
+                    await ex.retry()          # next generation, under victim.epoch
+
+See docs/sdk.md.
+"""
+
+from .client import TLS, Client, StreamStats, WatchedEvent
+from .errors import (
+    AlreadyExists,
+    CancellationRequested,
+    Conflict,
+    CursorExpired,
+    DeadlockVictim,
+    Decision,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NoSession,
+    NotFound,
+    NotLeader,
+    OutcomeUnknown,
+    PermissionDenied,
+    ResourceExhausted,
+    RpcError,
+    RunCancelled,
+    Score,
+    SessionClosed,
+    StaleCancelGeneration,
+    StaleEpoch,
+    StaleGeneration,
+    Unauthenticated,
+    Unavailable,
+    WaitgraphClientError,
+)
+from .session import Assignment, Delegation, Execution, ExecutionScope, Holding, Session, Wait
+from .sync import SyncClient, SyncDelegation, SyncExecution, SyncHolding, SyncSession, SyncWait
+
+__all__ = [
+    "TLS",
+    "AlreadyExists",
+    "Assignment",
+    "CancellationRequested",
+    "Client",
+    "Conflict",
+    "CursorExpired",
+    "DeadlockVictim",
+    "Decision",
+    "Delegation",
+    "Execution",
+    "ExecutionScope",
+    "FailedPrecondition",
+    "Holding",
+    "Internal",
+    "InvalidArgument",
+    "NoSession",
+    "NotFound",
+    "NotLeader",
+    "OutcomeUnknown",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "RpcError",
+    "RunCancelled",
+    "Score",
+    "Session",
+    "SessionClosed",
+    "StaleCancelGeneration",
+    "StaleEpoch",
+    "StaleGeneration",
+    "StreamStats",
+    "SyncClient",
+    "SyncDelegation",
+    "SyncExecution",
+    "SyncHolding",
+    "SyncSession",
+    "SyncWait",
+    "Unauthenticated",
+    "Unavailable",
+    "Wait",
+    "WaitgraphClientError",
+    "WatchedEvent",
+]

@@ -1,0 +1,478 @@
+"""The asynchronous client: endpoints, retries, typed errors, the event stream, operator reads.
+
+Rules kept here:
+- Connect to any node. A write carries one request id (uuid4) for all its attempts: after an
+  UNAVAILABLE with the ``waitgraph-leader`` trailer the call follows the hint, after an outcome
+  unknown (``waitgraph-retry: same-request-id``, a deadline, a dropped connection) it is sent
+  again with the *same* id, so the cluster's idempotency table answers instead of applying twice.
+  Any other failure is raised at once as a typed :mod:`cluster.sdk.errors` exception.
+- Retries stop at ``retry_deadline_s`` with the last error (an :class:`~.errors.Unavailable`).
+- The event stream (:meth:`Client.events`) keeps the cursor of the last event it delivered and
+  resumes after it on any node; a cursor older than the node's horizon restarts it at the head
+  (counted in :attr:`StreamStats.resyncs`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf.message import Message
+
+from cluster import convert
+from proto.waitgraph.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc
+from statemachine import commands as C
+from statemachine.commands import Command
+from statemachine.effects import Effect
+from statemachine.outcome import Outcome
+from statemachine.recovery_state import DecisionKind, RolloutMode
+
+from .errors import (
+    CursorExpired,
+    Decision,
+    NotFound,
+    ResourceExhausted,
+    RpcError,
+    Score,
+    SessionClosed,
+    error_from_rpc,
+)
+
+if TYPE_CHECKING:
+    from .session import Session
+
+logger = logging.getLogger("waitgraph.sdk")
+
+__all__ = ["TLS", "Client", "StreamStats", "WatchedEvent"]
+
+_OPERATOR_RPC: dict[type[Command], str] = {cls: rpc for rpc, cls in convert.OPERATOR_WRITES.items()}
+_KIND_NAMES = {convert.enum_number(k): k.value for k in DecisionKind}
+_MODE_NAMES = {convert.enum_number(m): m.value for m in RolloutMode}
+
+
+@dataclass(frozen=True, slots=True)
+class TLS:
+    """TLS for the gRPC channels: the CA to trust (None: the system's), and a client certificate
+    and key for mTLS. ``server_name`` overrides the name checked in the server's certificate."""
+
+    root_certificates: bytes | None = None
+    certificate_chain: bytes | None = None
+    private_key: bytes | None = None
+    server_name: str | None = None
+
+    @classmethod
+    def from_files(
+        cls, ca: str | Path | None = None, cert: str | Path | None = None, key: str | Path | None = None
+    ) -> TLS:
+        def read(p: str | Path | None) -> bytes | None:
+            return Path(p).read_bytes() if p is not None else None
+
+        return cls(read(ca), read(cert), read(key))
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(self.root_certificates, self.private_key, self.certificate_chain)
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedEvent:
+    """One effect from ``WatchEvents``: its cursor (the same on every node), its log index, the
+    agents it concerns, and the effect as the core's dataclass."""
+
+    cursor: int
+    log_index: int
+    agent_ids: tuple[str, ...]
+    effect: Effect
+
+
+@dataclass(slots=True)
+class StreamStats:
+    """What an event stream went through (for tests and operators)."""
+
+    events: int = 0
+    reconnects: int = 0
+    resyncs: int = 0
+    duplicates: int = 0
+    """Events at or below the cursor already delivered, dropped (the server promises none)."""
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class Transport:
+    """Channels to the endpoints, the current endpoint, and the retry loop of one call."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        token: str,
+        tls: TLS | bool | None,
+        call_timeout_s: float,
+        retry_deadline_s: float,
+        interceptors: Sequence[Any] | None,
+    ) -> None:
+        if not endpoints:
+            raise ValueError("give at least one endpoint (host:port)")
+        self.endpoints: list[str] = list(dict.fromkeys(endpoints))
+        self._current = 0
+        self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),)
+        self.tls: TLS | None = TLS() if tls is True else (tls or None)
+        self.call_timeout_s = call_timeout_s
+        self.retry_deadline_s = retry_deadline_s
+        self.interceptors = list(interceptors or [])
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.closed = False
+
+    @property
+    def endpoint(self) -> str:
+        return self.endpoints[self._current]
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        if self.closed:
+            raise SessionClosed("the client is closed")
+        ch = self._channels.get(address)
+        if ch is None:
+            options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+            if self.tls is None:
+                ch = grpc.aio.insecure_channel(address, options=options, interceptors=self.interceptors or None)
+            else:
+                if self.tls.server_name:
+                    options.append(("grpc.ssl_target_name_override", self.tls.server_name))
+                ch = grpc.aio.secure_channel(
+                    address, self.tls.credentials(), options=options, interceptors=self.interceptors or None
+                )
+            self._channels[address] = ch
+        return ch
+
+    def agent_stub(self, address: str) -> Any:
+        return agent_pb2_grpc.AgentServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+
+    def operator_stub(self, address: str) -> Any:
+        return operator_pb2_grpc.OperatorServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+
+    def rotate(self, away_from: str) -> None:
+        """Move to the next endpoint, unless another call already moved away from ``away_from``."""
+        if self.endpoint == away_from:
+            self._current = (self._current + 1) % len(self.endpoints)
+
+    def follow(self, leader: str) -> None:
+        if leader not in self.endpoints:
+            self.endpoints.append(leader)
+        self._current = self.endpoints.index(leader)
+
+    async def call(self, service: str, rpc: str, request: Message, request_id: str | None = None) -> Any:
+        """One unary call with retries (see the module's rules); ``request_id`` names the write."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.retry_deadline_s
+        backoff = 0.05
+        tried_without_answer = 0
+        hops = 0
+        while True:
+            address = self.endpoint
+            stub = self.agent_stub(address) if service == "agent" else self.operator_stub(address)
+            remaining = deadline - loop.time()
+            timeout = max(0.5, min(self.call_timeout_s, remaining))
+            try:
+                return await getattr(stub, rpc)(request, metadata=self.metadata, timeout=timeout)
+            except grpc.aio.AioRpcError as exc:
+                err = error_from_rpc(exc, address, request_id)
+                if not self._retryable(exc, err):
+                    raise err from None
+                delay = backoff
+                if err.leader and err.leader != address:
+                    self.follow(err.leader)  # the hint: go there at once (unless hints go round in circles)
+                    hops += 1
+                    delay = 0.0 if hops <= 3 else backoff
+                elif err.retry_same_id:
+                    # Outcome unknown on a live node (a leader change in flight): same node, same id,
+                    # unless it keeps answering that way.
+                    tried_without_answer += 1
+                    if tried_without_answer >= 2:
+                        self.rotate(address)
+                        tried_without_answer = 0
+                else:
+                    self.rotate(address)  # no answer (down, partitioned, too slow), or no leader known here
+                if loop.time() + delay >= deadline:
+                    raise err from None
+                logger.debug("%s on %s: %s; retrying in %.2fs", rpc, address, err, delay)
+                if delay:
+                    await asyncio.sleep(delay)
+                    backoff = min(backoff * 2, 1.0)
+
+    @staticmethod
+    def _retryable(exc: grpc.aio.AioRpcError, err: RpcError) -> bool:
+        if exc.code() in _RETRYABLE:
+            return True
+        # Backpressure (too many commands outstanding on the node): nothing was queued.
+        return isinstance(err, ResourceExhausted) and err.code == "too_many_outstanding"
+
+    async def close(self) -> None:
+        self.closed = True
+        channels, self._channels = self._channels, {}
+        for ch in channels.values():
+            await ch.close()
+
+
+class Client:
+    """An asynchronous waitgraph client (agents and operators alike; the token decides).
+
+    ::
+
+        async with Client(endpoints=["10.0.0.1:50051", "10.0.0.2:50051"], token=TOKEN) as client:
+            async with client.session("planner") as s:
+                async with s.execution(run_id="run-7") as ex:
+                    async with ex.holding("resource:browser-9"):
+                        async with ex.waiting_for("artifact:review-42") as w:
+                            await w.resolved()
+
+    ``local_wait_threshold_s`` (default 0: register every wait before blocking) lets a session keep
+    a short wait local and register it only once it has lasted that long; a waiter that holds a
+    lease or a pool permit always registers before it blocks. ``interceptors`` are passed to every
+    ``grpc.aio`` channel (tests use them to inject faults).
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        token: str,
+        *,
+        tls: TLS | bool | None = None,
+        call_timeout_s: float = 10.0,
+        retry_deadline_s: float = 30.0,
+        lease_ms: int = 30_000,
+        local_wait_threshold_s: float = 0.0,
+        interceptors: Sequence[Any] | None = None,
+    ) -> None:
+        self.transport = Transport(endpoints, token, tls, call_timeout_s, retry_deadline_s, interceptors)
+        self.lease_ms = lease_ms
+        self.local_wait_threshold_s = local_wait_threshold_s
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+    @property
+    def endpoint(self) -> str:
+        """The node the next call goes to first."""
+        return self.transport.endpoint
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def session(
+        self,
+        agent_id: str,
+        *,
+        lease_ms: int | None = None,
+        heartbeat_interval_s: float | None = None,
+        local_wait_threshold_s: float | None = None,
+    ) -> Session:
+        """An agent session (an async context manager): joins on enter, heartbeats, watches its
+        events, and leaves on exit. ``agent_id`` must be the one the token is bound to."""
+        from .session import Session
+
+        return Session(
+            self,
+            agent_id,
+            lease_ms=lease_ms if lease_ms is not None else self.lease_ms,
+            heartbeat_interval_s=heartbeat_interval_s,
+            local_wait_threshold_s=(
+                local_wait_threshold_s if local_wait_threshold_s is not None else self.local_wait_threshold_s
+            ),
+        )
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def submit(self, command: Command, *, request_id: str | None = None, service: str | None = None) -> Outcome:
+        """Send one core command as its write RPC and return the core's outcome (APPLIED or NOOP;
+        ``duplicate`` when a retry was answered from the idempotency table). A rejection raises.
+
+        ``service``: ``agent`` or ``operator``; by default AgentService for the commands it
+        carries (CancelRun included), OperatorService for the rest.
+        """
+        if service is None:
+            service = "agent" if command.KIND in convert.AGENT_WRITES else "operator"
+        rpc = command.KIND if service == "agent" else _OPERATOR_RPC.get(type(command), command.KIND)
+        rid = request_id or new_request_id()
+        request = convert.request_from_command(command, rid, rpc)
+        reply = await self.transport.call(service, rpc, request, rid)
+        outcome: Outcome = convert.outcome_from_proto(reply)
+        return outcome
+
+    # -- operator calls (operator or admin tokens) -------------------------------------------------
+
+    async def status(self, *, fresh: bool = False, include_digest: bool = False) -> operator_pb2.StatusResponse:
+        request = operator_pb2.StatusRequest(fresh=fresh, include_digest=include_digest)
+        reply: operator_pb2.StatusResponse = await self.transport.call("operator", "Status", request)
+        return reply
+
+    async def graph(
+        self, *, run_id: str = "", agent_id: str = "", limit: int = 0, fresh: bool = False
+    ) -> operator_pb2.GraphResponse:
+        request = operator_pb2.GraphRequest(run_id=run_id, agent_id=agent_id, limit=limit, fresh=fresh)
+        reply: operator_pb2.GraphResponse = await self.transport.call("operator", "Graph", request)
+        return reply
+
+    async def cycles(self, *, include_closed: bool = False, fresh: bool = False) -> operator_pb2.CyclesResponse:
+        request = operator_pb2.CyclesRequest(include_closed=include_closed, fresh=fresh)
+        reply: operator_pb2.CyclesResponse = await self.transport.call("operator", "Cycles", request)
+        return reply
+
+    async def explain_decision(
+        self, *, decision_id: str = "", digest: str = "", fresh: bool = False
+    ) -> list[operator_pb2.DecisionView]:
+        """The recorded decisions (by id, or every one for a digest); empty when there is none."""
+        request = operator_pb2.ExplainDecisionRequest(decision_id=decision_id, digest=digest, fresh=fresh)
+        try:
+            reply = await self.transport.call("operator", "ExplainDecision", request)
+        except NotFound:
+            return []
+        return list(reply.decisions)
+
+    async def decision(self, decision_id: str, *, fresh: bool = False) -> Decision | None:
+        """A decision record as the SDK's :class:`Decision` with every candidate's score (the
+        victim's role; None when there is no such decision)."""
+        views = await self.explain_decision(decision_id=decision_id, fresh=fresh)
+        if not views:
+            return None
+        return decision_from_view(views[0])
+
+    async def configure_recovery(
+        self, voters: Sequence[str], quorum: int, max_rollback: int, *, confirmation_window_ms: int = 500
+    ) -> Outcome:
+        return await self.submit(
+            C.ConfigureRecovery(
+                voters=tuple(voters),
+                quorum=quorum,
+                max_rollback=max_rollback,
+                confirmation_window_ms=confirmation_window_ms,
+            )
+        )
+
+    async def set_mode(self, mode: str | RolloutMode, *, run_id: str | None = None) -> Outcome:
+        return await self.submit(C.SetMode(mode=RolloutMode(mode), run_id=run_id))
+
+    async def vote(self, digest: str, approve: bool = True) -> Outcome:
+        return await self.submit(C.VoteRecovery(digest=digest, approve=approve))
+
+    # -- events ------------------------------------------------------------------------------------
+
+    async def events(
+        self,
+        *,
+        after_cursor: int | None = None,
+        kinds: Sequence[str] = (),
+        agent_id: str = "",
+        stats: StreamStats | None = None,
+        on_started: Callable[[int], None] | None = None,
+        on_resync: Callable[[], None] | None = None,
+    ) -> AsyncGenerator[WatchedEvent, None]:
+        """``WatchEvents`` as an endless async iterator that survives node failures: it resumes
+        after the last cursor it delivered, on the next endpoint. Without ``after_cursor`` it
+        starts at the head of the first node it reaches; ``on_started(cursor)`` is called once the
+        first stream is open (events after that cursor will all be delivered), ``on_resync()`` when
+        the cursor expired and the stream restarted at a node's head (events were lost)."""
+        stats = stats if stats is not None else StreamStats()
+        transport = self.transport
+        cursor = after_cursor
+        started = False
+        backoff = 0.05
+        while True:
+            address = transport.endpoint
+            request = agent_pb2.WatchEventsRequest(kinds=list(kinds), agent_id=agent_id)
+            if cursor is not None:
+                request.after_cursor = cursor
+            call = transport.agent_stub(address).WatchEvents(request, metadata=transport.metadata)
+            try:
+                async for msg in call:
+                    body = msg.WhichOneof("body")
+                    if body == "started":
+                        if cursor is None:
+                            cursor = msg.started.cursor
+                        if not started:
+                            started = True
+                            if on_started is not None:
+                                on_started(cursor)
+                        backoff = 0.05
+                    elif body == "event":
+                        ev = msg.event
+                        if cursor is not None and ev.cursor <= cursor:
+                            stats.duplicates += 1
+                            logger.warning("event %d at or below cursor %d dropped", ev.cursor, cursor)
+                            continue
+                        cursor = ev.cursor
+                        stats.events += 1
+                        yield WatchedEvent(
+                            ev.cursor, ev.log_index, tuple(ev.agent_ids), convert.effect_from_proto(ev.effect)
+                        )
+                    elif body == "progress":
+                        cursor = max(cursor or 0, msg.progress.cursor)
+                raise_again: RpcError | None = None  # the server ended the stream: reconnect
+            except grpc.aio.AioRpcError as exc:
+                err = error_from_rpc(exc, address, None)
+                if isinstance(err, CursorExpired):
+                    logger.warning("event cursor %s expired on %s: restarting at the head", cursor, address)
+                    stats.resyncs += 1
+                    cursor = None
+                    raise_again = None
+                    if on_resync is not None:
+                        on_resync()
+                elif exc.code() in _RETRYABLE or exc.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL):
+                    raise_again = None
+                    transport.rotate(address)
+                else:
+                    raise_again = err
+            finally:
+                call.cancel()
+            if raise_again is not None:
+                raise raise_again
+            if transport.closed:
+                return
+            stats.reconnects += 1
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+
+def decision_from_view(view: operator_pb2.DecisionView, role: str | None = None) -> Decision:
+    """The SDK's :class:`Decision` from an ExplainDecision record."""
+    roles = {r.execution_id: r.role for r in view.roles}
+    winner = view.winner_id if view.HasField("winner_id") else None
+    subject = winner or (view.roles[0].execution_id if view.roles else "")
+    return Decision(
+        decision_id=view.decision_id,
+        execution_id=subject,
+        generation=view.winner_generation,
+        epoch=view.epoch if view.HasField("epoch") else None,
+        role=role or roles.get(subject, "victim"),
+        digest=view.digest,
+        kind=_KIND_NAMES.get(view.kind, str(view.kind)),
+        mode=_MODE_NAMES.get(view.mode),
+        policy_version=view.policy_version,
+        reason_code=view.reason_code,
+        winner_id=winner,
+        scores=tuple(
+            Score(
+                s.execution_id,
+                s.generation,
+                s.external_side_effects,
+                s.checkpoint,
+                s.priority,
+                s.cost_consumed,
+                s.unique_evidence,
+            )
+            for s in view.scores
+        ),
+    )

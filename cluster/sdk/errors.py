@@ -1,0 +1,332 @@
+"""The SDK's exceptions: one per gRPC status (refined by the ``waitgraph-code`` trailer), plus the two
+that are not RPC failures at all: :class:`DeadlockVictim` and :class:`CancellationRequested`.
+
+Rules kept here:
+- Every failed call becomes exactly one :class:`RpcError` subclass, chosen first by the stable
+  waitgraph code (``stale_epoch`` -> :class:`StaleEpoch`) and then by the status code
+  (``ABORTED`` -> :class:`Conflict`). The server's table is ``cluster/grpc_status.py``; this is its
+  mirror image, so a caller catches meanings, not numbers.
+- A rejection's typed fields (the holder of a resource, the current generation, the fenced epoch)
+  travel in the ``waitgraph-outcome-bin`` trailer; they are exposed as :attr:`RpcError.fields`.
+- :class:`DeadlockVictim` is raised *inside* the task that was blocked on a wait of an execution the
+  cluster chose as a victim; it carries the decision (id, epoch, digest, and scores when known).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from cluster import convert
+from cluster.grpc_status import CODE_KEY, LEADER_ID_KEY, LEADER_KEY, OUTCOME_KEY, RETRY_KEY
+from proto.waitgraph.v1 import types_pb2
+from statemachine.outcome import Outcome
+
+__all__ = [
+    "AlreadyExists",
+    "CancellationRequested",
+    "Conflict",
+    "CursorExpired",
+    "DeadlockVictim",
+    "Decision",
+    "FailedPrecondition",
+    "Internal",
+    "InvalidArgument",
+    "NoSession",
+    "NotFound",
+    "NotLeader",
+    "OutcomeUnknown",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "RpcError",
+    "RunCancelled",
+    "Score",
+    "SessionClosed",
+    "StaleCancelGeneration",
+    "StaleEpoch",
+    "StaleGeneration",
+    "Unauthenticated",
+    "Unavailable",
+    "WaitgraphClientError",
+    "error_from_rpc",
+]
+
+
+class WaitgraphClientError(Exception):
+    """Root of every exception the SDK raises."""
+
+
+class SessionClosed(WaitgraphClientError):
+    """The session (or its client) is closed; nothing was sent."""
+
+
+# -- RPC failures ------------------------------------------------------------------------------------
+
+
+class RpcError(WaitgraphClientError):
+    """A call the cluster refused or could not answer.
+
+    ``status`` is the gRPC status code, ``code`` the stable waitgraph code (``stale_epoch``,
+    ``target_held``...; empty when the failure is the transport's), ``fields`` the rejection's
+    typed fields as text, ``endpoint`` the node that answered, ``request_id`` the id the call
+    carried (retries of one call all carry the same one).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: grpc.StatusCode,
+        code: str = "",
+        outcome: Outcome | None = None,
+        endpoint: str | None = None,
+        request_id: str | None = None,
+        leader: str | None = None,
+        leader_id: str | None = None,
+        retry_same_id: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.outcome = outcome
+        self.fields: dict[str, str] = {k: str(v) for k, v in outcome.fields.items()} if outcome is not None else {}
+        self.endpoint = endpoint
+        self.request_id = request_id
+        self.leader = leader
+        self.leader_id = leader_id
+        self.retry_same_id = retry_same_id
+
+    def field_int(self, name: str) -> int | None:
+        """A typed field of the rejection as an integer (``lease``, ``current``, ``epoch``...)."""
+        value = self.fields.get(name)
+        try:
+            return int(value) if value is not None else None
+        except ValueError:
+            return None
+
+    def __str__(self) -> str:
+        where = f" [{self.endpoint}]" if self.endpoint else ""
+        return f"{self.status.name}{where}: {self.message}"
+
+
+class InvalidArgument(RpcError):
+    """Bad input (a malformed or free-text id, a missing field); nothing was applied."""
+
+
+class NotFound(RpcError):
+    pass
+
+
+class AlreadyExists(RpcError):
+    pass
+
+
+class FailedPrecondition(RpcError):
+    """The state does not allow the command now (illegal transition, no session, ...)."""
+
+
+class StaleGeneration(FailedPrecondition):
+    """The call named an older generation of an execution (or lease of a target) than the current one."""
+
+
+class StaleEpoch(FailedPrecondition):
+    """The execution was rolled back at a later epoch than the one the caller presented."""
+
+
+class StaleCancelGeneration(FailedPrecondition):
+    """The run's cancel generation moved past the one the caller observed."""
+
+
+class RunCancelled(FailedPrecondition):
+    """The run is cancelled: it admits nothing new (no start, commit, child, retry)."""
+
+
+class NoSession(FailedPrecondition):
+    """The agent has no active session (it expired or was never joined)."""
+
+
+class Conflict(RpcError):
+    """A lost compare-and-set: the resource is held or the pool is full (``fields``: holder, lease)."""
+
+
+class PermissionDenied(RpcError):
+    pass
+
+
+class Unauthenticated(RpcError):
+    pass
+
+
+class ResourceExhausted(RpcError):
+    pass
+
+
+class Unavailable(RpcError):
+    """No node could take the call: no leader, no quorum, or none reachable, until the deadline."""
+
+
+class NotLeader(Unavailable):
+    """The node is not the leader (``leader`` is the hint when one is known)."""
+
+
+class OutcomeUnknown(Unavailable):
+    """The command may or may not have been applied; the SDK retried it with the same request id
+    until its deadline (a later retry with ``request_id`` gets the recorded outcome)."""
+
+
+class CursorExpired(RpcError):
+    """A WatchEvents cursor older than the node's event horizon."""
+
+
+class Internal(RpcError):
+    pass
+
+
+_BY_CODE: dict[str, type[RpcError]] = {
+    "stale_generation": StaleGeneration,
+    "stale_target_generation": StaleGeneration,
+    "stale_epoch": StaleEpoch,
+    "cancel_generation_mismatch": StaleCancelGeneration,
+    "run_cancelled": RunCancelled,
+    "no_session": NoSession,
+    "not_leader": NotLeader,
+    "outcome_unknown": OutcomeUnknown,
+}
+"""Refinements by the stable waitgraph code (checked first)."""
+
+_BY_STATUS: dict[grpc.StatusCode, type[RpcError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.ABORTED: Conflict,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: OutcomeUnknown,
+    grpc.StatusCode.OUT_OF_RANGE: CursorExpired,
+}
+
+
+def _trailers(exc: grpc.aio.AioRpcError) -> dict[str, Any]:
+    try:
+        return {k: v for k, v in (exc.trailing_metadata() or ())}
+    except Exception:  # a failure before any response has no trailers
+        return {}
+
+
+def error_from_rpc(exc: grpc.aio.AioRpcError, endpoint: str | None, request_id: str | None) -> RpcError:
+    """The typed SDK error for a failed call."""
+    trailers = _trailers(exc)
+    code = str(trailers.get(CODE_KEY) or "")
+    outcome = None
+    raw = trailers.get(OUTCOME_KEY)
+    if isinstance(raw, bytes):
+        try:
+            outcome = convert.outcome_from_proto(types_pb2.Outcome.FromString(raw))
+        except Exception:  # a garbled trailer must not hide the error itself
+            outcome = None
+    status = exc.code()
+    cls = _BY_CODE.get(code) or _BY_STATUS.get(status, Internal)
+    leader = trailers.get(LEADER_KEY)
+    leader_id = trailers.get(LEADER_ID_KEY)
+    return cls(
+        (exc.details() or "").strip() or status.name,
+        status=status,
+        code=code,
+        outcome=outcome,
+        endpoint=endpoint,
+        request_id=request_id,
+        leader=str(leader) if leader else None,
+        leader_id=str(leader_id) if leader_id else None,
+        retry_same_id=trailers.get(RETRY_KEY) == "same-request-id",
+    )
+
+
+# -- decisions ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """One candidate's victim-policy inputs, as recorded in the decision."""
+
+    execution_id: str
+    generation: int
+    external_side_effects: bool
+    checkpoint: bool
+    priority: int
+    cost_consumed: int
+    unique_evidence: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A recovery decision as one of its members sees it.
+
+    ``role`` is ``victim`` (the policy's choice), ``rolled_back`` (a tie-break rolled it back) or
+    ``yielded`` (a tie-break released its holdings and made it wait behind ``winner_id``).
+    ``scores`` is filled only when the client could read the decision record (an operator token);
+    agents get the decision id and epoch, which is what fences and retries need.
+    """
+
+    decision_id: str | None
+    execution_id: str
+    generation: int
+    epoch: int | None
+    role: str
+    digest: str | None = None
+    kind: str | None = None
+    mode: str | None = None
+    policy_version: str | None = None
+    reason_code: str | None = None
+    winner_id: str | None = None
+    scores: tuple[Score, ...] | None = None
+
+
+class DeadlockVictim(WaitgraphClientError):
+    """The cluster broke a deadlock by rolling back this execution; raised in the blocked task.
+
+    The execution is CANCELLING: its waits are closed and its holdings released by the cluster.
+    Leave the execution scope (the SDK acknowledges the cancellation) or call
+    :meth:`Execution.retry` to start the next generation under the new epoch.
+    """
+
+    def __init__(self, decision: Decision) -> None:
+        epoch = f" at epoch {decision.epoch}" if decision.epoch is not None else ""
+        super().__init__(
+            f"{decision.execution_id} g{decision.generation} was chosen as a deadlock {decision.role} "
+            f"(decision {decision.decision_id}){epoch}"
+        )
+        self.decision = decision
+
+    @property
+    def execution_id(self) -> str:
+        return self.decision.execution_id
+
+    @property
+    def decision_id(self) -> str | None:
+        return self.decision.decision_id
+
+    @property
+    def epoch(self) -> int | None:
+        return self.decision.epoch
+
+
+class CancellationRequested(WaitgraphClientError):
+    """The execution's run (or an ancestor chosen as a deadlock victim) is being cancelled.
+
+    Raised in the blocked task, like :class:`DeadlockVictim`; leaving the execution scope
+    acknowledges the cancellation.
+    """
+
+    def __init__(self, execution_id: str, generation: int, run_id: str, cancel_generation: int, reason: str) -> None:
+        super().__init__(f"{execution_id} g{generation} is asked to stop: {reason}")
+        self.execution_id = execution_id
+        self.generation = generation
+        self.run_id = run_id
+        self.cancel_generation = cancel_generation
+        self.reason = reason

@@ -1,0 +1,1325 @@
+"""Sessions, executions, waits, holdings and delegations: the agent side of the wait graph.
+
+Rules kept here:
+- A wait is registered *before* the caller blocks (``async with s.waiting_for(...)`` returns only
+  once the edge is in the replicated graph) and closed on every way out of the block: normal
+  exit, exception, cancellation. The one exception is the local threshold: a session may keep a
+  short wait local and register it once it has lasted ``local_wait_threshold_s``, but never when
+  the execution holds a lease or a pool permit (a scarce resource), which registers at once.
+- The event stream of the session is the only source of wake-ups: ``WaitClosed`` resolves a wait,
+  a recovery decision that rolls an execution back cancels the tasks blocked in its waits and
+  raises :class:`~.errors.DeadlockVictim` in them, a cancel request raises
+  :class:`~.errors.CancellationRequested`. Every handle is registered under its edge id before
+  the request is sent, because the event may arrive before the reply.
+- The session tracks the latest epoch and each run's cancel generation it has observed (from its
+  events) and sends them with every call that is fenced by them: ``observed_epoch`` on Acquire,
+  ``observed_cancel_generation`` on create, start, complete, claim, renew and tool calls. It never
+  adopts a newer value from a rejection: the fence is there to make the caller *see* the rollback.
+- Every write goes through :meth:`Client.submit`: one request id per call, the same for all its
+  retries, so a retry after a failover never applies a command twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import deque
+from collections.abc import Awaitable
+from contextvars import ContextVar, Token
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from statemachine import commands as C
+from statemachine.effects import (
+    Acquired,
+    CancelRequested,
+    Effect,
+    ExecutionCreated,
+    ExecutionStateChanged,
+    GenerationAdvanced,
+    RecoveryProposed,
+    VictimChosen,
+    WaitClosed,
+    Yielded,
+)
+from statemachine.enums import CancelMode, EffectOutcome, ExecStatus
+from statemachine.outcome import Outcome, Result
+
+from .client import Client, StreamStats, WatchedEvent
+from .errors import (
+    AlreadyExists,
+    CancellationRequested,
+    Conflict,
+    DeadlockVictim,
+    Decision,
+    FailedPrecondition,
+    InvalidArgument,
+    SessionClosed,
+    StaleGeneration,
+    WaitgraphClientError,
+)
+
+logger = logging.getLogger("waitgraph.sdk")
+
+__all__ = ["Assignment", "Delegation", "Execution", "ExecutionScope", "Holding", "Session", "Wait"]
+
+T = TypeVar("T")
+Interrupt = DeadlockVictim | CancellationRequested
+
+_CURRENT: ContextVar[tuple[Execution, ...]] = ContextVar("waitgraph_current_executions", default=())
+"""The executions whose scopes the running task is inside, innermost last (of any session)."""
+_SCARCE_PREFIXES = ("resource:", "pool:", "reservation:")
+_REGISTER_ATTEMPTS = 8
+_FUTURE_GENERATION_POLL_S = 0.1
+_EVENT_LOG = 2000
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+async def _shielded(aw: Awaitable[T]) -> T:
+    """Finish ``aw`` even if the caller is cancelled meanwhile (cleanup must reach the cluster)."""
+    task = asyncio.ensure_future(aw)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(task), 10)
+        raise
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """An execution another agent created for this one (a delegation), from ``ExecutionCreated``."""
+
+    execution_id: str
+    run_id: str
+    generation: int
+
+
+# -- the session -----------------------------------------------------------------------------------------
+
+
+class Session:
+    """One agent's session: lease and heartbeats, its event stream, and its executions.
+
+    Use as ``async with client.session(agent_id) as s:``. The shortcuts ``s.waiting_for``,
+    ``s.holding`` and ``s.delegate`` act for the *current* execution: the innermost
+    ``async with s.execution(...)`` of the calling task (or pass ``execution=``).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        agent_id: str,
+        *,
+        lease_ms: int,
+        heartbeat_interval_s: float | None,
+        local_wait_threshold_s: float,
+    ) -> None:
+        self.client = client
+        self.agent_id = agent_id
+        self.lease_ms = lease_ms
+        self.heartbeat_interval_s = heartbeat_interval_s or max(0.2, lease_ms / 3000)
+        self.local_wait_threshold_s = local_wait_threshold_s
+        self.observed_epoch = 0
+        """The latest global epoch this session has seen a decision commit (sent on Acquire)."""
+        self.cancel_generations: dict[str, int] = {}
+        """The latest cancel generation seen per run (sent on create/start/complete/claim)."""
+        self.stats = StreamStats()
+        self.event_log: deque[WatchedEvent] = deque(maxlen=_EVENT_LOG)
+        """The most recent events the session received, in cursor order."""
+        self.interrupts: list[Interrupt] = []
+        """Every interruption the session delivered (victims, cancel requests), in order."""
+        self._executions: dict[str, Execution] = {}
+        self._created: set[str] = set()
+        self._waits: dict[str, Wait] = {}
+        self._attached: dict[str, set[Wait]] = {}
+        self._cancelled_tasks: set[asyncio.Task[Any]] = set()
+        self._pending: dict[str, tuple[int, Interrupt]] = {}
+        self._decisions: dict[str, VictimChosen] = {}
+        self._proposals: deque[RecoveryProposed] = deque(maxlen=256)
+        self._cancel_requests: dict[str, CancelRequested] = {}
+        self._victims: set[tuple[str, int]] = set()
+        self._assignments: asyncio.Queue[Assignment] = asyncio.Queue()
+        self._started = asyncio.Event()
+        self._watch_task: asyncio.Task[None] | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._watch_error: BaseException | None = None
+        self._open = False
+        self._background: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Session:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Open the event stream (first, so nothing is missed), join, start heartbeats."""
+        loop = asyncio.get_running_loop()
+        self._watch_task = loop.create_task(self._watch(), name=f"waitgraph-watch-{self.agent_id}")
+        try:
+            await asyncio.wait_for(self._started.wait(), self.client.transport.retry_deadline_s)
+        except TimeoutError:
+            await self._stop_watch()
+            raise
+        if self._watch_error is not None:
+            await self._stop_watch()
+            raise self._watch_error
+        try:
+            await self.write(C.JoinSession(agent_id=self.agent_id, lease_ms=self.lease_ms))
+        except BaseException:
+            await self._stop_watch()
+            raise
+        self._open = True
+        self._heartbeat_task = loop.create_task(self._heartbeats(), name=f"waitgraph-heartbeat-{self.agent_id}")
+
+    async def close(self) -> None:
+        """Stop heartbeats, leave the session, stop the stream."""
+        was_open, self._open = self._open, False
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._heartbeat_task
+        if was_open and not self.client.transport.closed:
+            try:
+                await _shielded(self.write(C.LeaveSession(agent_id=self.agent_id)))
+            except WaitgraphClientError as exc:
+                logger.warning("leaving session %s: %s", self.agent_id, exc)
+        await self._stop_watch()
+
+    async def _stop_watch(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watch_task
+            self._watch_task = None
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval_s)
+            try:
+                await self.write(C.Heartbeat(agent_id=self.agent_id))
+            except asyncio.CancelledError:
+                raise
+            except WaitgraphClientError as exc:
+                logger.warning("heartbeat of %s failed: %s", self.agent_id, exc)
+
+    async def _watch(self) -> None:
+        try:
+            events = self.client.events(
+                stats=self.stats, on_started=lambda _cursor: self._started.set(), on_resync=self._on_resync
+            )
+            async for ev in events:
+                self.event_log.append(ev)
+                try:
+                    self._on_effect(ev.effect)
+                except Exception:  # one bad event must not stop the stream
+                    logger.exception("handling %s", type(ev.effect).__name__)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.error("event stream of %s stopped: %s", self.agent_id, exc)
+            self._watch_error = exc
+            self._started.set()
+            err = exc if isinstance(exc, WaitgraphClientError) else SessionClosed(f"event stream stopped: {exc}")
+            for waits in list(self._attached.values()):
+                for w in list(waits):
+                    w._fail(err)
+
+    def _on_resync(self) -> None:
+        """Events were lost (the cursor expired): ask the cluster about every open wait again."""
+        task = asyncio.get_running_loop().create_task(self._revalidate())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _revalidate(self) -> None:
+        for w in list(self._waits.values()):
+            try:
+                await w.refresh()
+            except WaitgraphClientError as exc:
+                logger.warning("re-checking %s after lost events: %s", w.edge_id, exc)
+
+    # -- the write path ----------------------------------------------------------------------------------
+
+    async def write(self, command: C.Command, *, request_id: str | None = None) -> Outcome:
+        """Send one agent command (AgentService); a rejection raises a typed error."""
+        if self._watch_error is not None and not isinstance(command, C.LeaveSession):
+            raise SessionClosed(f"the session's event stream failed: {self._watch_error}")
+        return await self.client.submit(command, request_id=request_id, service="agent")
+
+    def observe_epoch(self, epoch: int) -> None:
+        if epoch > self.observed_epoch:
+            self.observed_epoch = epoch
+
+    def cancel_generation(self, run_id: str | None) -> int:
+        return self.cancel_generations.get(run_id, 0) if run_id is not None else 0
+
+    # -- executions ------------------------------------------------------------------------------------
+
+    def execution(
+        self,
+        execution_id: str | None = None,
+        *,
+        run_id: str | None = None,
+        parent: Execution | str | None = None,
+        priority: int = 0,
+        checkpoint: bool = False,
+        unique_evidence: bool = False,
+    ) -> ExecutionScope:
+        """Create and start an execution; on exit complete it (normal exit), acknowledge its
+        cancellation (it was a victim or asked to stop) or fail it (any other exception).
+
+        Without ``run_id`` (and without ``parent``) the execution is the root of a new run.
+        """
+        parent_id = parent.execution_id if isinstance(parent, Execution) else parent
+        if run_id is None and isinstance(parent, Execution):
+            run_id = parent.run_id
+        if parent_id is not None and run_id is None:
+            raise ValueError("a child execution needs the parent's run_id (pass the parent Execution)")
+        return ExecutionScope(
+            self,
+            execution_id or f"exec:{self.agent_id}-{uuid.uuid4().hex[:12]}",
+            run_id=run_id or f"run-{uuid.uuid4().hex[:12]}",
+            create=True,
+            parent_id=parent_id,
+            priority=priority,
+            checkpoint=checkpoint,
+            unique_evidence=unique_evidence,
+        )
+
+    def accept(self, assignment: Assignment | str, *, run_id: str | None = None, generation: int = 1) -> ExecutionScope:
+        """Start an execution another agent created for this one (see :meth:`next_assignment`);
+        on exit it is completed, acknowledged or failed like :meth:`execution`."""
+        if isinstance(assignment, Assignment):
+            execution_id, run_id, generation = assignment.execution_id, assignment.run_id, assignment.generation
+        else:
+            execution_id = assignment
+        return ExecutionScope(self, execution_id, run_id=run_id, create=False, generation=generation)
+
+    async def next_assignment(self, timeout_s: float | None = None) -> Assignment:
+        """The next execution delegated to this agent (created by another agent's ``delegate``)."""
+        return await asyncio.wait_for(self._assignments.get(), timeout_s)
+
+    def handle(self, execution_id: str, *, run_id: str | None = None, generation: int = 1) -> Execution:
+        """The session's handle of an execution (created on first use; nothing is sent)."""
+        ex = self._executions.get(execution_id)
+        if ex is None:
+            ex = Execution(self, execution_id, run_id, generation)
+            self._executions[execution_id] = ex
+        return ex
+
+    def current(self) -> Execution:
+        """The execution of the innermost ``async with s.execution(...)`` of this task."""
+        for ex in reversed(_CURRENT.get()):
+            if ex.session is self:
+                return ex
+        raise RuntimeError("no current execution of this session: use `async with s.execution(...)` or execution=")
+
+    def _resolve(self, execution: Execution | None) -> Execution:
+        return execution if execution is not None else self.current()
+
+    # -- shortcuts for the current execution -----------------------------------------------------------
+
+    def waiting_for(self, target_id: str, *, execution: Execution | None = None, **kw: Any) -> Wait:
+        return self._resolve(execution).waiting_for(target_id, **kw)
+
+    def holding(self, target_id: str, *, execution: Execution | None = None, **kw: Any) -> Holding:
+        return self._resolve(execution).holding(target_id, **kw)
+
+    def delegate(self, agent_id: str, *, execution: Execution | None = None, **kw: Any) -> Delegation:
+        return self._resolve(execution).delegate(agent_id, **kw)
+
+    # -- targets ---------------------------------------------------------------------------------------
+
+    async def ensure_target(self, target_id: str, slots: int = 1) -> bool:
+        """Create an artifact, approval, reservation, resource or pool; True if this call created it,
+        False if it existed already."""
+        try:
+            await self.write(C.CreateTarget(target_id=target_id, slots=slots))
+        except AlreadyExists:
+            return False
+        return True
+
+    async def declare_satisfier(
+        self, target_id: str, satisfier_id: str, *, target_generation: int = 1, satisfier_generation: int = 0
+    ) -> Outcome:
+        """PRODUCED_BY / PROVIDED_BY: an execution of this agent (see :meth:`Execution.produces`),
+        or an outside satisfier (``human:...``, ``external:...``) that no execution controls."""
+        return await self.write(
+            C.DeclareSatisfier(
+                target_id=target_id,
+                target_generation=target_generation,
+                satisfier_id=satisfier_id,
+                satisfier_generation=satisfier_generation,
+            )
+        )
+
+    async def produce(self, artifact_id: str, version: int = 1) -> Outcome:
+        return await self.write(C.ProduceArtifact(artifact_id=artifact_id, version=version))
+
+    async def decide(self, approval_id: str, approved: bool = True, version: int = 1) -> Outcome:
+        return await self.write(C.DecideApproval(approval_id=approval_id, version=version, approved=approved))
+
+    async def cancel_run(self, run_id: str, reason: str) -> Outcome:
+        """Cancel a run whose root execution belongs to this agent."""
+        return await self.write(
+            C.CancelRun(run_id=run_id, observed_cancel_generation=self.cancel_generation(run_id), reason=reason)
+        )
+
+    # -- events ----------------------------------------------------------------------------------------
+
+    def _on_effect(self, fx: Effect) -> None:
+        match fx:
+            case WaitClosed():
+                w = self._waits.get(fx.edge_id)
+                if w is not None and w.version == fx.edge_version and w.generation == fx.waiter_generation:
+                    w._on_closed(fx.reason)
+            case VictimChosen():
+                self._decisions[fx.decision_id] = fx
+                if fx.epoch is not None and fx.decision_kind in ("VICTIM", "TIE_BREAK"):
+                    self.observe_epoch(fx.epoch)
+            case RecoveryProposed():
+                self._proposals.append(fx)
+            case ExecutionStateChanged() if fx.after is ExecStatus.CANCELLING:
+                # Only a recovery decision's CAS moves an execution to CANCELLING; the core names the
+                # decision in the cause ("victim:<decision id>").
+                decision_id = fx.cause.partition(":")[2] if fx.cause.startswith("victim:") else None
+                self._victim(fx.execution_id, fx.generation, decision_id)
+            case CancelRequested():
+                known = self.cancel_generations.get(fx.run_id, 0)
+                self.cancel_generations[fx.run_id] = max(known, fx.cancel_generation)
+                self._cancel_requests[fx.execution_id] = fx
+                key = (fx.execution_id, fx.generation)
+                pending = self._pending.get(fx.execution_id)
+                if key not in self._victims and (pending is None or pending[0] != fx.generation):
+                    self._interrupt(
+                        fx.execution_id,
+                        fx.generation,
+                        CancellationRequested(
+                            fx.execution_id, fx.generation, fx.run_id, fx.cancel_generation, fx.reason
+                        ),
+                    )
+            case Yielded():
+                self.observe_epoch(fx.epoch)
+                decision = Decision(None, fx.execution_id, fx.generation, fx.epoch, "yielded", winner_id=fx.winner_id)
+                self._interrupt(fx.execution_id, fx.generation, DeadlockVictim(decision))
+            case ExecutionCreated() if fx.agent_id == self.agent_id and fx.execution_id not in self._created:
+                self._assignments.put_nowait(Assignment(fx.execution_id, fx.run_id, fx.generation))
+            case GenerationAdvanced():
+                ex = self._executions.get(fx.execution_id)
+                if ex is not None and fx.after > ex.generation:
+                    logger.info("%s moved to generation %d elsewhere (a claim takeover)", fx.execution_id, fx.after)
+            case _:
+                pass
+
+    def _victim(self, execution_id: str, generation: int, decision_id: str | None) -> None:
+        vc = self._decisions.get(decision_id) if decision_id is not None else None
+        if vc is not None:
+            epoch = vc.epoch
+            role = "victim" if vc.execution_id == execution_id else "rolled_back"
+            decision = Decision(
+                decision_id,
+                execution_id,
+                generation,
+                epoch,
+                role,
+                digest=vc.digest,
+                kind=vc.decision_kind,
+                mode=vc.mode,
+                policy_version=vc.policy_version,
+                reason_code=vc.reason_code,
+                winner_id=vc.execution_id if role != "victim" else None,
+            )
+        else:
+            # A tie-break names its winner, not us: the epoch is the one proposed for our cycle.
+            proposed = [p.epoch_proposed for p in self._proposals if execution_id in p.members]
+            epoch = max(proposed) if proposed else None
+            decision = Decision(decision_id, execution_id, generation, epoch, "rolled_back")
+        if epoch is not None:
+            self.observe_epoch(epoch)
+        self._victims.add((execution_id, generation))
+        self._interrupt(execution_id, generation, DeadlockVictim(decision))
+
+    def _interrupt(self, execution_id: str, generation: int, err: Interrupt) -> None:
+        """Deliver ``err`` to every wait of the execution's generation: fail its handle and cancel
+        the task blocked in it (its ``__aexit__`` turns the cancellation into ``err``)."""
+        self._pending[execution_id] = (generation, err)
+        self.interrupts.append(err)
+        logger.info("%s", err)
+        for w in list(self._attached.get(execution_id, ())):
+            if w.generation != generation:
+                continue
+            w._fail(err)
+            task = w._task
+            if task is not None and not task.done() and task not in self._cancelled_tasks:
+                self._cancelled_tasks.add(task)
+                task.cancel(msg=f"waitgraph: {err}")
+
+    def _consume_cancel(self, task: asyncio.Task[Any] | None) -> bool:
+        if task is not None and task in self._cancelled_tasks:
+            self._cancelled_tasks.discard(task)
+            return True
+        return False
+
+    def _attach(self, w: Wait) -> None:
+        self._attached.setdefault(w.execution.execution_id, set()).add(w)
+
+    def _detach(self, w: Wait) -> None:
+        waits = self._attached.get(w.execution.execution_id)
+        if waits is not None:
+            waits.discard(w)
+            if not waits:
+                del self._attached[w.execution.execution_id]
+
+    def pending_interrupt(self, execution_id: str, generation: int) -> Interrupt | None:
+        got = self._pending.get(execution_id)
+        return got[1] if got is not None and got[0] == generation else None
+
+
+# -- executions ----------------------------------------------------------------------------------------
+
+
+class Execution:
+    """A handle of one execution owned by this session's agent (all generations of it).
+
+    ``generation`` is the attempt the handle acts for; :meth:`retry` moves it to the next one.
+    """
+
+    def __init__(self, session: Session, execution_id: str, run_id: str | None, generation: int = 1) -> None:
+        self.session = session
+        self.execution_id = execution_id
+        self.run_id = run_id
+        self.generation = generation
+        self.holdings: dict[str, int] = {}
+        """Targets this attempt holds through the SDK, with how many ``holding`` scopes hold each."""
+        self._edge_versions: dict[str, int] = {}
+        self._acked: int | None = None
+
+    def __repr__(self) -> str:
+        return f"Execution({self.execution_id} g{self.generation}, run {self.run_id})"
+
+    @property
+    def cancel_generation(self) -> int:
+        return self.session.cancel_generation(self.run_id)
+
+    @property
+    def holds_scarce(self) -> bool:
+        """Holds a lease, a reservation or a pool permit: its waits register before it blocks."""
+        return any(t.startswith(_SCARCE_PREFIXES) for t, n in self.holdings.items() if n > 0)
+
+    @property
+    def interrupt(self) -> Interrupt | None:
+        """The DeadlockVictim / CancellationRequested delivered for this attempt, if any."""
+        return self.session.pending_interrupt(self.execution_id, self.generation)
+
+    def check_interrupt(self) -> None:
+        err = self.interrupt
+        if err is not None:
+            raise err
+
+    def _next_edge_version(self, target_id: str) -> int:
+        version = self._edge_versions.get(target_id, 0) + 1
+        self._edge_versions[target_id] = version
+        return version
+
+    async def _write(self, command: C.Command) -> Outcome:
+        return await self.session.write(command)
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    async def create(
+        self,
+        *,
+        parent_id: str | None = None,
+        agent_id: str | None = None,
+        priority: int = 0,
+        checkpoint: bool = False,
+        unique_evidence: bool = False,
+    ) -> Outcome:
+        if self.run_id is None:
+            raise ValueError("an execution is created in a run: give run_id")
+        self.session._created.add(self.execution_id)
+        return await self._write(
+            C.CreateExecution(
+                execution_id=self.execution_id,
+                run_id=self.run_id,
+                parent_id=parent_id,
+                agent_id=agent_id,
+                priority=priority,
+                checkpoint=checkpoint,
+                unique_evidence=unique_evidence,
+                observed_cancel_generation=self.cancel_generation,
+            )
+        )
+
+    async def start(self) -> Outcome:
+        return await self._write(
+            C.StartExecution(
+                execution_id=self.execution_id,
+                generation=self.generation,
+                observed_cancel_generation=self.cancel_generation,
+            )
+        )
+
+    async def complete(self) -> Outcome:
+        """The canonical commit, fenced by the run's cancel generation."""
+        self.check_interrupt()
+        return await self._write(
+            C.CompleteExecution(
+                execution_id=self.execution_id,
+                generation=self.generation,
+                observed_cancel_generation=self.cancel_generation,
+            )
+        )
+
+    async def fail(self, reason: str) -> Outcome:
+        return await self._write(
+            C.FailExecution(
+                execution_id=self.execution_id, generation=self.generation, reason=_short(reason) or "failed"
+            )
+        )
+
+    async def ack_cancel(self, side_effects: EffectOutcome = EffectOutcome.NONE) -> Outcome | None:
+        """Acknowledge the cancellation of this attempt (the SDK does it when the execution scope
+        ends with the interruption, and in :meth:`retry`); None when nothing asked it to stop."""
+        if self._acked == self.generation:
+            return None
+        req = self.session._cancel_requests.get(self.execution_id)
+        if req is not None and req.generation == self.generation:
+            cancel_generation = req.cancel_generation
+        elif self.interrupt is not None:
+            cancel_generation = self.cancel_generation
+        else:
+            return None
+        out = await self._write(
+            C.AckCancel(
+                execution_id=self.execution_id,
+                generation=self.generation,
+                cancel_generation=cancel_generation,
+                side_effects=side_effects,
+            )
+        )
+        self._acked = self.generation
+        return out
+
+    async def retry(self, *, start: bool = True) -> int:
+        """Start the next attempt: acknowledge a pending cancellation, RetryExecution, and (by
+        default) StartExecution at the new generation. Returns the new generation. A rolled-back
+        victim's next Acquire presents the epoch of the decision that rolled it back."""
+        if isinstance(self.interrupt, DeadlockVictim) and self.interrupt.decision.role == "yielded":
+            pass  # a yielder was not cancelled: nothing to acknowledge
+        elif self.interrupt is not None or self.execution_id in self.session._cancel_requests:
+            await self.ack_cancel()
+        out = await self._write(C.RetryExecution(execution_id=self.execution_id, generation=self.generation))
+        after = next((fx.after for fx in out.effects if isinstance(fx, GenerationAdvanced)), self.generation + 1)
+        self.generation = after
+        self.holdings.clear()
+        self._edge_versions.clear()
+        if start:
+            await self.start()
+        return after
+
+    # -- holdings --------------------------------------------------------------------------------------
+
+    async def acquire(self, target_id: str) -> int | None:
+        """Acquire once, without waiting: the lease number, or None when this attempt already held
+        it. A held target raises :class:`~.errors.Conflict` (fields ``holder`` and ``lease``)."""
+        self.check_interrupt()
+        out = await self._write(
+            C.Acquire(
+                target_id=target_id,
+                execution_id=self.execution_id,
+                generation=self.generation,
+                observed_epoch=self.session.observed_epoch,
+            )
+        )
+        self.holdings[target_id] = self.holdings.get(target_id, 0) + 1
+        return next((fx.lease for fx in out.effects if isinstance(fx, Acquired)), None)
+
+    async def release(self, target_id: str) -> Outcome | None:
+        """Drop one hold; the last one releases the target in the cluster."""
+        n = self.holdings.get(target_id, 0)
+        if n > 1:
+            self.holdings[target_id] = n - 1
+            return None
+        self.holdings.pop(target_id, None)
+        return await self._write(
+            C.Release(target_id=target_id, execution_id=self.execution_id, generation=self.generation)
+        )
+
+    # -- scoped helpers --------------------------------------------------------------------------------
+
+    def waiting_for(
+        self,
+        target_id: str,
+        *,
+        target_generation: int | None = None,
+        reason: str | None = None,
+        deadline_ms: int | None = None,
+        cancel_mode: CancelMode = CancelMode.COOPERATIVE,
+        local_threshold_s: float | None = None,
+    ) -> Wait:
+        """Register WAIT(this execution -> ``target_id``) before the block runs, close it after.
+
+        ``target_generation``: the execution generation, artifact/approval version or lease the
+        wait is for (default: the first, adjusted to the current one when the cluster says it is
+        stale). ``local_threshold_s`` overrides the session's local threshold for this wait.
+        """
+        return Wait(
+            self,
+            target_id,
+            target_generation=target_generation,
+            reason=reason,
+            deadline_ms=deadline_ms,
+            cancel_mode=cancel_mode,
+            threshold_s=local_threshold_s,
+        )
+
+    def holding(
+        self,
+        target_id: str,
+        *,
+        wait: bool = True,
+        timeout_s: float | None = None,
+        reason: str | None = None,
+        local_threshold_s: float | None = None,
+    ) -> Holding:
+        """Hold a resource, reservation or pool permit for the block (like a redis-py/kazoo lock).
+
+        When it is held by someone else the SDK registers a wait on it and blocks until it is
+        released (``wait=False``: raise :class:`~.errors.Conflict` instead); the wait registers at
+        once when this execution already holds a scarce resource, else after the local threshold.
+        """
+        return Holding(self, target_id, wait=wait, timeout_s=timeout_s, reason=reason, threshold_s=local_threshold_s)
+
+    def delegate(
+        self,
+        agent_id: str,
+        *,
+        execution_id: str | None = None,
+        priority: int = 0,
+        checkpoint: bool = False,
+        unique_evidence: bool = False,
+        reason: str | None = None,
+    ) -> Delegation:
+        """Synchronous delegation: create a child execution for ``agent_id`` under this one and
+        register "this execution waits for the child" before the block runs."""
+        return Delegation(
+            self,
+            agent_id,
+            execution_id=execution_id,
+            priority=priority,
+            checkpoint=checkpoint,
+            unique_evidence=unique_evidence,
+            reason=reason,
+        )
+
+    # -- satisfiers, ledger, claims --------------------------------------------------------------------
+
+    async def produces(self, artifact_id: str, version: int = 1) -> Outcome:
+        """Declare PRODUCED_BY(artifact@version -> this execution@generation), creating the artifact."""
+        await self.session.ensure_target(artifact_id)
+        return await self.session.declare_satisfier(
+            artifact_id, self.execution_id, target_generation=version, satisfier_generation=self.generation
+        )
+
+    async def provides(self, approval_id: str, version: int = 1) -> Outcome:
+        """Declare PROVIDED_BY(approval@version -> this execution@generation), creating the approval."""
+        return await self.produces(approval_id, version)
+
+    async def record_side_effect(
+        self, effect_id: str, outcome: EffectOutcome, *, compensatable: bool = False
+    ) -> Outcome:
+        return await self._write(
+            C.RecordSideEffect(
+                execution_id=self.execution_id,
+                generation=self.generation,
+                effect_id=effect_id,
+                outcome=outcome,
+                compensatable=compensatable,
+            )
+        )
+
+    async def record_cost(self, cost: int, *, request_id: str | None = None) -> Outcome:
+        return await self.session.write(
+            C.RecordCost(execution_id=self.execution_id, generation=self.generation, cost=cost), request_id=request_id
+        )
+
+    async def claim(self, lease_ms: int) -> Outcome:
+        return await self._write(
+            C.ClaimTask(
+                execution_id=self.execution_id,
+                generation=self.generation,
+                observed_cancel_generation=self.cancel_generation,
+                lease_ms=lease_ms,
+            )
+        )
+
+    async def renew_claim(self) -> Outcome:
+        return await self._write(
+            C.RenewClaim(
+                execution_id=self.execution_id,
+                generation=self.generation,
+                observed_cancel_generation=self.cancel_generation,
+            )
+        )
+
+    async def accept_tool_call(self, effect_id: str, *, compensatable: bool = False) -> Outcome:
+        return await self._write(
+            C.AcceptToolCall(
+                execution_id=self.execution_id,
+                generation=self.generation,
+                observed_cancel_generation=self.cancel_generation,
+                effect_id=effect_id,
+                compensatable=compensatable,
+            )
+        )
+
+
+class ExecutionScope:
+    """``async with s.execution(...) as ex``: create (or accept) and start; complete, acknowledge
+    or fail on exit. The execution is the task's current one inside the block."""
+
+    def __init__(
+        self,
+        session: Session,
+        execution_id: str,
+        *,
+        run_id: str | None,
+        create: bool,
+        generation: int = 1,
+        parent_id: str | None = None,
+        priority: int = 0,
+        checkpoint: bool = False,
+        unique_evidence: bool = False,
+    ) -> None:
+        self.session = session
+        self.execution = session.handle(execution_id, run_id=run_id, generation=generation)
+        if run_id is not None:
+            self.execution.run_id = run_id
+        self._create = create
+        self._create_args: dict[str, Any] = dict(
+            parent_id=parent_id, priority=priority, checkpoint=checkpoint, unique_evidence=unique_evidence
+        )
+        self._token: Token[tuple[Execution, ...]] | None = None
+
+    async def enter(self) -> Execution:
+        ex = self.execution
+        if self._create:
+            await ex.create(**self._create_args)
+        try:
+            await ex.start()
+        except WaitgraphClientError as exc:
+            if self._create:  # not left PENDING forever: nobody else would start it
+                with contextlib.suppress(WaitgraphClientError):
+                    await _shielded(ex.fail(f"could not start: {exc}"))
+            raise
+        return ex
+
+    async def exit(self, exc: BaseException | None) -> None:
+        """Settle the execution for the way the block ended (see :meth:`Session.execution`)."""
+        ex = self.execution
+        interrupt = ex.interrupt
+        if exc is None:
+            if interrupt is not None:
+                await _shielded(ex.ack_cancel())
+                raise interrupt
+            await ex.complete()
+            return
+        own = isinstance(exc, DeadlockVictim | CancellationRequested) and exc.execution_id == ex.execution_id
+        try:
+            if interrupt is not None or own:
+                await _shielded(ex.ack_cancel())
+            else:
+                await _shielded(ex.fail(f"{type(exc).__name__}: {exc}"))
+        except WaitgraphClientError as cleanup:
+            logger.warning("settling %s after %s: %s", ex.execution_id, type(exc).__name__, cleanup)
+
+    async def __aenter__(self) -> Execution:
+        ex = await self.enter()
+        self._token = _CURRENT.set((*_CURRENT.get(), ex))
+        return ex
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if self._token is not None:
+            _CURRENT.reset(self._token)
+            self._token = None
+        await self.exit(exc)
+
+
+# -- waits -----------------------------------------------------------------------------------------------
+
+
+class Wait:
+    """One registered wait edge; ``await w.resolved()`` blocks until the cluster closes it.
+
+    Attributes: ``edge_id``, ``version`` (the edge version registered), ``registered``,
+    ``satisfied`` (the target was already resolved when the SDK tried to register),
+    ``closed_reason`` (the cluster's reason: ``target_produced``, ``target_released``,
+    ``approval_granted``, ``target_waiter_finished``, ``deadline_exceeded``...).
+    """
+
+    def __init__(
+        self,
+        execution: Execution,
+        target_id: str,
+        *,
+        target_generation: int | None = None,
+        reason: str | None = None,
+        deadline_ms: int | None = None,
+        cancel_mode: CancelMode = CancelMode.COOPERATIVE,
+        threshold_s: float | None = None,
+        immediate: bool = False,
+    ) -> None:
+        self.execution = execution
+        self.session = execution.session
+        self.target_id = target_id
+        self.edge_id = f"{execution.execution_id}>{target_id}"
+        self.target_generation = target_generation
+        self.reason = _short(reason or f"waiting for {target_id}")
+        self.deadline_ms = deadline_ms
+        self.cancel_mode = cancel_mode
+        self.threshold_s = threshold_s
+        self.immediate = immediate
+        self.generation = execution.generation
+        self.version = 0
+        self.registered = False
+        self.satisfied = False
+        self.closed_reason: str | None = None
+        self.detail = ""
+        self._error: WaitgraphClientError | None = None
+        self._wake: asyncio.Event | None = None
+        self._lock: asyncio.Lock | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._timer: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        state = "registered" if self.registered else "closed" if self.closed_reason else "local"
+        return f"Wait({self.edge_id} v{self.version} {state})"
+
+    # -- entering -----------------------------------------------------------------------------------------
+
+    async def enter(self, interrupt_task: bool = True) -> Wait:
+        """Register (or, below the local threshold, schedule the registration) and attach the
+        handle; with ``interrupt_task`` the calling task is cancelled if the execution becomes a
+        deadlock victim (the sync twin passes False and is woken through :meth:`resolved`)."""
+        ex = self.execution
+        ex.check_interrupt()
+        self.generation = ex.generation
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._task = asyncio.current_task() if interrupt_task else None
+        self.session._attach(self)
+        try:
+            threshold = self.threshold_s if self.threshold_s is not None else self.session.local_wait_threshold_s
+            if self.immediate or threshold <= 0 or ex.holds_scarce:
+                await self._register()
+            else:
+                self._timer = asyncio.get_running_loop().create_task(self._register_after(threshold))
+        except asyncio.CancelledError:
+            # Another wait of this execution made it a victim while this one was registering.
+            self.session._detach(self)
+            self._forget()
+            if self.session._consume_cancel(self._task) and self._error is not None:
+                assert self._task is not None
+                self._task.uncancel()
+                raise self._error from None
+            raise
+        except BaseException:
+            self.session._detach(self)
+            raise
+        return self
+
+    def _default_generation(self) -> int:
+        return 0 if self.target_id.startswith("pool:") else 1
+
+    async def _register(self) -> None:
+        assert self._lock is not None
+        async with self._lock:
+            if self.registered or self.satisfied or self.closed_reason is not None:
+                return
+            ex = self.execution
+            tg = self.target_generation if self.target_generation is not None else self._default_generation()
+            for _ in range(_REGISTER_ATTEMPTS):
+                if self._error is not None:
+                    raise self._error
+                self.version = ex._next_edge_version(self.target_id)
+                self.session._waits[self.edge_id] = self  # the close event may come before the reply
+                try:
+                    out = await self.session.write(
+                        C.RegisterWait(
+                            waiter_id=ex.execution_id,
+                            waiter_generation=self.generation,
+                            target_id=self.target_id,
+                            target_generation=tg,
+                            reason=self.reason,
+                            deadline_ms=self.deadline_ms,
+                            cancel_mode=self.cancel_mode,
+                            edge_version=self.version,
+                        )
+                    )
+                except StaleGeneration as exc:
+                    current = exc.field_int("current")
+                    if exc.code != "stale_target_generation" or current is None or self.target_generation is not None:
+                        self._forget()
+                        raise
+                    tg = current
+                    continue
+                except FailedPrecondition as exc:
+                    if exc.code != "already_satisfied":
+                        self._forget()
+                        raise
+                    self._forget()
+                    self.satisfied = True
+                    self.detail = exc.message
+                    self._on_closed("already_satisfied")
+                    return
+                except BaseException:
+                    self._forget()
+                    raise
+                if out.result is Result.NOOP and out.code == "stale_edge_version":
+                    continue
+                self.target_generation = tg
+                self.registered = True
+                return
+            self._forget()
+            raise FailedPrecondition(
+                f"could not register {self.edge_id} in {_REGISTER_ATTEMPTS} attempts",
+                status=grpc.StatusCode.FAILED_PRECONDITION,
+                code="register_failed",
+            )
+
+    async def refresh(self) -> None:
+        """Register the open edge again at the next version (after lost events): a wait whose
+        target was resolved meanwhile comes back ``already_satisfied`` and resolves; one whose
+        execution is no longer waiting (cancelled, rolled back) fails with the cluster's reason."""
+        if self._lock is None:
+            return
+        async with self._lock:
+            if not self.registered or self.closed_reason is not None or self._error is not None:
+                return
+            ex = self.execution
+            self.version = ex._next_edge_version(self.target_id)
+            self.session._waits[self.edge_id] = self
+            try:
+                await self.session.write(
+                    C.RegisterWait(
+                        waiter_id=ex.execution_id,
+                        waiter_generation=self.generation,
+                        target_id=self.target_id,
+                        target_generation=self.target_generation if self.target_generation is not None else 0,
+                        reason=self.reason,
+                        deadline_ms=self.deadline_ms,
+                        cancel_mode=self.cancel_mode,
+                        edge_version=self.version,
+                    )
+                )
+            except FailedPrecondition as exc:
+                if exc.code == "already_satisfied":
+                    self.detail = exc.message
+                    self._on_closed("already_satisfied")
+                else:
+                    self._fail(exc)
+
+    def _forget(self) -> None:
+        if self.session._waits.get(self.edge_id) is self:
+            del self.session._waits[self.edge_id]
+
+    async def _register_after(self, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        try:
+            await self._register()
+        except WaitgraphClientError as exc:
+            self._fail(exc)
+
+    # -- the cluster's answers ----------------------------------------------------------------------------
+
+    def _on_closed(self, reason: str) -> None:
+        if self.closed_reason is None:
+            self.closed_reason = reason
+            self.registered = False
+            if self._wake is not None:
+                self._wake.set()
+
+    def _fail(self, err: WaitgraphClientError) -> None:
+        if self._error is None:
+            self._error = err
+        if self._wake is not None:
+            self._wake.set()
+
+    async def resolved(self, timeout_s: float | None = None) -> str:
+        """Block until the cluster closes the wait; returns its reason. A local wait registers now
+        (blocking on the cluster is never short). Raises the execution's interruption
+        (:class:`~.errors.DeadlockVictim`...) or ``TimeoutError``."""
+        if self._error is not None:
+            raise self._error
+        if self.closed_reason is not None:
+            return self.closed_reason
+        if not self.registered:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            await self._register()
+        assert self._wake is not None
+        await asyncio.wait_for(self._wake.wait(), timeout_s)
+        if self._error is not None:
+            raise self._error
+        assert self.closed_reason is not None
+        return self.closed_reason
+
+    # -- leaving --------------------------------------------------------------------------------------------
+
+    async def exit(self, exc: BaseException | None) -> None:
+        """Close the edge if it is still open and turn the SDK's own cancellation of the task into
+        the interruption it stands for. Raises that interruption when it happened."""
+        self.session._detach(self)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        ours = self.session._consume_cancel(self._task)
+        if self.registered and self.closed_reason is None and self._error is None:
+            why = "waiter_done"
+            if exc is not None:
+                why = "waiter_cancelled" if isinstance(exc, asyncio.CancelledError) else "waiter_error"
+            try:
+                await _shielded(self._close(why))
+            except asyncio.CancelledError:
+                if not ours:
+                    raise
+            except WaitgraphClientError as cleanup:
+                logger.warning("closing %s: %s", self.edge_id, cleanup)
+        self._forget()
+        err = self._error
+        if ours:
+            assert self._task is not None
+            self._task.uncancel()
+        if err is not None and not isinstance(exc, type(err)):
+            if ours or exc is None or isinstance(exc, asyncio.CancelledError):
+                raise err from None
+            raise err from exc
+
+    async def _close(self, why: str) -> None:
+        await self.session.write(
+            C.CloseWait(
+                waiter_id=self.execution.execution_id,
+                waiter_generation=self.generation,
+                target_id=self.target_id,
+                edge_version=self.version,
+                reason=why,
+            )
+        )
+        self._on_closed(why)
+
+    async def __aenter__(self) -> Wait:
+        return await self.enter(interrupt_task=True)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        await self.exit(exc)
+
+
+async def _block(w: Wait, interrupt_task: bool, timeout_s: float | None) -> str:
+    """Enter ``w``, wait until it resolves, leave it (raising the interruption if there was one)."""
+    await w.enter(interrupt_task)
+    try:
+        reason = await w.resolved(timeout_s)
+    except BaseException as exc:
+        await w.exit(exc)
+        raise
+    await w.exit(None)
+    return reason
+
+
+# -- holdings --------------------------------------------------------------------------------------------
+
+
+class Holding:
+    """``async with ex.holding("resource:browser-9") as h``: acquired for the block, released after.
+
+    ``h.lease`` is the lease number of the acquisition (None when this attempt already held it).
+    """
+
+    def __init__(
+        self,
+        execution: Execution,
+        target_id: str,
+        *,
+        wait: bool = True,
+        timeout_s: float | None = None,
+        reason: str | None = None,
+        threshold_s: float | None = None,
+        poll_interval_s: float = 0.05,
+    ) -> None:
+        self.execution = execution
+        self.session = execution.session
+        self.target_id = target_id
+        self.wait = wait
+        self.timeout_s = timeout_s
+        self.reason = reason or f"waiting to acquire {target_id}"
+        self.threshold_s = threshold_s
+        self.poll_interval_s = poll_interval_s
+        self.lease: int | None = None
+        self.waits = 0
+        """How many wait edges the acquisition registered (0: it never blocked on the cluster)."""
+        self._held = False
+
+    async def enter(self, interrupt_task: bool = True) -> Holding:
+        ex = self.execution
+        loop = asyncio.get_running_loop()
+        deadline = None if self.timeout_s is None else loop.time() + self.timeout_s
+        threshold = self.threshold_s if self.threshold_s is not None else self.session.local_wait_threshold_s
+        # Below the threshold the wait stays local (polled, unregistered), unless the execution
+        # holds something scarce: then it registers before it blocks.
+        local_until = loop.time() + (threshold if threshold > 0 and not ex.holds_scarce else 0.0)
+        while True:
+            try:
+                self.lease = await ex.acquire(self.target_id)
+                self._held = True
+                return self
+            except Conflict as conflict:
+                if not self.wait:
+                    raise
+                held = conflict
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"{self.target_id} still held after {self.timeout_s}s") from held
+            if loop.time() < local_until:
+                await asyncio.sleep(self.poll_interval_s)
+                continue
+            lease = held.field_int("lease")
+            tg = 0 if self.target_id.startswith("pool:") else lease
+            w = Wait(ex, self.target_id, target_generation=tg, reason=self.reason, immediate=True)
+            self.waits += 1
+            try:
+                await _block(w, interrupt_task, remaining)
+            except StaleGeneration:
+                continue  # leased again meanwhile: try to acquire, then wait on the new lease
+
+    async def exit(self, exc: BaseException | None) -> None:
+        if not self._held:
+            return
+        self._held = False
+        try:
+            await _shielded(self.execution.release(self.target_id))
+        except WaitgraphClientError as cleanup:
+            if exc is None:
+                raise
+            logger.warning("releasing %s: %s", self.target_id, cleanup)
+
+    async def __aenter__(self) -> Holding:
+        return await self.enter(interrupt_task=True)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        await self.exit(exc)
+
+
+# -- delegation ------------------------------------------------------------------------------------------
+
+_FINISHED = {"target_waiter_finished": "completed", "target_waiter_failed": "failed", "target_cancelled": "cancelled"}
+_TERMINAL_WORDS = (("COMPLETED", "completed"), ("FAILED", "failed"), ("CANCELLED", "cancelled"))
+_RETRIED = frozenset({"target_rolled_back", "target_generation_changed", "target_claim_expired"})
+
+
+class Delegation:
+    """``async with ex.delegate("reviewer") as d: outcome = await d.result()``.
+
+    On enter: CreateExecution for the other agent under this execution (same run), then
+    RegisterWait(this -> exec:child) before the block runs, so a child that asks this execution
+    for something closes a cycle the detector can see. :meth:`result` follows the child across
+    generations (a rolled-back child is waited for again at its next attempt) and returns
+    ``completed``, ``failed`` or ``cancelled``.
+    """
+
+    def __init__(
+        self,
+        parent: Execution,
+        agent_id: str,
+        *,
+        execution_id: str | None,
+        priority: int,
+        checkpoint: bool,
+        unique_evidence: bool,
+        reason: str | None,
+    ) -> None:
+        self.parent = parent
+        self.session = parent.session
+        self.agent_id = agent_id
+        self.execution_id = execution_id or f"exec:{agent_id}-{uuid.uuid4().hex[:12]}"
+        self.child_generation = 1
+        self.reason = reason or f"delegated to {agent_id}"
+        self._create_args: dict[str, Any] = dict(
+            priority=priority, checkpoint=checkpoint, unique_evidence=unique_evidence
+        )
+        self.wait: Wait | None = None
+        self.outcome: str | None = None
+        self._interrupt_task = True
+
+    async def enter(self, interrupt_task: bool = True) -> Delegation:
+        parent = self.parent
+        parent.check_interrupt()
+        self._interrupt_task = interrupt_task
+        child = Execution(self.session, self.execution_id, parent.run_id)
+        self.session._created.add(self.execution_id)
+        await child.create(parent_id=parent.execution_id, agent_id=self.agent_id, **self._create_args)
+        self.wait = Wait(parent, self.execution_id, target_generation=1, reason=self.reason, immediate=True)
+        await self.wait.enter(interrupt_task)
+        return self
+
+    async def result(self, timeout_s: float | None = None) -> str:
+        """Block until the child's last attempt finishes: ``completed``, ``failed`` or ``cancelled``."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while True:
+            assert self.wait is not None
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            reason = await self.wait.resolved(remaining)
+            if reason in _FINISHED:
+                self.outcome = _FINISHED[reason]
+                return self.outcome
+            if reason == "already_satisfied":
+                detail = self.wait.detail
+                self.outcome = next((v for k, v in _TERMINAL_WORDS if k in detail), "completed")
+                return self.outcome
+            if reason not in _RETRIED:
+                raise FailedPrecondition(
+                    f"the wait for {self.execution_id} closed: {reason}",
+                    status=grpc.StatusCode.FAILED_PRECONDITION,
+                    code=reason,
+                )
+            # The child's attempt was rolled back or superseded: wait for its next attempt.
+            await self.wait.exit(None)
+            self.child_generation += 1
+            self.wait = await self._wait_for_generation(self.child_generation, deadline)
+
+    async def _wait_for_generation(self, generation: int, deadline: float | None) -> Wait:
+        loop = asyncio.get_running_loop()
+        while True:
+            w = Wait(self.parent, self.execution_id, target_generation=generation, reason=self.reason, immediate=True)
+            try:
+                await w.enter(self._interrupt_task)
+                return w
+            except InvalidArgument as exc:
+                if exc.code != "future_generation":
+                    raise
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError(f"{self.execution_id} has not started generation {generation}")
+            await asyncio.sleep(_FUTURE_GENERATION_POLL_S)
+
+    async def exit(self, exc: BaseException | None) -> None:
+        if self.wait is not None:
+            await self.wait.exit(exc)
+
+    async def __aenter__(self) -> Delegation:
+        return await self.enter(interrupt_task=True)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        await self.exit(exc)
