@@ -439,7 +439,7 @@ def _target_plain(t: Target) -> list[Any]:
         t.satisfier_generation,
         t.satisfier_for,
         t.approved,
-        sorted(t.holders.items()),
+        sorted(t.holders.items()) if t.holders else [],
     ]
 
 
