@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 import msgpack
@@ -271,7 +272,7 @@ class State:
             "targets": [_target_plain(self.targets[k]) for k in sorted(self.targets)],
             "v": SNAPSHOT_VERSION,
             "waits": [
-                _wait_plain(waits[t]) for w, waits in sorted(self.waits_by_waiter.items()) for t in sorted(waits)
+                _wait_plain(waits[t]) for _, waits in sorted(self.waits_by_waiter.items()) for t in sorted(waits)
             ],
         }
 
@@ -386,26 +387,47 @@ def collector_paused(freeze: bool = False) -> Iterator[None]:
             gc.enable()
 
 
-def _exec_plain(ex: Execution) -> list[Any]:
-    return [
-        ex.execution_id,
-        ex.run_id,
-        ex.parent_id,
-        ex.agent_id,
-        ex.generation,
-        ex.status,
-        ex.priority,
-        ex.checkpoint,
-        ex.unique_evidence,
-        ex.cost_consumed,
-        ex.created_at_ms,
-        ex.status_at_ms,
-        sorted(ex.edge_hwm.items()) if ex.edge_hwm else [],
+# Snapshot rows: the scalar fields of a record, read in C by attrgetter (a tuple packs exactly
+# like a list), then the few fields that need sorting. Field order is the snapshot format.
+_EXEC_SCALARS = attrgetter(
+    "execution_id",
+    "run_id",
+    "parent_id",
+    "agent_id",
+    "generation",
+    "status",
+    "priority",
+    "checkpoint",
+    "unique_evidence",
+    "cost_consumed",
+    "created_at_ms",
+    "status_at_ms",
+)
+_TARGET_SCALARS = attrgetter(
+    "target_id", "kind", "slots", "version", "satisfier_id", "satisfier_generation", "satisfier_for", "approved"
+)
+_wait_plain = attrgetter(
+    "waiter_id",
+    "waiter_generation",
+    "target_id",
+    "target_generation",
+    "reason",
+    "deadline_ms",
+    "cancel_mode",
+    "edge_version",
+    "registered_at_ms",
+)
+
+
+def _exec_plain(ex: Execution) -> tuple[Any, ...]:
+    return (
+        *_EXEC_SCALARS(ex),
+        sorted(ex.edge_hwm.items()) if ex.edge_hwm else (),
         [[k, s.outcome, s.compensatable, s.generation] for k, s in sorted(ex.side_effects.items())]
         if ex.side_effects
-        else [],
+        else (),
         ex.children,
-    ]
+    )
 
 
 def _exec_from(row: list[Any]) -> Execution:
@@ -429,34 +451,10 @@ def _exec_from(row: list[Any]) -> Execution:
     )
 
 
-def _target_plain(t: Target) -> list[Any]:
-    return [
-        t.target_id,
-        t.kind,
-        t.slots,
-        t.version,
-        t.satisfier_id,
-        t.satisfier_generation,
-        t.satisfier_for,
-        t.approved,
-        sorted(t.holders.items()) if t.holders else [],
-    ]
+def _target_plain(t: Target) -> tuple[Any, ...]:
+    return (*_TARGET_SCALARS(t), sorted(t.holders.items()) if t.holders else ())
 
 
 def _target_from(row: list[Any]) -> Target:
     tid, kind, slots, version, sid, sgen, sfor, approved, holders = row
     return Target(tid, _KIND[kind], slots, version, sid, sgen, sfor, approved, {k: v for k, v in holders})
-
-
-def _wait_plain(e: WaitEdge) -> list[Any]:
-    return [
-        e.waiter_id,
-        e.waiter_generation,
-        e.target_id,
-        e.target_generation,
-        e.reason,
-        e.deadline_ms,
-        e.cancel_mode,
-        e.edge_version,
-        e.registered_at_ms,
-    ]
