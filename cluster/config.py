@@ -72,13 +72,15 @@ class ServeConfig:
     recovery_max_rollback: int = 0
     recovery_confirmation_window_ms: int = 500
     initial_mode: RolloutMode | None = None
-    detect_interval_ms: int = 100
+    detect_interval_ms: int = 25
     housekeeping_interval_ms: int = 250
     event_ring: int = 100_000
     forward_writes: bool = True
     shutdown_grace_s: float = 2.0
     submit_timeout_s: float = 5.0
     log_level: str = "INFO"
+    metrics_address: str | None = None
+    """host:port of the Prometheus /metrics HTTP server (cluster/metrics.py); None: not served."""
 
     @property
     def actor(self) -> str:
@@ -122,6 +124,7 @@ KEYS: dict[str, str] = {
     "shutdown_grace_s": "how long in-flight RPCs may finish on SIGTERM",
     "submit_timeout_s": "how long a write waits for its outcome before UNAVAILABLE (outcome unknown)",
     "log_level": "DEBUG, INFO, WARNING or ERROR",
+    "metrics_addr": "host:port to serve Prometheus /metrics on (default: not served)",
 }
 """Every configuration key and what it sets."""
 
@@ -388,13 +391,19 @@ def resolve(
             problems.append(f"recovery: {probe.message} ({probe.code})")
 
     values: dict[str, Any] = dict(
-        detect_interval_ms=_int(get("detect_interval_ms", 100), "detect_interval_ms", problems, 10),
+        detect_interval_ms=_int(get("detect_interval_ms", 25), "detect_interval_ms", problems, 10),
         housekeeping_interval_ms=_int(get("housekeeping_interval_ms", 250), "housekeeping_interval_ms", problems, 10),
         event_ring=_int(get("event_ring", 100_000), "event_ring", problems, 1),
         forward_writes=_bool(get("forward_writes", True), "forward_writes", problems),
         shutdown_grace_s=_float(get("shutdown_grace_s", 2.0), "shutdown_grace_s", problems),
         submit_timeout_s=_float(get("submit_timeout_s", 5.0), "submit_timeout_s", problems),
     )
+    metrics_address = None
+    if get("metrics_addr") not in (None, ""):
+        metrics_hp = _host_port(get("metrics_addr"), "metrics_addr", problems)
+        metrics_address = str(get("metrics_addr"))
+        if metrics_hp is not None and metrics_address in (raft_address, grpc_address):
+            problems.append(f"metrics_addr: {metrics_address} is also the Raft or gRPC address")
     log_level = str(get("log_level") or "INFO").upper()
     if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         problems.append("log_level: must be DEBUG, INFO, WARNING or ERROR")
@@ -420,5 +429,6 @@ def resolve(
         recovery_confirmation_window_ms=window,
         initial_mode=initial_mode,
         log_level=log_level,
+        metrics_address=metrics_address,
         **values,
     )

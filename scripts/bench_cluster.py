@@ -9,7 +9,7 @@ does exit 1 when a phase could not produce its figures at all, e.g. the cluster 
 The cluster: 3 nodes (``python -m cluster.cli serve``, i.e. ``waitgraph serve``), free loopback
 ports, a temporary data directory, a generated cluster secret (``--secret-file``, mode 0600) and a
 generated tokens file (sha256 entries, one agent token per simulated agent, one operator token).
-Every node runs with the defaults (detection every 100 ms, confirmation window 500 ms) except
+Every node runs with the defaults (detection every 25 ms, confirmation window 500 ms) except
 ``--initial-mode auto`` (the core's default, shadow, never cancels, so there would be no recovery
 to time). Every process started here is killed at exit, on Ctrl-C, SIGTERM or an exception.
 
@@ -122,6 +122,8 @@ LEASE_MS = 3_600_000
 AGENTS = 64
 WINDOW_MS: int = ServeConfig.__dataclass_fields__["recovery_confirmation_window_ms"].default  # type: ignore[assignment]
 """The default confirmation window every node runs with here (cluster/config.py)."""
+DETECT_MS: int = ServeConfig.__dataclass_fields__["detect_interval_ms"].default  # type: ignore[assignment]
+"""The default leader loop period (detection, votes, commits)."""
 APPLIED = types_pb2.RESULT_APPLIED
 NODE_SWITCH_INTERVAL_S: float | None = None
 CHANNEL_OPTIONS = [
@@ -707,7 +709,7 @@ async def phase_recovery(cluster: Cluster, ra: BenchAgent, rb: BenchAgent, trial
             ]
             for agent, cmd in steps:
                 await cluster.do(leader, agent, cmd)
-            await asyncio.sleep(random.uniform(0.0, 0.1))  # a random phase against the 100 ms loops
+            await asyncio.sleep(random.uniform(0.0, 0.1))  # a random phase against the leader loops
             closing = convert.request_from_command(
                 C.RegisterWait(waiter_id=B, waiter_generation=1, target_id=X, target_generation=1, reason="x"),
                 rb.rid(),
@@ -1147,7 +1149,7 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
     print(
         f"- settings: {st.samples} latency samples, {AGENTS} agents for {st.seconds:g}s per throughput figure, "
         f"{st.recovery_trials} recovery trials, {st.failover_trials} failover trials, soak {st.soak_s:g}s; "
-        f"confirmation window {WINDOW_MS} ms and detection every 100 ms (the defaults)"
+        f"confirmation window {WINDOW_MS} ms and detection every {DETECT_MS} ms (the defaults)"
         + (
             f"; **experiment: nodes run with sys.setswitchinterval({NODE_SWITCH_INTERVAL_S * 1000:g} ms)**"
             if NODE_SWITCH_INTERVAL_S is not None
@@ -1280,7 +1282,7 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
             f"after p50 {ms(rec['proposed_p50'])} / p99 {ms(rec['proposed_p99'])} (detection loop); `CancelRequested` "
             f"after "
             f"p50 {ms(rec['p50'])} / p99 {ms(rec['p99'])} / max {ms(rec['max'])}; the part after the proposal is the "
-            f"{WINDOW_MS} ms window (logical time from the proposal's stamp) plus the wait for the next 100 ms leader "
+            f"{WINDOW_MS} ms window (logical time from the proposal's stamp) plus the wait for the next leader "
             f"loop step and the votes. Decisions other than VICTIM-with-epoch: {rec['problems'] or 'none'}."
         )
     if fo:
