@@ -34,6 +34,8 @@ from .config import INSECURE_SECRET, ServeConfig
 from .errors import Stopped
 from .events import EventfulMachine, EventJournal
 from .loops import LoopConfig, Loops
+from .metrics import MetricsServer, WaitgraphCollector
+from .metrics import serve as serve_metrics
 from .raft import RaftConfig, RaftNode
 from .service import AgentServicer, Gateway, OperatorServicer
 
@@ -97,6 +99,7 @@ class NodeProcess:
             ),
         )
         self._health_task: asyncio.Task[None] | None = None
+        self.metrics: MetricsServer | None = None
         self.stopping = asyncio.Event()
 
     def _last_applied(self) -> int | None:
@@ -109,6 +112,15 @@ class NodeProcess:
         problems = convert.check_schema()
         if problems:
             raise RuntimeError("the waitgraph.v1 messages do not match the core:\n" + "\n".join(problems))
+        if self.cfg.metrics_address is not None:
+            # Scrapes run on the metrics server's own thread, reading the replica under the
+            # machine lock like the service's reads: never on this loop. Bound first, so a busy
+            # port fails the start before Raft runs.
+            self.metrics = serve_metrics(
+                self.cfg.metrics_address,
+                WaitgraphCollector(lambda fn: self.node.obj.read(fn), self.node.status),
+            )
+            logger.info("metrics: http://%s/metrics", self.cfg.metrics_address)
         self.node.start()
         self.journal.bind(self._last_applied, asyncio.get_running_loop())
         server = grpc.aio.server(options=grpc_options())
@@ -169,6 +181,8 @@ class NodeProcess:
         if self.server is not None:
             await self.server.stop(self.cfg.shutdown_grace_s)
         await self.node.stop()
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.stop)
         logger.info("stopped")
 
     async def run(self) -> None:
