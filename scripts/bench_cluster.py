@@ -107,6 +107,7 @@ import psutil  # noqa: E402
 
 from cluster import convert  # noqa: E402
 from cluster.config import ServeConfig  # noqa: E402
+from cluster.localcluster import free_ports  # noqa: E402
 from proto.waitgraph.v1 import (  # noqa: E402
     agent_pb2,
     agent_pb2_grpc,
@@ -135,19 +136,6 @@ CHANNEL_OPTIONS = [
 
 
 # -- small helpers ----------------------------------------------------------------------------------
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def pct(values: list[float], q: float) -> float:

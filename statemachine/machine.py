@@ -431,6 +431,24 @@ def _set_status(ctx: _Ctx, ex: Execution, nxt: ExecStatus, cause: str) -> None:
     ctx.state.touch(ex.execution_id)
 
 
+def open_edge(ctx: _Ctx, ex: Execution, edge: WaitEdge) -> None:
+    """Add a checked edge of ``ex``'s current attempt (an agent's RegisterWait, or an edge the
+    coordinator registers itself, like a tie-break loser waiting behind the winner)."""
+    ctx.state.add_wait(edge)
+    ex.edge_hwm[edge.target_id] = edge.edge_version
+    ctx.state.touch(ex.execution_id)
+    ctx.fx.append(
+        WaitRegistered(
+            edge_id=edge.edge_id,
+            waiter_generation=edge.waiter_generation,
+            target_generation=edge.target_generation,
+            edge_version=edge.edge_version,
+            deadline_ms=edge.deadline_ms,
+            cancel_mode=edge.cancel_mode,
+        )
+    )
+
+
 def _close_wait(ctx: _Ctx, edge: WaitEdge, reason: str, wake: bool = True) -> None:
     """Close one edge; with ``wake`` a waiter whose last wait closed goes WAITING -> RUNNING."""
     st = ctx.state
@@ -856,19 +874,7 @@ def _register_wait(ctx: _Ctx, cmd: RegisterWait) -> Outcome:
         cmd.edge_version,
         ctx.now,
     )
-    st.add_wait(edge)
-    ex.edge_hwm[target_id] = cmd.edge_version
-    st.touch(ex.execution_id)
-    ctx.fx.append(
-        WaitRegistered(
-            edge_id=edge.edge_id,
-            waiter_generation=edge.waiter_generation,
-            target_generation=edge.target_generation,
-            edge_version=edge.edge_version,
-            deadline_ms=edge.deadline_ms,
-            cancel_mode=edge.cancel_mode,
-        )
-    )
+    open_edge(ctx, ex, edge)
     _set_status(ctx, ex, nxt, "waiting")
     return applied(ctx.fx)
 

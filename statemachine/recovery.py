@@ -35,7 +35,6 @@ from .effects import (
     RecoveryRetracted,
     VictimChosen,
     VoteRecorded,
-    WaitRegistered,
     Yielded,
 )
 from .enums import CancelMode, EffectOutcome, ExecStatus
@@ -473,19 +472,7 @@ def _yield(ctx: _Ctx, d: Decision, execution_id: str, winner_id: str, epoch: int
         version,
         ctx.now,
     )
-    st.add_wait(edge)
-    ex.edge_hwm[winner_id] = version
-    st.touch(execution_id)
-    ctx.fx.append(
-        WaitRegistered(
-            edge_id=edge.edge_id,
-            waiter_generation=edge.waiter_generation,
-            target_generation=edge.target_generation,
-            edge_version=edge.edge_version,
-            deadline_ms=None,
-            cancel_mode=edge.cancel_mode,
-        )
-    )
+    M.open_edge(ctx, ex, edge)
 
 
 def _release_holdings(ctx: _Ctx, d: Decision, execution_id: str) -> None:
