@@ -98,6 +98,11 @@ class ServeConfig:
         )
 
 
+def _default(name: str) -> Any:
+    """A setting's default: the one written on ServeConfig, so parsing cannot drift from it."""
+    return ServeConfig.__dataclass_fields__[name].default
+
+
 KEYS: dict[str, str] = {
     "id": "this node's id (node:<id> is its actor)",
     "raft_addr": "host:port this node's Raft port binds to (its identity in the cluster)",
@@ -370,7 +375,11 @@ def resolve(
     default_quorum = len(voters) - (len(voters) - 1) // 2
     quorum = _int(get("recovery_quorum", default_quorum), "recovery_quorum", problems, minimum=0)
     max_rollback = _int(get("recovery_max_rollback", max(quorum - 1, 0)), "recovery_max_rollback", problems)
-    window = _int(get("recovery_confirmation_window_ms", 500), "recovery_confirmation_window_ms", problems)
+    window = _int(
+        get("recovery_confirmation_window_ms", _default("recovery_confirmation_window_ms")),
+        "recovery_confirmation_window_ms",
+        problems,
+    )
     if bootstrap and not explicit and n == 1:
         # One node: quorum 1 cannot exceed any max_rollback >= 1. Recovery needs a second voter
         # (an operator): configure it explicitly, or with the ConfigureRecovery RPC.
@@ -390,13 +399,16 @@ def resolve(
         if probe.result is Result.REJECTED:
             problems.append(f"recovery: {probe.message} ({probe.code})")
 
+    def setting(name: str) -> Any:
+        return get(name, _default(name))
+
     values: dict[str, Any] = dict(
-        detect_interval_ms=_int(get("detect_interval_ms", 25), "detect_interval_ms", problems, 10),
-        housekeeping_interval_ms=_int(get("housekeeping_interval_ms", 250), "housekeeping_interval_ms", problems, 10),
-        event_ring=_int(get("event_ring", 100_000), "event_ring", problems, 1),
-        forward_writes=_bool(get("forward_writes", True), "forward_writes", problems),
-        shutdown_grace_s=_float(get("shutdown_grace_s", 2.0), "shutdown_grace_s", problems),
-        submit_timeout_s=_float(get("submit_timeout_s", 5.0), "submit_timeout_s", problems),
+        detect_interval_ms=_int(setting("detect_interval_ms"), "detect_interval_ms", problems, 10),
+        housekeeping_interval_ms=_int(setting("housekeeping_interval_ms"), "housekeeping_interval_ms", problems, 10),
+        event_ring=_int(setting("event_ring"), "event_ring", problems, 1),
+        forward_writes=_bool(setting("forward_writes"), "forward_writes", problems),
+        shutdown_grace_s=_float(setting("shutdown_grace_s"), "shutdown_grace_s", problems),
+        submit_timeout_s=_float(setting("submit_timeout_s"), "submit_timeout_s", problems),
     )
     metrics_address = None
     if get("metrics_addr") not in (None, ""):

@@ -32,6 +32,7 @@ from statemachine.detect import full_pass
 from statemachine.effects import EFFECTS
 from statemachine.errors import CodecError, Rejection, Status, WaitgraphError, not_found
 from statemachine.outcome import Result
+from statemachine.recovery_state import ProposalStatus
 from statemachine.state import State
 
 from . import convert, grpc_status
@@ -367,7 +368,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             for c in full_pass(st):
                 p = rb.proposals.get(c.digest)
                 cycles.append(convert.cycle_view(c, p.status if p is not None else None))
-            proposals = [p for p in rb.proposals.values() if include_closed or p.status.value == "OPEN"]
+            proposals = [p for p in rb.proposals.values() if include_closed or p.status is ProposalStatus.OPEN]
             return operator_pb2.CyclesResponse(
                 cycles=cycles,
                 proposals=[convert.proposal_view(p) for p in proposals[-MAX_LIMIT // 10 :]],
