@@ -1,6 +1,6 @@
 """waitgraph's deterministic core: state, commands, apply, snapshot.
 
-Imports only the standard library and msgpack. No clock, randomness, I/O, logging, threads,
+Imports only the standard library, msgpack and msgspec. No clock, randomness, I/O, logging, threads,
 asyncio, grpc or pysyncobj (DESIGN.md §1); ``scripts/check`` enforces it.
 """
 

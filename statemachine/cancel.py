@@ -21,9 +21,11 @@ Rules kept here:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from . import errors as E
+from . import telemetry
 from .cancel_state import CancelRequest, CancelScope, Claim, Compensation, Reconciliation, ToolCall
 from .commands import (
     AcceptToolCall,
@@ -74,6 +76,7 @@ from .machine import (
     _require_operator,
     _require_session,
     _set_status,
+    check_open_execution_room,
     next_status,
 )
 from .outcome import Outcome, applied, noop
@@ -256,11 +259,12 @@ def on_session_expired(ctx: _Ctx, agent_id: str) -> None:
     for eid in sorted(st.cancel.tool_calls):
         ex = st.executions[eid]
         if ex.agent_id == agent_id:
-            _resolve_in_flight(ctx, ex, EffectOutcome.UNKNOWN)
+            _resolve_in_flight(ctx, ex, EffectOutcome.UNKNOWN, "session_expired")
 
 
-def _resolve_in_flight(ctx: _Ctx, ex: Execution, outcome: EffectOutcome) -> None:
-    """Record every accepted tool call of ``ex`` that has no recorded outcome as ``outcome``."""
+def _resolve_in_flight(ctx: _Ctx, ex: Execution, outcome: EffectOutcome, source: str) -> None:
+    """Record every accepted tool call of ``ex`` that has no recorded outcome as ``outcome``
+    (``source``: the bounded code of what resolved them, a metrics label)."""
     st = ctx.state
     calls = st.cancel.tool_calls.pop(ex.execution_id, None)
     if not calls:
@@ -279,6 +283,7 @@ def _resolve_in_flight(ctx: _Ctx, ex: Execution, outcome: EffectOutcome) -> None
         )
         if outcome is EffectOutcome.UNKNOWN:
             st.bump("cancel.side_effects_unknown")
+            count_unknown(st, source, call.generation)
 
 
 # -- requesting cancellation ---------------------------------------------------------------------
@@ -434,11 +439,19 @@ def cancel_subtree(ctx: _Ctx, execution: Execution, reason: str, cause: str) -> 
 # -- acknowledging, quarantine, convergence ------------------------------------------------------
 
 
-def _observe(st: State, name: str, value_ms: int) -> None:
+def _observe(st: State, name: str, value_ms: int, cause: str, generation: int) -> None:
     bucket = next((f"le_{b}" for b in HISTOGRAM_BOUNDS_MS if value_ms <= b), "le_inf")
     st.bump(f"{name}.{bucket}")
     st.bump(f"{name}.count")
     st.bump(f"{name}.sum_ms", value_ms)
+    telemetry.observe(
+        st, name, value_ms, HISTOGRAM_BOUNDS_MS, cause=cause, generation=telemetry.generation_bucket(generation)
+    )
+
+
+def count_unknown(st: State, source: str, generation: int) -> None:
+    """A side effect became UNKNOWN: count it by what made it so and by its generation bucket."""
+    telemetry.bump(st, "cancel.side_effects_unknown", source=source, generation=telemetry.generation_bucket(generation))
 
 
 def _queue_compensations(ctx: _Ctx, ex: Execution) -> None:
@@ -518,9 +531,16 @@ def _stabilize(ctx: _Ctx, scope: CancelScope) -> None:
             leaked += 1
     if leaked:
         st.bump("cancel.leaked_permits", leaked)
+        telemetry.bump(
+            st,
+            "cancel.leaked_permits",
+            leaked,
+            cause=scope.cause,
+            generation=telemetry.generation_bucket(scope.root_generation),
+        )
     if scope.stable_at_ms is None:
         scope.stable_at_ms = ctx.now
-        _observe(st, "cancel.quiescence_ms", ctx.now - scope.requested_at_ms)
+        _observe(st, "cancel.quiescence_ms", ctx.now - scope.requested_at_ms, scope.cause, scope.root_generation)
     quiescence_ms = scope.stable_at_ms - scope.requested_at_ms
     ctx.fx.append(
         CancellationStable(
@@ -565,9 +585,10 @@ def ack_cancel(ctx: _Ctx, cmd: AckCancel) -> Outcome:
     if req.acked is not None:
         return noop("already_acknowledged", f"{ex.execution_id} acknowledged; it stays QUARANTINED until released")
     propagation_ms = ctx.now - req.requested_at_ms
-    _observe(st, "cancel.propagation_ms", propagation_ms)
+    # The request's first scope is the cancellation that asked first: its cause labels the wait.
+    _observe(st, "cancel.propagation_ms", propagation_ms, st.cancel.scopes[req.scopes[0]].cause, req.generation)
     st.bump("cancel.acknowledged")
-    _resolve_in_flight(ctx, ex, cmd.side_effects)
+    _resolve_in_flight(ctx, ex, cmd.side_effects, "cancel_ack")
     ctx.fx.append(
         CancelAcknowledged(
             execution_id=ex.execution_id,
@@ -671,7 +692,7 @@ def release_quarantine(ctx: _Ctx, cmd: ReleaseQuarantine) -> Outcome:
             "not_quarantined", f"{ex.execution_id} is {ex.status.value}, not QUARANTINED", execution_id=ex.execution_id
         )
     req = ctx.state.cancel.requests[ex.execution_id]
-    _resolve_in_flight(ctx, ex, cmd.side_effects)
+    _resolve_in_flight(ctx, ex, cmd.side_effects, "quarantine_release")
     ctx.fx.append(QuarantineReleased(execution_id=ex.execution_id, generation=ex.generation, reason=cmd.reason))
     _settle(ctx, ex, req, Event.RELEASE_QUARANTINE, "quarantine_released", "quarantine_released")
     return applied(ctx.fx)
@@ -730,11 +751,16 @@ def claim_task(ctx: _Ctx, cmd: ClaimTask) -> Outcome:
             f"{ex.execution_id} belongs to {ex.agent_id}; another agent may only take over an expired claim",
             execution_id=ex.execution_id,
         )
+    if took_over and agent != ex.agent_id:
+        check_open_execution_room(st, agent)
     if took_over:
         # The old worker is presumed gone: what its attempt had in flight is UNKNOWN until someone
         # records what really happened (UNKNOWN -> COMMITTED / NONE stay allowed).
-        _resolve_in_flight(ctx, ex, EffectOutcome.UNKNOWN)
+        _resolve_in_flight(ctx, ex, EffectOutcome.UNKNOWN, "claim_taken_over")
         _new_attempt(ctx, ex, next_status(ex, Event.RETRY), "claim_taken_over", "claim_expired")
+        # The open execution changes hands; its attempt ended above, so it has no open wait to move.
+        st.count_open_execution(ex.agent_id, -1)
+        st.count_open_execution(agent, 1)
         ex.agent_id = agent
     expires = ctx.now + cmd.lease_ms
     st.cancel.claims[ex.execution_id] = Claim(agent, ex.generation, cmd.lease_ms, expires, ctx.now)
@@ -1000,3 +1026,69 @@ def export_pending(st: State) -> dict[str, Any]:
             for e, r in sorted(book.reconciliations.items())
         ],
     }
+
+
+MAX_LISTED_QUARANTINED = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Convergence:
+    """How far cancellation has converged, for one run or (``run_id`` None) the whole cluster."""
+
+    run_id: str | None
+    cancel_generation: int
+    cancel_state: CancelState | None
+    executions: int
+    """With a run: its root's subtree (what a run cancellation asks to stop)."""
+    settled: int
+    unsettled: dict[str, int]
+    """Unsettled executions by status: of the run's subtree, or (cluster) of the open requests."""
+    open_cancellations: int
+    pending_acks: int
+    quarantined: tuple[str, ...]
+    """Pending executions past the SLO, sorted, at most :data:`MAX_LISTED_QUARANTINED`."""
+    admission_frozen: bool
+    admission_reason: str
+    converged: bool
+    """No cancellation is open (of the run, or anywhere)."""
+
+
+def convergence(st: State, run_id: str | None = None) -> Convergence:
+    """Counts for an operator waiting on ``cancel --wait`` or ``freeze --wait``. Pure; linear in
+    the run's subtree and the open cancellations, so it is cheap enough to poll."""
+    book = st.cancel
+    if run_id is not None:
+        validate_name(run_id, "run_id")
+        run = st.runs.get(run_id)
+        if run is None:
+            raise E.not_found("no_run", f"run {run_id} does not exist", run_id=run_id)
+        members = [st.executions[e] for e in _subtree(st, run.root_id)]
+        unsettled = [ex for ex in members if ex.status not in SETTLED]
+        scopes = [s for s in book.scopes.values() if s.run_id == run_id and s.stable_at_ms is None]
+        requests = [r for r in book.requests.values() if r.run_id == run_id]
+        frozen = book.frozen_runs.get(run_id) or book.cluster_frozen
+        generation, state = run.cancel_generation, cancel_state(st, run_id)
+    else:
+        members = []
+        scopes = [s for s in book.scopes.values() if s.stable_at_ms is None]
+        requests = list(book.requests.values())
+        unsettled = [st.executions[r.execution_id] for r in requests]
+        frozen, generation, state = book.cluster_frozen, 0, None
+    by_status: dict[str, int] = {}
+    for ex in unsettled:
+        by_status[ex.status.value] = by_status.get(ex.status.value, 0) + 1
+    quarantined = sorted(r.execution_id for r in requests if r.quarantined_at_ms is not None)
+    return Convergence(
+        run_id=run_id,
+        cancel_generation=generation,
+        cancel_state=state,
+        executions=len(members),
+        settled=len(members) - len(unsettled) if run_id is not None else 0,
+        unsettled=dict(sorted(by_status.items())),
+        open_cancellations=len(scopes),
+        pending_acks=len(requests),
+        quarantined=tuple(quarantined[:MAX_LISTED_QUARANTINED]),
+        admission_frozen=frozen is not None,
+        admission_reason=frozen or "",
+        converged=not scopes,
+    )

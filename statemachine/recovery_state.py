@@ -86,6 +86,8 @@ class Proposal:
     decision_id: str | None = None
     closed_at_ms: int | None = None
     close_reason: str = ""
+    votes: list[tuple[str, bool, int]] = field(default_factory=list)
+    """(voter, approve, at_ms) of every counted vote, in log order: who voted, and when."""
 
 
 @dataclass(slots=True)
@@ -125,6 +127,39 @@ class Score:
 
 
 @dataclass(slots=True)
+class CycleWait:
+    """One wait of the cycle as it stood when the decision was made (the edge closes with the
+    rollback, so its reason and age would be lost otherwise)."""
+
+    waiter_id: str
+    waiter_generation: int
+    target_id: str
+    target_generation: int
+    edge_version: int
+    reason: str
+    registered_at_ms: int
+    satisfiers: tuple[str, ...]
+    """The members that satisfy it (holder, producer, provider or the execution waited on), sorted."""
+
+    def to_plain(self) -> list[Any]:
+        return [
+            self.waiter_id,
+            self.waiter_generation,
+            self.target_id,
+            self.target_generation,
+            self.edge_version,
+            self.reason,
+            self.registered_at_ms,
+            list(self.satisfiers),
+        ]
+
+    @classmethod
+    def from_plain(cls, row: list[Any]) -> CycleWait:
+        waiter, wgen, target, tgen, version, reason, at, sats = row
+        return cls(waiter, wgen, target, tgen, version, reason, at, tuple(sats))
+
+
+@dataclass(slots=True)
 class Decision:
     decision_id: str
     digest: str
@@ -142,8 +177,18 @@ class Decision:
     roles: list[tuple[str, str]]
     """(execution id, role) for every member: victim, winner, yielded, rolled_back, kept."""
     released: list[tuple[str, str]]
-    """(target id, execution id) released by this decision, in release order."""
+    """(target id, execution id) released by this decision, in release order (all at ``at_ms``,
+    in the same apply, after the epoch commit)."""
     at_ms: int
+    epoch_before: int = 0
+    """The global epoch when the decision was made; ``epoch`` is the one it committed (if any)."""
+    proposer: str = ""
+    proposed_at_ms: int = 0
+    votes: list[tuple[str, bool, int]] = field(default_factory=list)
+    """The proposal's votes (voter, approve, at_ms) when it was decided: kept with the decision,
+    which outlives the proposal record."""
+    waits: list[CycleWait] = field(default_factory=list)
+    """The cycle's waits at the decision, in the candidate's edge order."""
 
 
 @dataclass(slots=True)
@@ -154,6 +199,24 @@ class Trajectory:
     """(epoch when observed, at_ms) of recent proposals with this signature."""
     recoveries: list[tuple[int, int]] = field(default_factory=list)
     """(epoch committed, at_ms) of recent committed rollbacks of this signature."""
+    observed_total: int = 0
+    """Proposals with this signature ever (``observations`` keeps only the guard's window)."""
+    recovered_total: int = 0
+    """Committed rollbacks of this signature ever."""
+    first_seen: tuple[int, int] | None = None
+    """(epoch, at_ms) of the first proposal with this signature."""
+
+    def observe(self, epoch: int, at_ms: int, keep: int) -> None:
+        """A proposal saw this signature at ``epoch``; the guard keeps the last ``keep``."""
+        self.observations = [*self.observations, (epoch, at_ms)][-keep:]
+        self.observed_total += 1
+        if self.first_seen is None:
+            self.first_seen = (epoch, at_ms)
+
+    def recover(self, epoch: int, at_ms: int, keep: int) -> None:
+        """A rollback of this signature committed ``epoch``; the guard keeps the last ``keep``."""
+        self.recoveries = [*self.recoveries, (epoch, at_ms)][-keep:]
+        self.recovered_total += 1
 
 
 class RecoveryBook:
@@ -234,6 +297,11 @@ class RecoveryBook:
                     [list(r) for r in d.roles],
                     [list(r) for r in d.released],
                     d.at_ms,
+                    d.epoch_before,
+                    d.proposer,
+                    d.proposed_at_ms,
+                    [list(v) for v in d.votes],
+                    [w.to_plain() for w in d.waits],
                 ]
                 for d in self.decisions.values()
             ],
@@ -257,13 +325,21 @@ class RecoveryBook:
                     p.decision_id,
                     p.closed_at_ms,
                     p.close_reason,
+                    [list(v) for v in p.votes],
                 ]
                 for p in self.proposals.values()
             ],
             "run_modes": sorted(self.run_modes.items()),
             "side_effect_free": sorted(self.side_effect_free),
             "trajectory": [
-                [sig, [list(o) for o in t.observations], [list(r) for r in t.recoveries]]
+                [
+                    sig,
+                    [list(o) for o in t.observations],
+                    [list(r) for r in t.recoveries],
+                    t.observed_total,
+                    t.recovered_total,
+                    list(t.first_seen) if t.first_seen is not None else None,
+                ]
                 for sig, t in self.trajectory.items()
             ],
         }
@@ -280,8 +356,16 @@ class RecoveryBook:
         book.fence = {e: ep for e, ep in raw["fence"]}
         book.run_modes = {r: RolloutMode(m) for r, m in raw["run_modes"]}
         book.side_effect_free = set(raw["side_effect_free"])
+        # Rows written before the explanation fields existed are shorter: the tail defaults, and
+        # the epoch before is derived (a rollback advances it by one; otherwise the proposal's).
+        old_rows: list[str] = []
         for row in raw["decisions"]:
-            (did, digest, sig, pv, kind, mode, reason, epoch, winner, wgen, scores, roles, released, at) = row
+            (did, digest, sig, pv, kind, mode, reason, epoch, winner, wgen, scores, roles, released, at) = row[:14]
+            before, proposer, proposed_at, votes, waits = [*row[14:], 0, "", 0, [], []][:5]
+            if len(row) == 14:
+                before = epoch - 1 if epoch is not None else 0
+                if epoch is None:
+                    old_rows.append(did)
             book.decisions[did] = Decision(
                 did,
                 digest,
@@ -297,9 +381,15 @@ class RecoveryBook:
                 [(a, b) for a, b in roles],
                 [(a, b) for a, b in released],
                 at,
+                before,
+                proposer,
+                proposed_at,
+                [(v, bool(ok), t) for v, ok, t in votes],
+                [CycleWait.from_plain(w) for w in waits],
             )
         for row in raw["proposals"]:
-            (digest, sig, members, edges, idx, proposer, at, ep, status, yes, no, did, closed, why) = row
+            (digest, sig, members, edges, idx, proposer, at, ep, status, yes, no, did, closed, why) = row[:14]
+            log = row[14] if len(row) > 14 else []
             p = Proposal(
                 digest,
                 sig,
@@ -315,13 +405,26 @@ class RecoveryBook:
                 did,
                 closed,
                 why,
+                [(v, bool(ok), t) for v, ok, t in log],
             )
             book.proposals[digest] = p
             if p.status is ProposalStatus.OPEN:
                 for m, _ in p.members:
                     book.open_members[m] = digest
-        for sig, obs, recs in raw["trajectory"]:
-            book.trajectory[sig] = Trajectory([(a, b) for a, b in obs], [(a, b) for a, b in recs])
+        for did in old_rows:
+            d = book.decisions[did]
+            if d.digest in book.proposals:
+                d.epoch_before = book.proposals[d.digest].epoch_proposed - 1
+        for row in raw["trajectory"]:
+            sig, obs, recs = row[:3]
+            observed, recovered, first = [*row[3:], len(obs), len(recs), None][:3]
+            book.trajectory[sig] = Trajectory(
+                [(a, b) for a, b in obs],
+                [(a, b) for a, b in recs],
+                observed,
+                recovered,
+                (first[0], first[1]) if first is not None else None,
+            )
         return book
 
 

@@ -14,18 +14,19 @@ from __future__ import annotations
 import gc
 import hashlib
 import heapq
-from collections import OrderedDict
-from collections.abc import Iterator
+from collections import Counter, OrderedDict, defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from operator import attrgetter
-from typing import Any
+from itertools import chain, compress, islice, repeat
+from operator import attrgetter, is_not, itemgetter, not_
+from typing import Any, TypeVar
 
-import msgpack
+import msgspec
 
 from .cancel_state import CancelBook
 from .codec import outcome_from_plain, outcome_to_plain, pack
-from .enums import CancelMode, EffectOutcome, ExecStatus, SessionStatus
+from .enums import SETTLED, CancelMode, EffectOutcome, ExecStatus, SessionStatus
 from .errors import CodecError
 from .ids import Kind
 from .outcome import Outcome
@@ -39,7 +40,7 @@ _CANCEL_MODE = {m.value: m for m in CancelMode}
 _KIND = {m.value: m for m in Kind}
 
 SNAPSHOT_FORMAT = "waitgraph-state"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -56,6 +57,15 @@ class Limits:
     max_reason_len: int = 256
     max_lease_ms: int = 86_400_000
     idempotency_capacity: int = 100_000
+    max_open_executions_per_agent: int = 10_000
+    """Unsettled executions (not COMPLETED, FAILED, CANCELLED or NEEDS_RECONCILIATION) one agent
+    may own at once. Settled ones never count: an agent is not held back by its history. 10,000
+    is above any real fan-out (the 1M-edge benchmark graph has 7,200 per agent) and 200 such
+    agents are needed to fill ``max_executions``."""
+    max_open_edges_per_agent: int = 20_000
+    """Open wait edges over all of one agent's executions: two per allowed open execution (most
+    wait on one or two things) and 1% of ``max_total_edges``, so 100 flooding agents are needed
+    to fill the cluster. Edges the coordinator opens itself (a yield) count but are not refused."""
 
 
 @dataclass(slots=True)
@@ -163,9 +173,18 @@ class State:
         self.recovery = RecoveryBook()
         self.cancel = CancelBook()
         """The cancellation protocol's records (statemachine/cancel_state.py)."""
-        # -- derived, rebuilt by _reindex() --
-        self.waits_by_target: dict[str, dict[str, WaitEdge]] = {}
+        # -- derived, rebuilt on restore --
+        self.waits_by_target: dict[str, WaitEdge | dict[str, WaitEdge]] = {}
+        """target id -> its one open wait, or waiter id -> wait when several wait on it. Most targets
+        have a single waiter: a dict for each of them would cost ~200 B per edge and most of a
+        restore's index rebuilding. Read it through :meth:`waits_on` and :meth:`target_wait`."""
         self.edge_count = 0
+        self.open_executions_by_agent: dict[str, int] = {}
+        """agent id -> its unsettled executions (``Limits.max_open_executions_per_agent``); an
+        agent with none has no entry."""
+        self.open_edges_by_agent: dict[str, int] = {}
+        """agent id -> open waits of its executions (``Limits.max_open_edges_per_agent``); an
+        agent with none has no entry."""
         self.satisfies: dict[str, set[str]] = {}
         """execution id -> targets it produces, provides or holds."""
         self.deadlines: list[tuple[int, str, str, int]] = []
@@ -228,16 +247,32 @@ class State:
     def waits_on(self, target_id: str) -> list[WaitEdge]:
         """Open waits on a target, in waiter-id order."""
         waits = self.waits_by_target.get(target_id)
-        return [waits[k] for k in sorted(waits)] if waits else []
+        if waits is None:
+            return []
+        if isinstance(waits, WaitEdge):
+            return [waits]
+        return [waits[k] for k in sorted(waits)]
+
+    def target_wait(self, target_id: str, waiter_id: str) -> WaitEdge | None:
+        """The open wait of ``waiter_id`` on ``target_id``, found through ``waits_by_target``."""
+        waits = self.waits_by_target.get(target_id)
+        if isinstance(waits, WaitEdge):
+            return waits if waits.waiter_id == waiter_id else None
+        return waits.get(waiter_id) if waits else None
 
     def waits_of(self, waiter_id: str) -> list[WaitEdge]:
         waits = self.waits_by_waiter.get(waiter_id)
         return [waits[k] for k in sorted(waits)] if waits else []
 
+    def count_open_execution(self, agent_id: str, by: int) -> None:
+        """An execution of ``agent_id`` became unsettled (+1) or settled (-1), or was handed over."""
+        _count(self.open_executions_by_agent, agent_id, by)
+
     def add_wait(self, edge: WaitEdge) -> None:
         self.waits_by_waiter.setdefault(edge.waiter_id, {})[edge.target_id] = edge
-        self.waits_by_target.setdefault(edge.target_id, {})[edge.waiter_id] = edge
+        _file_by_target(self.waits_by_target, edge)
         self.edge_count += 1
+        _count(self.open_edges_by_agent, self.executions[edge.waiter_id].agent_id, 1)
         if edge.deadline_ms is not None:
             heapq.heappush(self.deadlines, (edge.deadline_ms, edge.waiter_id, edge.target_id, edge.edge_version))
 
@@ -246,11 +281,18 @@ class State:
         del by_waiter[edge.target_id]
         if not by_waiter:
             del self.waits_by_waiter[edge.waiter_id]
-        by_target = self.waits_by_target[edge.target_id]
-        del by_target[edge.waiter_id]
-        if not by_target:
+        waits = self.waits_by_target[edge.target_id]
+        if isinstance(waits, WaitEdge):
+            if waits.waiter_id != edge.waiter_id:
+                raise KeyError(edge.waiter_id)
             del self.waits_by_target[edge.target_id]
+        else:
+            del waits[edge.waiter_id]
+            if len(waits) == 1:
+                # Back to one waiter: the same shape a restore of this state builds.
+                [self.waits_by_target[edge.target_id]] = waits.values()
         self.edge_count -= 1
+        _count(self.open_edges_by_agent, self.executions[edge.waiter_id].agent_id, -1)
 
     # -- snapshot ------------------------------------------------------------------------------
 
@@ -258,22 +300,20 @@ class State:
         return {
             "cancel": self.cancel.to_plain(),
             "counters": sorted(self.counters.items()),
-            "executions": [_exec_plain(self.executions[k]) for k in sorted(self.executions)],
+            "executions": _executions_table(self.executions),
             "format": SNAPSHOT_FORMAT,
             "idempotency": [[a, r, fp, outcome_to_plain(o)] for (a, r), (fp, o) in self.idempotency.items()],
             "limits": [getattr(self.limits, f.name) for f in fields(Limits)],
             "now_ms": self.now_ms,
             "recovery": self.recovery.to_plain(),
-            "runs": [[r.run_id, r.root_id, r.cancel_generation] for _, r in sorted(self.runs.items())],
+            "runs": _columns(_sorted_rows(self.runs, "run_id"), _RUN_COLUMNS),
             "sessions": [
                 [s.agent_id, s.incarnation, s.lease_ms, s.expires_at_ms, s.status]
                 for _, s in sorted(self.sessions.items())
             ],
-            "targets": [_target_plain(self.targets[k]) for k in sorted(self.targets)],
+            "targets": _targets_table(self.targets),
             "v": SNAPSHOT_VERSION,
-            "waits": [
-                _wait_plain(waits[t]) for _, waits in sorted(self.waits_by_waiter.items()) for t in sorted(waits)
-            ],
+            "waits": _waits_table(self.waits_by_waiter),
         }
 
     def snapshot(self) -> bytes:
@@ -291,7 +331,7 @@ class State:
     @classmethod
     def _restore(cls, data: bytes) -> State:
         try:
-            raw = msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=True)
+            raw = msgspec.msgpack.decode(data)
             if raw.get("format") != SNAPSHOT_FORMAT or raw.get("v") != SNAPSHOT_VERSION:
                 raise CodecError(f"not a {SNAPSHOT_FORMAT} v{SNAPSHOT_VERSION} snapshot")
             st = cls(Limits(*raw["limits"]))
@@ -301,69 +341,51 @@ class State:
             st.cancel = CancelBook.from_plain(raw["cancel"])
             for a, inc, lease, exp, status in raw["sessions"]:
                 st.sessions[a] = Session(a, inc, lease, exp, _SESSION_STATUS[status])
-            for row in raw["executions"]:
-                ex = _exec_from(row)
-                st.executions[ex.execution_id] = ex
-            for run_id, root, cgen in raw["runs"]:
-                st.runs[run_id] = Run(run_id, root, cgen)
-            for row in raw["targets"]:
-                t = _target_from(row)
-                st.targets[t.target_id] = t
-            by_waiter = st.waits_by_waiter
-            for w, wg, t, tg, reason, dl, cm, ev, at in raw["waits"]:
-                waits = by_waiter.get(w)
-                if waits is None:
-                    waits = by_waiter[w] = {}
-                waits[t] = WaitEdge(w, wg, t, tg, st.shared_text(reason), dl, _CANCEL_MODE[cm], ev, at)
+            st.session_expiry = [
+                (s.expires_at_ms, s.agent_id) for s in st.sessions.values() if s.status is SessionStatus.ACTIVE
+            ]
+            heapq.heapify(st.session_expiry)
+            st.executions = _executions_from(raw["executions"])
+            st.runs = _runs_from(raw["runs"])
+            st.targets, st.satisfies = _targets_from(raw["targets"])
+            st.waits_by_waiter, st.waits_by_target, st.deadlines, st.edge_count = _waits_from(
+                raw["waits"], st.shared_text
+            )
+            st.open_executions_by_agent, st.open_edges_by_agent = count_by_agent(st.executions, st.waits_by_waiter)
             for a, r, fp, out in raw["idempotency"]:
                 st.idempotency[(a, r)] = (fp, outcome_from_plain(out))
-            # Inside the try: rows of the wrong types fail here too (comparing them in a heap,
-            # calling str methods on them), and that is a corrupt snapshot, not a crash.
-            st._reindex()
+            # A restored replica has no memory of earlier passes and ``changed`` starts empty: a
+            # detector treats a state object it has not seen as new and makes a full pass over it.
         except CodecError:
             raise
-        except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException) as exc:
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+            # Rows of the wrong types fail in here too (comparing them in a heap, calling str
+            # methods on them, indexing a table with them): a corrupt snapshot, not a crash.
             raise CodecError(f"corrupt snapshot: {exc}") from exc
         return st
 
-    def _reindex(self) -> None:
-        # Hot on restore (millions of rows): locals instead of attribute and method lookups.
-        by_target: dict[str, dict[str, WaitEdge]] = {}
-        deadlines: list[tuple[int, str, str, int]] = []
-        count = 0
-        for waits in self.waits_by_waiter.values():
-            count += len(waits)
-            for edge in waits.values():
-                waiters = by_target.get(edge.target_id)
-                if waiters is None:
-                    waiters = by_target[edge.target_id] = {}
-                waiters[edge.waiter_id] = edge
-                if edge.deadline_ms is not None:
-                    deadlines.append((edge.deadline_ms, edge.waiter_id, edge.target_id, edge.edge_version))
-        heapq.heapify(deadlines)
-        self.waits_by_target, self.deadlines, self.edge_count = by_target, deadlines, count
-        satisfies: dict[str, set[str]] = {}
 
-        def add(execution_id: str, target_id: str) -> None:
-            targets = satisfies.get(execution_id)
-            if targets is None:
-                targets = satisfies[execution_id] = set()
-            targets.add(target_id)
+def _count(counts: dict[str, int], agent_id: str, by: int) -> None:
+    n = counts.get(agent_id, 0) + by
+    if n:
+        counts[agent_id] = n
+    else:
+        del counts[agent_id]
 
-        for t in self.targets.values():
-            if t.satisfier_id is not None and t.satisfier_id.startswith("exec:"):
-                add(t.satisfier_id, t.target_id)
-            for holder in t.holders:
-                add(holder, t.target_id)
-        self.satisfies = satisfies
-        self.session_expiry = [
-            (s.expires_at_ms, s.agent_id) for s in self.sessions.values() if s.status is SessionStatus.ACTIVE
-        ]
-        heapq.heapify(self.session_expiry)
-        # A restored replica has no memory of earlier passes: everything counts as changed, in
-        # id order (restore inserted the executions sorted, as the snapshot lists them).
-        self.changed = dict(zip(self.executions, range(1, len(self.executions) + 1), strict=True))
-        self.change_seq = len(self.executions)
+
+def count_by_agent(
+    executions: dict[str, Execution], waits_by_waiter: dict[str, dict[str, WaitEdge]]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Each agent's unsettled executions and open wait edges, recounted from the records: derived
+    on restore (not stored in the snapshot), and the recount the invariants compare against.
+    Counted in C (``Counter`` over mapped columns): a restore of a million rows stays cheap."""
+    rows = list(executions.values())
+    settled = map(SETTLED.__contains__, map(attrgetter("status"), rows))
+    open_executions = Counter(compress(map(attrgetter("agent_id"), rows), map(not_, settled)))
+    waiters = list(waits_by_waiter)
+    owners = map(attrgetter("agent_id"), map(executions.__getitem__, waiters))
+    open_edges = Counter(chain.from_iterable(map(repeat, owners, map(len, map(waits_by_waiter.__getitem__, waiters)))))
+    return dict(open_executions), dict(open_edges)
 
 
 @contextmanager
@@ -387,15 +409,23 @@ def collector_paused(freeze: bool = False) -> Iterator[None]:
             gc.enable()
 
 
-# Snapshot rows: the scalar fields of a record, read in C by attrgetter (a tuple packs exactly
-# like a list), then the few fields that need sorting. Field order is the snapshot format.
-_EXEC_SCALARS = attrgetter(
+# -- snapshot tables ---------------------------------------------------------------------------
+# A big table (executions, runs, targets, waits) is written column by column: a map from field
+# name to that field's values in row order, rows sorted by id. Columns unpack into flat lists and
+# become records again in one ``map`` over them, which keeps a restore of millions of rows to a
+# few object allocations per row. Besides a plain list of values, a column may be:
+# - coded: [sorted distinct values, each row's index into them], for low-cardinality strings
+#   (enums, agent ids, wait reasons): small ints unpack for free and the rows share one string;
+# - nested: [each row's entry count, entry column...], a row's small map or list (high-water
+#   marks, side effects, children, holders) flattened over all rows in order, map entries sorted.
+# The waits table is grouped by waiter: its ``waiter_id`` column is [waiters, each one's edge
+# count], its other columns hold the edges sorted by (waiter, target).
+
+_EXEC_COLUMNS = (
     "execution_id",
     "run_id",
     "parent_id",
-    "agent_id",
     "generation",
-    "status",
     "priority",
     "checkpoint",
     "unique_evidence",
@@ -403,58 +433,277 @@ _EXEC_SCALARS = attrgetter(
     "created_at_ms",
     "status_at_ms",
 )
-_TARGET_SCALARS = attrgetter(
-    "target_id", "kind", "slots", "version", "satisfier_id", "satisfier_generation", "satisfier_for", "approved"
-)
-_wait_plain = attrgetter(
-    "waiter_id",
-    "waiter_generation",
+_RUN_COLUMNS = ("run_id", "root_id", "cancel_generation")
+_TARGET_COLUMNS = (
     "target_id",
+    "slots",
+    "version",
+    "satisfier_id",
+    "satisfier_generation",
+    "satisfier_for",
+    "approved",
+)
+_WAIT_COLUMNS = (
+    "target_id",
+    "waiter_generation",
     "target_generation",
-    "reason",
     "deadline_ms",
-    "cancel_mode",
     "edge_version",
     "registered_at_ms",
 )
+_first, _second = itemgetter(0), itemgetter(1)
+_R = TypeVar("_R")
+_C = TypeVar("_C", dict[str, Any], list[str])
 
 
-def _exec_plain(ex: Execution) -> tuple[Any, ...]:
-    return (
-        *_EXEC_SCALARS(ex),
-        sorted(ex.edge_hwm.items()) if ex.edge_hwm else (),
-        [[k, s.outcome, s.compensatable, s.generation] for k, s in sorted(ex.side_effects.items())]
-        if ex.side_effects
-        else (),
-        ex.children,
+def _sorted_rows(records: dict[str, _R], id_field: str) -> list[_R]:
+    """The records in id order. Sorted by their own id field (every record is filed under it),
+    read in C in memory order: about twice as fast as looking each sorted key up in the dict."""
+    return sorted(records.values(), key=attrgetter(id_field))
+
+
+def _columns(rows: list[Any], names: Iterable[str]) -> dict[str, Any]:
+    """Plain columns of ``rows`` (read in C by attrgetter), keys sorted as the snapshot wants."""
+    return dict(sorted((name, list(map(attrgetter(name), rows))) for name in names))
+
+
+def _coded(values: list[Any]) -> list[Any]:
+    """A coded column: [sorted distinct values, each row's index into them]."""
+    table = sorted(set(values))
+    index = dict(zip(table, range(len(table)), strict=True))
+    return [table, list(map(index.__getitem__, values))]
+
+
+def _nested_map(maps: list[dict[str, Any]]) -> tuple[list[int], list[tuple[str, Any]]]:
+    """Each row's map length, and the entries of all rows in row order, each row's sorted by key."""
+    return list(map(len, maps)), [item for m in maps if m for item in sorted(m.items())]
+
+
+def _executions_table(executions: dict[str, Execution]) -> dict[str, Any]:
+    rows = _sorted_rows(executions, "execution_id")
+    table = _columns(rows, _EXEC_COLUMNS)
+    table["agent_id"] = _coded(list(map(attrgetter("agent_id"), rows)))
+    table["status"] = _coded(list(map(attrgetter("status"), rows)))
+    counts, hwm = _nested_map(list(map(attrgetter("edge_hwm"), rows)))
+    table["edge_hwm"] = [counts, list(map(_first, hwm)), list(map(_second, hwm))]
+    counts, fx = _nested_map(list(map(attrgetter("side_effects"), rows)))
+    effects = list(map(_second, fx))
+    table["side_effects"] = [
+        counts,
+        list(map(_first, fx)),
+        list(map(attrgetter("outcome"), effects)),
+        list(map(attrgetter("compensatable"), effects)),
+        list(map(attrgetter("generation"), effects)),
+    ]
+    children = list(map(attrgetter("children"), rows))
+    table["children"] = [list(map(len, children)), list(chain.from_iterable(children))]
+    return dict(sorted(table.items()))
+
+
+def _targets_table(targets: dict[str, Target]) -> dict[str, Any]:
+    rows = _sorted_rows(targets, "target_id")
+    table = _columns(rows, _TARGET_COLUMNS)
+    table["kind"] = _coded(list(map(attrgetter("kind"), rows)))
+    counts, holders = _nested_map(list(map(attrgetter("holders"), rows)))
+    table["holders"] = [counts, list(map(_first, holders)), list(map(_second, holders))]
+    return dict(sorted(table.items()))
+
+
+def _waits_table(by_waiter: dict[str, dict[str, WaitEdge]]) -> dict[str, Any]:
+    waiters = sorted(by_waiter)
+    groups = list(map(by_waiter.__getitem__, waiters))
+    rows = [waits[t] for waits in groups for t in sorted(waits)]
+    table = _columns(rows, _WAIT_COLUMNS)
+    table["waiter_id"] = [waiters, list(map(len, groups))]
+    table["reason"] = _coded(list(map(attrgetter("reason"), rows)))
+    table["cancel_mode"] = _coded(list(map(attrgetter("cancel_mode"), rows)))
+    return dict(sorted(table.items()))
+
+
+def _column(table: Mapping[str, Any], name: str, n: int | None = None) -> list[Any]:
+    """A plain column, checked to be a list (of ``n`` values when given)."""
+    values = table[name]
+    if type(values) is not list or (n is not None and len(values) != n):
+        raise ValueError(f"column {name!r} is not a list of {n} values")
+    return values
+
+
+def _plain_columns(table: Mapping[str, Any], names: Iterable[str], n: int) -> list[list[Any]]:
+    return [_column(table, name, n) for name in names]
+
+
+def _uncoded(table: Mapping[str, Any], name: str, n: int, decode: Callable[[Any], Any] | None = None) -> list[Any]:
+    """A coded column's value per row; ``decode`` turns each distinct value into the stored one."""
+    values, index = table[name]
+    if type(values) is not list or type(index) is not list or len(index) != n:
+        raise ValueError(f"column {name!r} is not a coded column of {n} values")
+    if index and min(index) < 0:
+        raise ValueError(f"column {name!r} has a negative index")
+    if decode is not None:
+        values = list(map(decode, values))
+    return list(map(values.__getitem__, index))
+
+
+def _nested(table: Mapping[str, Any], name: str, n: int, width: int) -> tuple[list[int], list[list[Any]]]:
+    """A nested column's per-row entry counts and its ``width`` entry columns."""
+    counts, *entries = table[name]
+    if type(counts) is not list or len(counts) != n or len(entries) != width:
+        raise ValueError(f"column {name!r} is not a nested column of {n} rows")
+    total = sum(counts)
+    if (counts and min(counts) < 0) or any(type(c) is not list or len(c) != total for c in entries):
+        raise ValueError(f"column {name!r} does not hold its rows' entries")
+    return counts, entries
+
+
+def _per_row(counts: list[int], entries: Iterable[Any], make: Callable[[Iterable[Any]], _C]) -> list[_C]:
+    """Each row's container (``make`` is dict or list) of the next ``count`` of ``entries``, row
+    after row. Most rows' containers are empty: those are copies made in C, only the others take
+    a step in Python."""
+    empty = make(())
+    rows = list(map(type(empty).copy, repeat(empty, len(counts))))
+    it = iter(entries)
+    for i in compress(range(len(counts)), counts):
+        rows[i] = make(islice(it, counts[i]))
+    return rows
+
+
+def _by_id(ids: list[str], records: Iterable[Any]) -> dict[str, Any]:
+    out = dict(zip(ids, records, strict=True))
+    if len(out) != len(ids):
+        raise ValueError("an id is listed twice")
+    return out
+
+
+def _executions_from(table: Mapping[str, Any]) -> dict[str, Execution]:
+    ids = _column(table, "execution_id")
+    n = len(ids)
+    run_ids, parents, generations, priorities, checkpoints, unique, costs, created, status_at = _plain_columns(
+        table, _EXEC_COLUMNS[1:], n
     )
-
-
-def _exec_from(row: list[Any]) -> Execution:
-    (eid, run, parent, agent, gen, status, prio, ckpt, uniq, cost, created, at, hwm, effects, children) = row
-    return Execution(
-        eid,
-        run,
-        parent,
-        agent,
-        gen,
-        _EXEC_STATUS[status],
-        prio,
-        ckpt,
-        uniq,
-        cost,
+    hwm_counts, (targets, versions) = _nested(table, "edge_hwm", n, 2)
+    fx_counts, (effect_ids, outcomes, compensatable, effect_generations) = _nested(table, "side_effects", n, 4)
+    effects = map(SideEffect, map(_EFFECT_OUTCOME.__getitem__, outcomes), compensatable, effect_generations)
+    child_counts, (child_ids,) = _nested(table, "children", n, 1)
+    rows = map(
+        Execution,
+        ids,
+        run_ids,
+        parents,
+        _uncoded(table, "agent_id", n),
+        generations,
+        _uncoded(table, "status", n, _EXEC_STATUS.__getitem__),
+        priorities,
+        checkpoints,
+        unique,
+        costs,
         created,
-        at,
-        {k: v for k, v in hwm},
-        {k: SideEffect(_EFFECT_OUTCOME[o], c, g) for k, o, c, g in effects},
-        list(children),
+        status_at,
+        _per_row(hwm_counts, zip(targets, versions, strict=True), dict),
+        _per_row(fx_counts, zip(effect_ids, effects, strict=True), dict),
+        _per_row(child_counts, child_ids, list),
     )
+    return _by_id(ids, rows)
 
 
-def _target_plain(t: Target) -> tuple[Any, ...]:
-    return (*_TARGET_SCALARS(t), sorted(t.holders.items()) if t.holders else ())
+def _runs_from(table: Mapping[str, Any]) -> dict[str, Run]:
+    ids = _column(table, "run_id")
+    return _by_id(ids, map(Run, *_plain_columns(table, _RUN_COLUMNS, len(ids))))
 
 
-def _target_from(row: list[Any]) -> Target:
-    tid, kind, slots, version, sid, sgen, sfor, approved, holders = row
-    return Target(tid, _KIND[kind], slots, version, sid, sgen, sfor, approved, {k: v for k, v in holders})
+def _targets_from(table: Mapping[str, Any]) -> tuple[dict[str, Target], dict[str, set[str]]]:
+    """The targets, and the ``satisfies`` index derived from their satisfiers and holders."""
+    ids = _column(table, "target_id")
+    n = len(ids)
+    slots, versions, satisfiers, satisfier_generations, satisfier_for, approved = _plain_columns(
+        table, _TARGET_COLUMNS[1:], n
+    )
+    counts, (holders, holder_generations) = _nested(table, "holders", n, 2)
+    rows = map(
+        Target,
+        ids,
+        _uncoded(table, "kind", n, _KIND.__getitem__),
+        slots,
+        versions,
+        satisfiers,
+        satisfier_generations,
+        satisfier_for,
+        approved,
+        _per_row(counts, zip(holders, holder_generations, strict=True), dict),
+    )
+    targets = _by_id(ids, rows)
+    # satisfies[execution].add(target) for each execution satisfier, then each holder; filtered
+    # and looped in C, as a million targets are common.
+    satisfies: defaultdict[str, set[str]] = defaultdict(set)
+    declared = list(map(is_not, satisfiers, repeat(None)))
+    named, named_targets = list(compress(satisfiers, declared)), list(compress(ids, declared))
+    by_exec = list(map(str.startswith, named, repeat("exec:")))
+    _add_each(satisfies, compress(named, by_exec), compress(named_targets, by_exec))
+    _add_each(satisfies, holders, chain.from_iterable(map(repeat, ids, counts)))
+    return targets, dict(satisfies)
+
+
+def _add_each(index: defaultdict[str, set[str]], keys: Iterable[str], values: Iterable[str]) -> None:
+    """``index[key].add(value)`` for each pair, looped in C."""
+    deque(map(set.add, map(index.__getitem__, keys), values), maxlen=0)
+
+
+def _file_by_target(by_target: dict[str, WaitEdge | dict[str, WaitEdge]], edge: WaitEdge) -> None:
+    """Add ``edge`` to ``State.waits_by_target``: the edge itself while it is its target's only one."""
+    other = by_target.get(edge.target_id)
+    if other is None:
+        by_target[edge.target_id] = edge
+    elif isinstance(other, WaitEdge):
+        by_target[edge.target_id] = {other.waiter_id: other, edge.waiter_id: edge}
+    else:
+        other[edge.waiter_id] = edge
+
+
+def _waits_from(
+    table: Mapping[str, Any], text: Callable[[str], str]
+) -> tuple[dict[str, dict[str, WaitEdge]], dict[str, WaitEdge | dict[str, WaitEdge]], list[Any], int]:
+    """The wait edges by waiter and by target, the deadline heap and the edge count, from the
+    waits table; ``text`` shares the reason strings (``State.shared_text``)."""
+    waiters, counts = table["waiter_id"]
+    if type(waiters) is not list or type(counts) is not list or len(waiters) != len(counts):
+        raise ValueError("column 'waiter_id' is not a list of waiters and their edge counts")
+    if counts and min(counts) < 1:
+        raise ValueError("a waiter with no edge")
+    n = sum(counts)
+    waiter_ids = list(chain.from_iterable(map(repeat, waiters, counts)))
+    target_ids, waiter_generations, target_generations, deadlines, versions, registered = _plain_columns(
+        table, _WAIT_COLUMNS, n
+    )
+    edges = list(
+        map(
+            WaitEdge,
+            waiter_ids,
+            waiter_generations,
+            target_ids,
+            target_generations,
+            _uncoded(table, "reason", n, text),
+            deadlines,
+            _uncoded(table, "cancel_mode", n, _CANCEL_MODE.__getitem__),
+            versions,
+            registered,
+        )
+    )
+    # Each waiter's edges are the next ``count`` of the list (it is sorted by waiter).
+    by_waiter = dict(
+        zip(waiters, map(dict, map(islice, repeat(zip(target_ids, edges, strict=True)), counts)), strict=True)
+    )
+    if len(by_waiter) != len(waiters):
+        raise ValueError("a waiter is listed twice")
+    by_target: dict[str, WaitEdge | dict[str, WaitEdge]] = dict(zip(target_ids, edges, strict=True))
+    if len(by_target) < n:
+        # Some targets have several waiters (the dict kept only the last): file those again.
+        shared = {e.target_id for e in edges if by_target[e.target_id] is not e}
+        for target_id in shared:
+            del by_target[target_id]
+        for edge in edges:
+            if edge.target_id in shared:
+                _file_by_target(by_target, edge)
+    heap = list(
+        compress(zip(deadlines, waiter_ids, target_ids, versions, strict=True), map(is_not, deadlines, repeat(None)))
+    )
+    heapq.heapify(heap)
+    return by_waiter, by_target, heap, n

@@ -467,6 +467,11 @@ def _verb_snapshot_roundtrip(r: _Runner, block: _Block) -> list[str]:
         problems.append("satisfier/holder index differs")
     if new.waits_by_target != old.waits_by_target or new.edge_count != old.edge_count:
         problems.append("wait index differs")
+    if (new.open_executions_by_agent, new.open_edges_by_agent) != (
+        old.open_executions_by_agent,
+        old.open_edges_by_agent,
+    ):
+        problems.append("per-agent counts differ")
     if problems:
         raise TranscriptError(f"line {block.line_no}: snapshot-roundtrip: {'; '.join(problems)}")
     r.machine = restored

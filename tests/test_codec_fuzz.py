@@ -37,6 +37,7 @@ from statemachine.codec import (
     encode_outcome,
     envelope_to_plain,
     outcome_to_plain,
+    pack,
 )
 from statemachine.commands import COMMANDS
 from statemachine.errors import CodecError, Status
@@ -181,6 +182,19 @@ def test_outcome_round_trip_is_canonical(out: Outcome) -> None:
     data = encode_outcome(out)
     assert decode_outcome(data) == out
     assert encode_outcome(decode_outcome(data)) == data
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(plain=st.sampled_from(sorted(DECODERS)).flatmap(valid_plain))
+def test_pack_writes_the_bytes_msgpack_writes(plain: Any) -> None:
+    """``pack`` (msgspec's encoder, for speed) writes exactly what msgpack-python writes: the
+    format does not depend on the library that encoded it."""
+    assert pack(plain) == msgpack.packb(plain, use_bin_type=True)
+
+
+def test_a_snapshot_is_the_bytes_msgpack_writes() -> None:
+    plain = State.restore(rich_snapshot()).to_plain()
+    assert pack(plain) == msgpack.packb(plain, use_bin_type=True) == rich_snapshot()
 
 
 # -- the machine on bad bytes ----------------------------------------------------------------

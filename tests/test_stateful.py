@@ -59,7 +59,7 @@ from statemachine.enums import EffectOutcome, ExecStatus
 from statemachine.errors import CodecError, Status
 from statemachine.machine import StateMachine
 from statemachine.outcome import Outcome, Result
-from statemachine.state import State, WaitEdge
+from statemachine.state import Limits, State, WaitEdge, count_by_agent
 from tests.strategies import (
     INT64_MAX,
     DrawChooser,
@@ -75,8 +75,8 @@ from tests.strategies import (
 )
 
 
-def replay(log: list[bytes]) -> tuple[StateMachine, list[Outcome]]:
-    sm = StateMachine()
+def replay(log: list[bytes], limits: Limits | None = None) -> tuple[StateMachine, list[Outcome]]:
+    sm = StateMachine(limits=limits)
     return sm, [sm.apply_bytes(data) for data in log]
 
 
@@ -92,9 +92,12 @@ def check_outcome_shape(out: Outcome) -> None:
 
 
 class CoreMachine(RuleBasedStateMachine):
+    LIMITS: Limits | None = None
+    """None: the defaults. A subclass sets small limits so that random logs reach them."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.sm = StateMachine()
+        self.sm = StateMachine(limits=dataclasses.replace(self.LIMITS) if self.LIMITS else None)
         self.log: list[bytes] = []
         self.outcomes: list[Outcome] = []
         self.recorded: dict[tuple[str, str], tuple[bytes, Outcome, bytes]] = {}
@@ -211,8 +214,16 @@ class CoreMachine(RuleBasedStateMachine):
             self.edge_seen[edge_key] = max(prev or 0, version)
         self.edge_open = set(now_open)
 
+        # The per-agent counts are kept incrementally; they equal a recount (also an invariant),
+        # no agent holds more open executions than its limit, and a restore derives the same.
+        by_agent = (st_.open_executions_by_agent, st_.open_edges_by_agent)
+        assert by_agent == count_by_agent(st_.executions, st_.waits_by_waiter), by_agent
+        limit = st_.limits.max_open_executions_per_agent
+        assert all(n <= limit for n in st_.open_executions_by_agent.values()), st_.open_executions_by_agent
         snap = st_.snapshot()
-        assert State.restore(snap).snapshot() == snap, "snapshot -> restore -> snapshot is not byte-identical"
+        restored = State.restore(snap)
+        assert restored.snapshot() == snap, "snapshot -> restore -> snapshot is not byte-identical"
+        assert (restored.open_executions_by_agent, restored.open_edges_by_agent) == by_agent
 
     def _lockstep(self, data: bytes, out: Outcome) -> None:
         if self.shadow is None:
@@ -313,13 +324,25 @@ class CoreMachine(RuleBasedStateMachine):
         assert invariants.check(self.sm.state) == []
 
     def teardown(self) -> None:
-        replayed, outcomes = replay(self.log)
+        replayed, outcomes = replay(self.log, self.LIMITS)
         assert outcomes == self.outcomes, "replaying the log gave different outcomes"
         assert replayed.snapshot() == self.sm.snapshot(), "replaying the log gave a different state"
 
 
 TestCoreStateful = CoreMachine.TestCase
 TestCoreStateful.settings = settings(max_examples=examples(150), stateful_step_count=50, deadline=None)
+
+
+class TightAgentLimitsMachine(CoreMachine):
+    """The same machine with per-agent limits of 1 open execution and 1 open edge, which random
+    logs over the small universe reach all the time: creations, retries, claim takeovers and
+    waits are refused (changing nothing) and the counts still equal a recount after every step."""
+
+    LIMITS = Limits(max_open_executions_per_agent=2, max_open_edges_per_agent=1)
+
+
+TestTightAgentLimitsStateful = TightAgentLimitsMachine.TestCase
+TestTightAgentLimitsStateful.settings = settings(max_examples=examples(60), stateful_step_count=50, deadline=None)
 
 
 @settings(max_examples=examples(60), deadline=None)
@@ -415,8 +438,12 @@ def _edge(st_: State, waiter: str, target: str) -> WaitEdge:
 CORRUPTIONS: dict[str, tuple[Callable[[State], object], str]] = {
     # name: (how to break the scenario's state, a fragment of the violation check() must report)
     "edge missing from waits_by_target": (
-        lambda s: s.waits_by_target["exec:e2"].clear(),
+        lambda s: s.waits_by_target.pop("exec:e2"),
         "missing from waits_by_target",
+    ),
+    "single waiter kept in a map": (
+        lambda s: s.waits_by_target.update({"exec:e2": {"exec:e3": _edge(s, "exec:e3", "exec:e2")}}),
+        "a single one is kept as the edge",
     ),
     "edge_count off": (lambda s: setattr(s, "edge_count", s.edge_count + 1), "edge_count"),
     "waiter terminal": (lambda s: setattr(s.executions["exec:e3"], "status", ExecStatus.COMPLETED), "attempt is over"),
@@ -451,6 +478,14 @@ CORRUPTIONS: dict[str, tuple[Callable[[State], object], str]] = {
     "deadline missing from the heap": (lambda s: s.deadlines.clear(), "deadline heap"),
     "session expiry missing from the heap": (lambda s: s.session_expiry.clear(), "expiry heap"),
     "run root broken": (lambda s: setattr(s.runs["r1"], "root_id", "exec:e3"), "root"),
+    "agent's open executions off": (
+        lambda s: s.open_executions_by_agent.update(a1=5),
+        "open_executions_by_agent[a1] is 5; a recount gives 2",
+    ),
+    "agent's open edges off": (
+        lambda s: s.open_edges_by_agent.pop("a1"),
+        "open_edges_by_agent[a1] is None; a recount gives 3",
+    ),
 }
 
 
