@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
@@ -28,10 +28,12 @@ from types import NoneType, UnionType
 from typing import Any
 
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from proto.waitgraph.v1 import agent_pb2, commands_pb2, operator_pb2, types_pb2
 from statemachine import commands as C
+from statemachine.cancel import Convergence
+from statemachine.cancel_state import CancelScope
 from statemachine.codec import field_types
 from statemachine.commands import Command
 from statemachine.detect import Candidate
@@ -39,7 +41,16 @@ from statemachine.effects import EFFECTS, Effect
 from statemachine.enums import CancelMode, CancelState, EffectOutcome, ExecStatus, Relation, SessionStatus
 from statemachine.errors import Status, WaitgraphError
 from statemachine.outcome import Outcome, Result
-from statemachine.recovery_state import Decision, DecisionKind, Proposal, ProposalStatus, RolloutMode, Score
+from statemachine.recovery_state import (
+    CycleWait,
+    Decision,
+    DecisionKind,
+    Proposal,
+    ProposalStatus,
+    RolloutMode,
+    Score,
+    Trajectory,
+)
 from statemachine.state import Execution, Run, Session, Target, WaitEdge
 
 from .events import Event
@@ -47,10 +58,14 @@ from .events import Event
 __all__ = [
     "AGENT_WRITES",
     "OPERATOR_WRITES",
+    "WRITE_ITEM_CASES",
     "WRITE_RPCS",
+    "Undecodable",
     "WireError",
     "check_schema",
     "command_from_request",
+    "cancellation_view",
+    "convergence_response",
     "cycle_view",
     "decision_view",
     "effect_from_proto",
@@ -61,12 +76,17 @@ __all__ = [
     "execution_view",
     "outcome_from_proto",
     "outcome_to_proto",
+    "parse_request",
     "proposal_view",
     "request_class",
+    "request_deserializer",
     "request_from_command",
     "session_view",
     "target_view",
+    "trajectory_view",
     "wait_view",
+    "write_item",
+    "write_item_request",
 ]
 
 
@@ -209,6 +229,12 @@ def snake(name: str) -> str:
     return _CAMEL.sub("_", name).lower()
 
 
+@cache
+def effect_case(kind: str) -> str:
+    """The ``Effect`` oneof case of an effect kind (``snake`` of it, computed once per kind)."""
+    return snake(kind)
+
+
 def _wire_name(member: StrEnum) -> str:
     """``RolloutMode.AUTO_SAFE`` ("auto-safe") -> ``ROLLOUT_MODE_AUTO_SAFE``."""
     return f"{snake(type(member).__name__).upper()}_{member.value.upper().replace('-', '_')}"
@@ -252,22 +278,29 @@ def _to_wire(value: Any) -> Any:
     return value
 
 
+@cache
+def _read_plan(cls: type, desc: Descriptor) -> tuple[tuple[_Field, bool], ...]:
+    """Each field of ``cls`` and whether its wire field has presence (computed once per pair:
+    descriptor lookups on every request were a measurable part of a write's cost)."""
+    by_name = desc.fields_by_name
+    return tuple((f, bool(by_name[f.name].has_presence)) for f in _fields(cls))
+
+
 def _read(cls: type, msg: Message, what: str) -> dict[str, Any]:
     """The keyword arguments of ``cls`` from a message with the same field names."""
     kwargs: dict[str, Any] = {}
-    by_name = msg.DESCRIPTOR.fields_by_name
-    for f in _fields(cls):
-        where = f"{what}.{f.name}"
+    for f, presence in _read_plan(cls, msg.DESCRIPTOR):
         if f.type.repeated:
+            where = f"{what}.{f.name}"
             kwargs[f.name] = tuple(_from_wire(f.type, v, where) for v in getattr(msg, f.name))
-        elif not by_name[f.name].has_presence or msg.HasField(f.name):
-            kwargs[f.name] = _from_wire(f.type, getattr(msg, f.name), where)
+        elif not presence or msg.HasField(f.name):
+            kwargs[f.name] = _from_wire(f.type, getattr(msg, f.name), f"{what}.{f.name}")
         elif not f.required:
             pass  # the core's default
         elif f.type.optional:
             kwargs[f.name] = None
         else:
-            raise WireError(f"{where} is required", field=f.name)
+            raise WireError(f"{what}.{f.name} is required", field=f.name)
     return kwargs
 
 
@@ -275,13 +308,18 @@ def _write(obj: Any, msg_cls: type[Message], **overrides: Any) -> Message:
     """A message of ``msg_cls`` with every field it declares taken from ``obj``'s attribute of
     the same name (``overrides`` first); None leaves a field unset."""
     kwargs: dict[str, Any] = {}
-    for fd in msg_cls.DESCRIPTOR.fields:
-        value = overrides[fd.name] if fd.name in overrides else getattr(obj, fd.name)
+    for name, scalars in _write_plan(msg_cls.DESCRIPTOR):
+        value = overrides[name] if name in overrides else getattr(obj, name)
         if value is None:
             continue
-        scalars = _is_repeated(fd) and fd.message_type is None
-        kwargs[fd.name] = [_to_wire(v) for v in value] if scalars else _to_wire(value)
+        kwargs[name] = [_to_wire(v) for v in value] if scalars else _to_wire(value)
     return msg_cls(**kwargs)
+
+
+@cache
+def _write_plan(desc: Descriptor) -> tuple[tuple[str, bool], ...]:
+    """Each field of a message type and whether it is a repeated scalar (computed once per type)."""
+    return tuple((fd.name, _is_repeated(fd) and fd.message_type is None) for fd in desc.fields)
 
 
 def command_from_request(rpc: str, msg: Message) -> Command:
@@ -297,6 +335,30 @@ def request_from_command(cmd: Command, request_id: str = "", rpc: str | None = N
     if WRITE_RPCS.get(name) is not type(cmd):
         raise KeyError(f"no write RPC {name!r} carries {cmd.KIND}")
     return _write(cmd, request_class(name), request_id=request_id)
+
+
+# -- WriteBatch items: the oneof case of a WriteItem is the snake_case name of its write RPC ---------
+
+WRITE_ITEM_CASES: dict[str, str] = {snake(rpc): rpc for rpc in AGENT_WRITES}
+"""``WriteItem.write`` case -> the AgentService write RPC whose request it holds."""
+
+
+def write_item_request(item: agent_pb2.WriteItem) -> tuple[str, Message]:
+    """The write RPC and request message an item carries; :class:`WireError` when it has none."""
+    case = item.WhichOneof("write")
+    if case is None:
+        raise WireError("WriteItem: no write is set (one of the AgentService write requests)")
+    request: Message = getattr(item, case)
+    return WRITE_ITEM_CASES[case], request
+
+
+def write_item(rpc: str, request: Message, authorization: str = "") -> agent_pb2.WriteItem:
+    """A WriteItem holding ``request`` of the AgentService write RPC ``rpc`` (clients)."""
+    if rpc not in AGENT_WRITES:
+        raise KeyError(f"WriteBatch carries AgentService writes only, not {rpc!r}")
+    item = agent_pb2.WriteItem(authorization=authorization)
+    getattr(item, snake(rpc)).CopyFrom(request)
+    return item
 
 
 # -- effects and outcomes ------------------------------------------------------------------------------
@@ -315,13 +377,13 @@ def effect_kind(msg: types_pb2.Effect) -> str:
 
 def effect_to_proto(fx: Effect) -> types_pb2.Effect:
     inner = _write(fx, getattr(types_pb2, fx.KIND))
-    return types_pb2.Effect(**{snake(fx.KIND): inner})
+    return types_pb2.Effect(**{effect_case(fx.KIND): inner})
 
 
 def effect_from_proto(msg: types_pb2.Effect) -> Effect:
     kind = effect_kind(msg)
     cls = _EFFECT_BY_KIND[kind]
-    fx: Effect = cls(**_read(cls, getattr(msg, snake(kind)), kind))
+    fx: Effect = cls(**_read(cls, getattr(msg, effect_case(kind)), kind))
     return fx
 
 
@@ -426,20 +488,79 @@ def cycle_view(c: Candidate, proposal_status: ProposalStatus | None) -> operator
     return view
 
 
+def _votes(votes: Iterable[tuple[str, bool, int]]) -> list[operator_pb2.VoteView]:
+    return [operator_pb2.VoteView(voter=v, approve=ok, at_ms=at) for v, ok, at in votes]
+
+
 def proposal_view(p: Proposal) -> operator_pb2.ProposalView:
     view: operator_pb2.ProposalView = _write(
-        p, operator_pb2.ProposalView, members=_members(p.members), edges=_edges(p.edges)
+        p, operator_pb2.ProposalView, members=_members(p.members), edges=_edges(p.edges), votes=_votes(p.votes)
     )
     return view
 
 
-def decision_view(d: Decision) -> operator_pb2.DecisionView:
+def cancellation_view(scope: CancelScope, quarantined: int) -> operator_pb2.CancellationView:
+    view: operator_pb2.CancellationView = _write(
+        scope, operator_pb2.CancellationView, pending=len(scope.pending), quarantined=quarantined
+    )
+    return view
+
+
+def decision_view(
+    d: Decision, cancellations: Iterable[operator_pb2.CancellationView] = ()
+) -> operator_pb2.DecisionView:
+    """``cancellations``: the rolled-back members' scopes as they stand now (read, not recorded)."""
     view: operator_pb2.DecisionView = _write(
         d,
         operator_pb2.DecisionView,
         scores=[_write(s, operator_pb2.ScoreView) for s in d.scores],
         roles=[operator_pb2.RoleView(execution_id=e, role=r) for e, r in d.roles],
-        released=[operator_pb2.ReleaseView(target_id=t, execution_id=e) for t, e in d.released],
+        # Every release happens inside the decision's own apply, after its epoch commit.
+        released=[operator_pb2.ReleaseView(target_id=t, execution_id=e, at_ms=d.at_ms) for t, e in d.released],
+        votes=_votes(d.votes),
+        waits=[_write(w, operator_pb2.CycleWaitView) for w in d.waits],
+        cancellations=list(cancellations),
+    )
+    return view
+
+
+def _epoch_at(point: tuple[int, int] | None) -> operator_pb2.EpochAt | None:
+    return None if point is None else operator_pb2.EpochAt(epoch=point[0], at_ms=point[1])
+
+
+def trajectory_view(
+    signature: str, t: Trajectory | None, decisions: Iterable[Decision], guard: str | None
+) -> operator_pb2.TrajectoryView:
+    """``decisions``: those recorded for the signature, oldest first; ``guard``: the livelock
+    guard's verdict on the trajectory as it stands (recovery.livelock_reason)."""
+    summaries = [
+        _write(d, operator_pb2.DecisionSummary, kind=d.kind, epoch=d.epoch, winner_id=d.winner_id) for d in decisions
+    ]
+    if t is None:
+        return operator_pb2.TrajectoryView(signature=signature, known=False, decisions=summaries)
+    first = _epoch_at(t.first_seen)
+    return operator_pb2.TrajectoryView(
+        signature=signature,
+        known=True,
+        observations=[operator_pb2.EpochAt(epoch=e, at_ms=at) for e, at in t.observations],
+        recoveries=[operator_pb2.EpochAt(epoch=e, at_ms=at) for e, at in t.recoveries],
+        observed_total=t.observed_total,
+        recovered_total=t.recovered_total,
+        first_seen=first,
+        decisions=summaries,
+        guard=guard or "",
+    )
+
+
+def convergence_response(c: Convergence) -> operator_pb2.ConvergenceResponse:
+    view: operator_pb2.ConvergenceResponse = _write(
+        c,
+        operator_pb2.ConvergenceResponse,
+        run_id=c.run_id or "",
+        cancel_state=c.cancel_state,
+        unsettled=c.unsettled,
+        stale=None,
+        applied_index=None,
     )
     return view
 
@@ -454,7 +575,11 @@ _VIEWS: tuple[tuple[type[Message], type, frozenset[str]], ...] = (
     (operator_pb2.RunView, Run, frozenset({"cancel_state"})),
     (operator_pb2.Cycle, Candidate, frozenset({"members", "edges", "proposal_status"})),
     (operator_pb2.ProposalView, Proposal, frozenset({"members", "edges"})),
-    (operator_pb2.DecisionView, Decision, frozenset({"scores", "roles", "released"})),
+    (operator_pb2.DecisionView, Decision, frozenset({"scores", "roles", "released", "cancellations"})),
+    (operator_pb2.CycleWaitView, CycleWait, frozenset()),
+    (operator_pb2.CancellationView, CancelScope, frozenset({"pending", "quarantined"})),
+    (operator_pb2.TrajectoryView, Trajectory, frozenset({"signature", "known", "decisions", "guard"})),
+    (operator_pb2.ConvergenceResponse, Convergence, frozenset({"stale", "applied_index"})),
     (operator_pb2.ScoreView, Score, frozenset()),
 )
 """View message, the core record it shows, and the fields the converter fills itself."""
@@ -560,4 +685,41 @@ def check_schema() -> list[str]:
                 problems.append(f"{service.name} lacks the write RPC {rpc}")
             elif method.input_type.name != f"{rpc}Request" or method.output_type is not types_pb2.Outcome.DESCRIPTOR:
                 problems.append(f"{service.name}.{rpc} must take {rpc}Request and return Outcome")
+    item_cases = {fd.name: fd for fd in agent_pb2.WriteItem.DESCRIPTOR.oneofs_by_name["write"].fields}
+    for case, rpc in sorted(WRITE_ITEM_CASES.items()):
+        fd = item_cases.get(case)
+        if fd is None or fd.message_type.name != f"{rpc}Request":
+            problems.append(f"WriteItem: oneof case {case} must be a {rpc}Request")
+    for case in sorted(item_cases.keys() - WRITE_ITEM_CASES.keys()):
+        problems.append(f"WriteItem.{case}: no AgentService write RPC")
     return problems
+
+
+# -- bytes that are no message -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """What the server's deserializer hands a handler for bytes that do not decode as its request
+    message: the handler raises ``error`` (INVALID_ARGUMENT) after authenticating the caller.
+    gRPC's own answer to a deserializer that raises would be UNKNOWN."""
+
+    error: WireError
+
+
+def parse_request(cls: type[Message], data: bytes) -> Message:
+    """``cls`` decoded from wire bytes; :class:`WireError` when they are not such a message."""
+    try:
+        return cls.FromString(data)
+    except DecodeError as exc:
+        raise WireError(f"{cls.DESCRIPTOR.name}: the request does not decode as protobuf ({exc})") from None
+
+
+def request_deserializer(cls: type[Message]) -> Callable[[bytes], Message | Undecodable]:
+    def deserialize(data: bytes) -> Message | Undecodable:
+        try:
+            return parse_request(cls, data)
+        except WireError as exc:
+            return Undecodable(exc)
+
+    return deserialize

@@ -141,10 +141,11 @@ _RETRYABLE = frozenset({"confirmation_window", "no_quorum", "overlapping_recover
 
 
 class Loops:
-    def __init__(self, node: RaftNode, cfg: LoopConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, node: RaftNode, cfg: LoopConfig, clock: Callable[[], int] | None = None) -> None:
         self.node = node
         self.cfg = cfg
-        self.clock = clock
+        self.clock = clock if clock is not None else (lambda: int(time.time() * 1000))
+        """``at_ms`` of the loops' commands: the node's LogicalClock.now_ms (cluster/clock.py)."""
         self._task: asyncio.Task[None] | None = None
         self._detector: IncrementalDetector | None = None
         self._was_leader = False
@@ -155,7 +156,7 @@ class Loops:
         self.counters: dict[str, int] = {}
 
     def now_ms(self) -> int:
-        return int(self.clock() * 1000)
+        return self.clock()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="waitgraph-loops")

@@ -29,13 +29,40 @@ objects, ``__tryLogCompaction``/``serializer.Serializer.serialize``). Ours write
 "prev": entry, "cluster": [addresses]}``, fsynced; pysyncobj renames it into place
 (``atomicReplace``) and streams the same file to a follower that is too far behind
 (``getTransmissionData``/``setTransmissionData``, then ``__loadDumpFile(clearJournal=True)``).
-Restore replaces the whole state. A custom serializer also turns off pysyncobj's ``fork`` for
-dumps, so the dump is taken on the tick thread between two applies (a consistent cut); the price
-is that the tick thread (heartbeats included) pauses for as long as ``snapshot()`` takes, so a
-very large state needs election timeouts above that time. A dump that cannot be read is fatal
-(the node exits loudly): pysyncobj would log it and go on applying the journal to an empty state.
-The journal itself is pysyncobj's ``FileJournal``: an mmap written on every append, never fsynced
-while running (it survives a killed process, not a power cut).
+Restore replaces the whole state. A custom serializer also turns off pysyncobj's own ``fork``
+for dumps; ours forks by itself (``RaftConfig.fork_dumps``, see "Log compaction" below), or
+else takes the dump on the tick thread between two applies (a consistent cut), and the tick
+thread (heartbeats included) pauses for as long as ``snapshot()`` takes. A
+dump that cannot be read is fatal (the node exits loudly): pysyncobj would log it and go on
+applying the journal to an empty state. The journal itself is pysyncobj's ``FileJournal``: an mmap
+written on every append, never fsynced while running (it survives a killed process, not a power
+cut), unless ``fsync`` is on (below).
+
+**Durability option** (``RaftConfig.fsync``, ``waitgraph serve --fsync``). pysyncobj never flushes
+its journal, and a follower answers ``append_entries`` (``__sendNextNodeIdx(success=True)``) and a
+leader counts its own copy towards a majority (the commit loop in ``_onTick`` starts at ``count =
+1``) as soon as the entry is in the mmap: an acknowledged write survives a killed process (the
+page cache keeps it) but not a power cut. With ``fsync`` on, three small overrides make every
+acknowledgment wait for the disk, one flush per tick covering everything appended in it:
+
+- the journal is switched to :class:`DurableFileJournal` right after ``SyncObj.__init__`` creates
+  it (a set-only descriptor on ``_SyncObj__raftLog`` sees that one assignment): it marks itself
+  dirty on every change, :meth:`~DurableFileJournal.sync` is one ``msync(MS_SYNC)`` of the mmap
+  (data and the file size, like ``fdatasync``), and its ``.meta`` file (current term and vote,
+  which Raft requires to be durable before a vote is sent) is fsynced whenever it is written;
+- a follower's ``next_node_idx`` replies (``_SyncObj__sendNextNodeIdx``) are held, in order, and
+  sent only after the next flush;
+- each tick (``_onTick``) first flushes the journal (and fsyncs the dump file and the data
+  directory after a dump was written or received), then releases the held replies, then runs
+  pysyncobj's tick. The leader's entries are appended by ``_checkCommandsToApply`` after the
+  commit loop of a tick, so they are on disk before the next commit loop counts the leader's own
+  copy. The one append between the flush and the commit loop, the no-op of a node that wins an
+  election inside the tick (a single-node cluster), is flushed by ``_SyncObj__onBecomeLeader``.
+
+What this does not cover: pysyncobj's journal records carry no checksum and the kernel may write
+dirty mmap pages back in any order, so a power cut in the middle of an append that was not
+acknowledged yet, or of the journal rewrite that follows a log compaction, can leave a torn
+record that pysyncobj reads back as it is. Acknowledged entries were on disk before the cut.
 
 **Configuration** (:func:`build_conf`): ``journalFile`` *and* ``fullDumpFile`` in the data
 directory (a journal without a dump loses the state after compaction), ``password`` (without it
@@ -67,6 +94,38 @@ matching entries are never deleted, and keeps the leader's ``nextIndex`` from mo
 success reply. It is installed by overriding the private ``__onMessageReceived``
 (``WaitgraphSyncObj._SyncObj__onMessageReceived``), which wraps the original.
 
+**Log compaction** (``WaitgraphSyncObj._SyncObj__tryLogCompaction``, :func:`compaction_due`). A
+dump is written on the tick thread, which sends no heartbeat and reads no message meanwhile.
+pysyncobj starts it on every node at about the same log length, so all three paused together and
+the leader changed. Now: followers take turns by applied index (each member owns every third slot
+of ``logCompactionMinEntries // members`` indexes, by sorted Raft address), so two never start at
+the same index; a leader waits until its log is :data:`LEADER_COMPACTION_FACTOR` times the
+threshold (a new leader's followers then compact first; a long-lived leader compacts once per
+that many entries). After a dump is written or loaded (a restarted node loads its dump at its first
+tick), a follower restarts its election deadline: pysyncobj checks it right after, *before* it
+reads the heartbeats that queued during the pause, and would depose a healthy leader. pysyncobj's
+own ``logCompactionSplit`` (time windows per node) is not used: its window check also blocks
+``forceLogCompaction()`` outside the window (the override turns it off while a forced compaction
+starts, should a caller set it).
+
+The pause itself is gone with ``fork_dumps`` (the default of :class:`RaftNode`): like Redis, the
+tick thread forks, and the child (a copy-on-write image of the state between two applies, so a
+consistent cut) writes ``raft.dump.next.<pid>``, fsyncs it and exits, while the parent goes on
+applying and heartbeating; pysyncobj's async-serializer hook (``serializeChecker`` =
+:meth:`WaitgraphSyncObj._dump_state`) polls the child each tick, and only after it exited with
+success is the file renamed over ``raft.dump`` and the log cut. Why the child is safe next to
+gRPC's and asyncio's threads: it runs only ``StateMachine.snapshot()``, msgpack and file writes,
+takes no lock (the forking thread was the only writer; a reader may have held the machine lock at
+the fork), logs nothing, has SIGINT/SIGTERM blocked, closes every inherited descriptor (the
+listening sockets must not outlive a killed parent) and leaves by ``os._exit`` (no exit handlers,
+no gRPC shutdown); it never touches a gRPC object, so gRPC's fork support is not needed
+(``waitgraph serve`` turns it off: ``GRPC_ENABLE_FORK_SUPPORT=false``). Each child writes its own
+``raft.dump.next.<pid>``, so one left running by a killed node cannot mix with the next. A dump
+received from the leader meanwhile kills the child. A failed child leaves the old dump and the log
+as they were and the next try waits :data:`DUMP_RETRY_S`. The cost is memory: pages the parent (or
+the child's reference counting) writes meanwhile are copied, up to the size of the state in the
+worst case.
+
 **asyncio bridge, group commit, backpressure** (:class:`RaftNode`): see there.
 """
 
@@ -76,6 +135,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -85,7 +145,9 @@ from typing import Any, Generic, TypeVar
 
 import msgpack
 from pysyncobj import SyncObj, SyncObjConf, replicated
-from pysyncobj.config import FAIL_REASON
+from pysyncobj import pickle as pysyncobj_pickle
+from pysyncobj.config import FAIL_REASON, SERIALIZER_STATE
+from pysyncobj.journal import FileJournal, MetaStorer
 from pysyncobj.syncobj import SyncObjExceptionWrongVer
 from pysyncobj.transport import TCPTransport
 
@@ -144,6 +206,10 @@ class RaftConfig:
     """A leader has a quorum while a majority (itself included) answered within this window."""
     log_compaction_min_entries: int = 5000
     log_compaction_min_time_s: float = 300.0
+    fsync: bool = False
+    """Acknowledge appended entries only once the journal is flushed to disk (module docstring)."""
+    fork_dumps: bool = True
+    """Write log-compaction dumps in a forked child (module docstring, "Log compaction")."""
 
     def __post_init__(self) -> None:
         if not self.password:
@@ -188,6 +254,102 @@ def build_conf(cfg: RaftConfig, **overrides: Any) -> SyncObjConf:
     return SyncObjConf(**kwargs)
 
 
+# -- the durability option (module docstring, "Durability option") --------------------------------
+
+
+def fsync_directory(path: Path) -> None:
+    """Make a rename or a new file in ``path`` durable (its directory entry is metadata of ``path``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DurableMetaStorer(MetaStorer):  # type: ignore[misc]
+    """pysyncobj's ``.meta`` writer (term, vote, commit index), fsynced, rename included.
+
+    Every write, not only those that change the term or the vote: a later write that is renamed
+    over the file without fsync could, after a power cut, leave an empty file where the durable
+    vote was (pysyncobj then starts from term 0 and no vote). The commit index alone changes it at
+    most once a second (``onOneSecondTimer``).
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.stores = 0
+
+    def storeMeta(self, meta: dict[str, Any]) -> None:
+        path = self.getPath()
+        with open(path + ".tmp", "wb") as f:
+            f.write(pysyncobj_pickle.dumps(meta))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+        fsync_directory(Path(path).parent)
+        self.stores += 1
+
+
+class DurableFileJournal(FileJournal):  # type: ignore[misc]
+    """pysyncobj's ``FileJournal`` that knows whether it has changes not yet on disk.
+
+    Not constructed: :meth:`adopt` switches the class of the journal ``SyncObj.__init__`` opened.
+    """
+
+    dirty: bool
+    flushes: int
+    flushed_index: int
+    """The last log index on disk after the latest :meth:`sync` (0: none yet)."""
+
+    @classmethod
+    def adopt(cls, journal: FileJournal) -> DurableFileJournal:
+        journal.__class__ = cls
+        assert isinstance(journal, DurableFileJournal)
+        journal.dirty = True
+        journal.flushes = 0
+        journal.flushed_index = 0
+        meta = journal._FileJournal__metaStorer
+        journal._FileJournal__metaStorer = DurableMetaStorer(meta.getPath())
+        journal.sync()
+        # The journal file may be new: its directory entry must be on disk too.
+        fsync_directory(Path(meta.getPath()).parent)
+        return journal
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        super().add(command, idx, term)
+        self.dirty = True
+
+    def clear(self) -> None:
+        super().clear()
+        self.dirty = True
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
+        super().deleteEntriesFrom(entryFrom)
+        self.dirty = True
+
+    def sync(self) -> bool:
+        """Flush the mmap (``msync(MS_SYNC)``: the pages and the file size); True when it had changes."""
+        if not self.dirty:
+            return False
+        self.flush()
+        self.dirty = False
+        self.flushes += 1
+        self.flushed_index = self[-1][1] if len(self) else 0
+        return True
+
+
+class _JournalHook:
+    """Set-only descriptor for ``_SyncObj__raftLog``: sees the one assignment in ``SyncObj.__init__``.
+
+    It has no ``__get__``, so reads find the instance's own attribute at full speed.
+    """
+
+    def __set__(self, obj: WaitgraphSyncObj, journal: Any) -> None:
+        if obj._fsync and isinstance(journal, FileJournal) and not isinstance(journal, DurableFileJournal):
+            journal = DurableFileJournal.adopt(journal)
+        obj.__dict__["_SyncObj__raftLog"] = journal
+
+
 # -- the replicated object (runs on pysyncobj's tick thread) ---------------------------------------
 
 
@@ -199,6 +361,83 @@ def _exit_process(reason: str) -> None:
     logger.critical("stopping the node: %s", reason)
     logging.shutdown()
     os._exit(70)
+
+
+TICK_STALL_S = 0.3
+"""A tick (work and poll) longer than this is logged (``tick_stalls``): heartbeats went missing."""
+DUMP_RETRY_S = 5.0
+"""After a forked dump failed, the next one (unless forced) waits this long."""
+LEADER_COMPACTION_FACTOR = 4
+"""A leader compacts only once its log is this many times ``logCompactionMinEntries`` long."""
+_NEVER = 2**62
+
+
+def compaction_due(
+    *,
+    log_len: int,
+    applied_index: int,
+    min_entries: int,
+    since_last_s: float,
+    min_time_s: float,
+    rank: int,
+    members: int,
+    leader: bool,
+) -> bool:
+    """Whether a node starts a log compaction now (module docstring, "Log compaction").
+
+    A follower compacts past ``min_entries`` entries (or ``min_time_s`` since its last dump), but
+    only while its applied index is in its own slot: the index space is cut into slots of
+    ``min_entries // members`` entries, dealt round-robin to the members by ``rank`` (their sorted
+    Raft addresses), so no two members start at the same index. A leader compacts only past
+    :data:`LEADER_COMPACTION_FACTOR` times ``min_entries``: its pause stops the heartbeats.
+    """
+    if leader and members > 1:
+        return log_len > LEADER_COMPACTION_FACTOR * min_entries
+    if log_len <= min_entries and since_last_s <= min_time_s:
+        return False
+    if members <= 1:
+        return True
+    slot = max(1, min_entries // members)
+    return (applied_index // slot) % members == rank
+
+
+def _write_dump_file(path: str, head: dict[str, Any], state: Any) -> None:
+    with open(path, "wb") as f:
+        f.write(msgpack.packb({**head, "state": state}, use_bin_type=True))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _dump_child(path: str, head: dict[str, Any], machine: StateMachine) -> None:
+    """The forked dump writer: snapshot, write, fsync, exit; never returns.
+
+    It runs only the state's own code and file writes: no lock (the forking tick thread was the
+    only writer, and a reader thread may have held the machine lock at the fork), no logging (its
+    locks may have been held by another thread), nothing of gRPC or asyncio, no exit handlers
+    (``os._exit``). SIGINT and SIGTERM are blocked: they are the parent's to handle.
+    """
+    code = 1
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        _close_inherited_fds()
+        _write_dump_file(path, head, machine.snapshot())
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _close_inherited_fds() -> None:
+    """Close every descriptor but stdin/out/err in a forked child: the parent's listening sockets
+    (gRPC, Raft) must not stay open in a child that outlives a killed parent, or the restarted
+    node could not bind its ports until the child is done."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 4096))
+    for fd in fds:
+        if fd > 2:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
@@ -218,7 +457,12 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
         transport_class: type = TCPTransport,
         on_fatal: Callable[[str], None] = _exit_process,
         on_restored: Callable[[], None] | None = None,
+        fsync: bool = False,
+        fork_dumps: bool = False,
     ) -> None:
+        self._fsync = fsync
+        self._held_replies: list[tuple[Any, bool, int, bool]] = []
+        self._dump_unsynced = False
         self._machine = machine
         self._machine_lock = threading.Lock()
         self._on_fatal = on_fatal
@@ -235,15 +479,42 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             "dumps_written": 0,
             "dumps_loaded": 0,
             "entries_undecodable": 0,
+            "journal_flushes": 0,
+            "replies_held": 0,
+            "compactions_forced": 0,
+            "dumps_forked": 0,
+            "compaction_pause_ms_max": 0,
+            "election_deadline_resets": 0,
+            "tick_stalls": 0,
+            "tick_gap_ms_max": 0,
         }
+        self._tick_started_at = 0.0
         conf.serializer = self._write_dump
         conf.deserializer = self._read_dump
+        self._fork_dumps = fork_dumps
+        self._dump_child_pid: int | None = None
+        self._dump_paths = ("", "", "")
+        self._dump_started_at = 0.0
+        self._dump_status = SERIALIZER_STATE.NOT_SERIALIZING
+        self._dump_paused = False
+        self._dump_retry_at = 0.0
+        if fork_dumps:
+            conf.serializeChecker = self._dump_state
+        # The compaction policy's own settings: pysyncobj's fields are rewritten every tick.
+        self._compaction_min_entries = int(conf.logCompactionMinEntries)
+        self._compaction_min_time_s = float(conf.logCompactionMinTime)
+        members = sorted({self_address, *peers})
+        self._compaction_rank = members.index(self_address)
+        self._compaction_members = len(members)
+        self._last_dump_at = time.monotonic()
         super().__init__(self_address, peers, conf, transportClass=transport_class)
 
     # -- overrides of two private pysyncobj methods ----------------------------------------------
     # ``self.__x`` inside SyncObj is looked up as ``self._SyncObj__x``, so a subclass attribute of
     # that name replaces it everywhere, including the handler ``SyncObj.__init__`` registers with
     # the transport before the tick thread starts. Both wrap the original and change nothing else.
+
+    _SyncObj__raftLog: Any = _JournalHook()
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
         self._guard_message(super()._SyncObj__onMessageReceived, node, message)
@@ -261,6 +532,130 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             self.counters["entries_undecodable"] += 1
             logger.exception("skipping a log entry that does not decode to a call of apply_commands")
             return None
+
+    # -- log compaction: when, and what a long pause must not cause --------------------------------
+
+    def _SyncObj__tryLogCompaction(self) -> None:
+        # pysyncobj's own check (``__tryLogCompaction``): compact past ``logCompactionMinEntries``
+        # or ``logCompactionMinTime``, or when forced; with ``logCompactionSplit`` only inside a
+        # time window per node, and that window check also blocks a *forced* compaction. Here the
+        # decision is :func:`compaction_due` (or forced, always), handed to pysyncobj by setting
+        # its two thresholds to "now" or "never" for this call; the split check is switched off
+        # while a forced compaction starts. Everything else (finishing a dump, cutting the log)
+        # is pysyncobj's, unchanged.
+        conf = self._SyncObj__conf
+        forced = bool(self._SyncObj__forceLogCompaction)
+        backing_off = time.monotonic() < self._dump_retry_at
+        due = forced or (
+            not backing_off
+            and compaction_due(
+                log_len=len(self._SyncObj__raftLog),
+                applied_index=int(self.raftLastApplied),
+                min_entries=self._compaction_min_entries,
+                since_last_s=time.monotonic() - self._last_dump_at,
+                min_time_s=self._compaction_min_time_s,
+                rank=self._compaction_rank,
+                members=self._compaction_members,
+                leader=bool(self._isLeader()),
+            )
+        )
+        conf.logCompactionMinEntries = 0 if due else _NEVER
+        conf.logCompactionMinTime = 0.0 if due else float(_NEVER)
+        split = conf.logCompactionSplit
+        started = time.monotonic()
+        self._dump_paused = False
+        children = self.counters["dumps_forked"]
+        try:
+            if forced:
+                conf.logCompactionSplit = False
+            super()._SyncObj__tryLogCompaction()
+        finally:
+            conf.logCompactionSplit = split
+        if forced and (self._dump_paused or self._dump_child_pid is not None):
+            self.counters["compactions_forced"] += 1
+        if self._dump_paused:  # a dump was written on this thread, just now
+            self._after_dump(time.monotonic() - started)
+        elif self.counters["dumps_forked"] != children:
+            self._last_dump_at = time.monotonic()
+
+    def _after_dump(self, pause_s: float) -> None:
+        """The tick thread was busy writing a dump for ``pause_s``: nothing was received meanwhile.
+
+        pysyncobj checks a follower's election deadline at the start of the next tick, before it
+        reads the heartbeats that arrived during the pause, so a pause longer than the election
+        timeout would start an election against a healthy leader (and depose it). The deadline
+        is restarted as if a heartbeat had just arrived: a leader that really died is noticed one
+        election timeout later than otherwise.
+        """
+        self._last_dump_at = time.monotonic()
+        self.counters["compaction_pause_ms_max"] = max(self.counters["compaction_pause_ms_max"], int(pause_s * 1000))
+        self._restart_election_timer()
+        if pause_s > 0.1:
+            logger.info("log compaction paused the Raft thread for %.0f ms", pause_s * 1000)
+
+    def _restart_election_timer(self) -> None:
+        """After a long pause of the tick thread (a dump written or loaded), as if a heartbeat had
+        just arrived (see :meth:`_after_dump`); a leader keeps its role."""
+        if not self._isLeader():
+            self._SyncObj__raftElectionDeadline = time.monotonic() + self._SyncObj__generateRaftTimeout()
+            self.counters["election_deadline_resets"] += 1
+
+    # -- the durability option: three more overrides, inert unless ``fsync`` is on -----------------
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        started = time.monotonic()
+        gap = started - self._tick_started_at  # one tick's work plus its poll (<= timeToWait)
+        if gap > TICK_STALL_S and self._tick_started_at:
+            # The previous tick took that long (a synchronous dump, the GIL held elsewhere, the
+            # machine out of CPU): long enough to cost heartbeats, so say so.
+            self.counters["tick_stalls"] += 1
+            logger.warning("the Raft thread took %.0f ms for one tick", gap * 1000)
+        self.counters["tick_gap_ms_max"] = max(self.counters["tick_gap_ms_max"], int(gap * 1000))
+        self._tick_started_at = started
+        if self._fsync:
+            self.sync_journal()
+        super()._onTick(timeToWait)
+
+    def _SyncObj__sendNextNodeIdx(
+        self, node: Any, reset: bool = False, nextNodeIdx: int | None = None, success: bool = False
+    ) -> None:
+        if not self._fsync:
+            super()._SyncObj__sendNextNodeIdx(node, reset, nextNodeIdx, success)
+            return
+        if nextNodeIdx is None:  # pysyncobj's default, taken now rather than when the reply leaves
+            nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
+        # Every reply is held, failures too, so that one peer's replies keep their order.
+        self._held_replies.append((node, reset, nextNodeIdx, success))
+        self.counters["replies_held"] += 1
+
+    def _SyncObj__onBecomeLeader(self) -> None:
+        super()._SyncObj__onBecomeLeader()
+        if self._fsync:
+            # The no-op it appended may be counted by this very tick's commit loop.
+            self.sync_journal()
+
+    def sync_journal(self) -> None:
+        """Flush what was appended since the last call, then send the replies that waited for it.
+
+        Tick thread only (or before the tick thread starts). A failing flush is fatal: the node
+        cannot promise durability any more, and holding replies forever would only hide it.
+        """
+        journal = self._SyncObj__raftLog
+        try:
+            if isinstance(journal, DurableFileJournal) and journal.sync():
+                self.counters["journal_flushes"] += 1
+            if self._dump_unsynced:
+                dump = self._SyncObj__conf.fullDumpFile
+                with open(dump, "rb") as f:
+                    os.fsync(f.fileno())
+                fsync_directory(Path(dump).parent)
+                self._dump_unsynced = False
+        except OSError as exc:
+            self._on_fatal(f"cannot flush the Raft journal to disk: {exc!r}")
+            raise
+        held, self._held_replies = self._held_replies, []
+        for node, reset, next_index, success in held:
+            super()._SyncObj__sendNextNodeIdx(node, reset, next_index, success)
 
     # The one replicated method. ``*args, **kwargs`` so that no argument list, however crafted,
     # makes the call itself raise a TypeError before the body's try.
@@ -307,21 +702,100 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
 
     def _write_dump(self, file_name: str, data: tuple[Any, ...]) -> None:
         last, prev, cluster = data
-        with self._machine_lock:
-            state = self._machine.snapshot()
-        doc = {
+        head = {
             "cluster": sorted(str(getattr(node, "address", node)) for node in cluster),
             "format": DUMP_FORMAT,
             "last": [bytes(last[0]), int(last[1]), int(last[2])],
             "prev": [bytes(prev[0]), int(prev[1]), int(prev[2])],
-            "state": state,
             "v": DUMP_VERSION,
         }
-        with open(file_name, "wb") as f:
-            f.write(msgpack.packb(doc, use_bin_type=True))
-            f.flush()
-            os.fsync(f.fileno())
+        if self._fork_dumps:
+            self._fork_dump(file_name, str(self._SyncObj__conf.fullDumpFile), head)
+            return
+        with self._machine_lock:
+            state = self._machine.snapshot()
+        _write_dump_file(file_name, head, state)
+        # pysyncobj renames it into place after this returns: the rename is fsynced with the next
+        # journal flush, before the log cut that follows it at the next tick.
+        self._dump_unsynced = self._fsync
         self.counters["dumps_written"] += 1
+        self._dump_paused = True
+        self._dump_status = SERIALIZER_STATE.SUCCESS  # reported once by _dump_state (fork mode)
+
+    def _fork_dump(self, tmp_name: str, final: str, head: dict[str, Any]) -> None:
+        """Start writing the dump in a forked child (module docstring, "Log compaction").
+
+        pysyncobj renames ``tmp_name`` over the dump as soon as this returns, so ``tmp_name`` is
+        made a second name of the current dump (the rename of a file onto itself does nothing);
+        with no dump yet, ``tmp_name`` is left missing: pysyncobj's rename fails, which its
+        ``serialize`` swallows (it records a failure that our ``serializeChecker`` supersedes),
+        and no half-written file ever takes the dump's name. The child writes ``<dump>.next``,
+        and :meth:`_dump_state` renames that into place once the child exited successfully,
+        before pysyncobj cuts the log.
+        """
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        if os.path.isfile(final):
+            os.link(final, tmp_name)
+        for stale in Path(final).parent.glob(Path(final).name + ".next.*"):
+            # Left by a writer whose node was killed; one may still be writing into it (unlinked,
+            # its writes go nowhere). Each writer has its own file, named by its pid.
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child; coverage does not follow it
+            _dump_child(f"{final}.next.{os.getpid()}", head, self._machine)
+        self._dump_child_pid = pid
+        self._dump_paths = (f"{final}.next.{pid}", final, tmp_name)
+        self._dump_started_at = time.monotonic()
+        self._dump_status = SERIALIZER_STATE.SERIALIZING
+
+    def _dump_state(self) -> int:
+        """pysyncobj's ``serializeChecker`` (fork mode, tick thread): the state of the current dump."""
+        pid = self._dump_child_pid
+        if pid is None:
+            status, self._dump_status = self._dump_status, SERIALIZER_STATE.NOT_SERIALIZING
+            return int(status)
+        try:
+            done, wait_status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done, wait_status = pid, 1
+        if done == 0:
+            return int(SERIALIZER_STATE.SERIALIZING)
+        self._dump_child_pid = None
+        next_name, final, tmp_name = self._dump_paths
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)  # the second name of the old dump (see _fork_dump)
+        if os.waitstatus_to_exitcode(wait_status) != 0:
+            logger.error("the forked dump writer failed (wait status %d); the log is not cut", wait_status)
+            self._dump_retry_at = time.monotonic() + DUMP_RETRY_S
+            with contextlib.suppress(OSError):
+                os.unlink(next_name)
+            self._dump_status = SERIALIZER_STATE.NOT_SERIALIZING
+            return int(SERIALIZER_STATE.FAILED)
+        os.replace(next_name, final)
+        self._dump_unsynced = self._fsync
+        self.counters["dumps_written"] += 1
+        self.counters["dumps_forked"] += 1
+        logger.info(
+            "forked dump written: %d bytes in %.0f ms",
+            os.path.getsize(final),
+            (time.monotonic() - self._dump_started_at) * 1000,
+        )
+        self._dump_status = SERIALIZER_STATE.NOT_SERIALIZING
+        return int(SERIALIZER_STATE.SUCCESS)
+
+    def _abandon_forked_dump(self) -> None:
+        """A dump from the leader replaces the state: a dump still being written is older."""
+        pid, self._dump_child_pid = self._dump_child_pid, None
+        if pid is None:
+            return
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        with contextlib.suppress(OSError):
+            os.unlink(self._dump_paths[0])
+        self._dump_status = SERIALIZER_STATE.FAILED
 
     def _read_dump(self, file_name: str) -> tuple[Any, ...]:
         try:
@@ -339,8 +813,15 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             # state, which diverges from every other replica: stop instead.
             self._on_fatal(f"cannot load the full dump {file_name}: {exc!r}")
             raise
+        self._abandon_forked_dump()
         with self._machine_lock:
             self._machine.state = fresh.state
+        # Loading took the tick thread a while (seconds for a large state): pysyncobj checks the
+        # election deadline right after this, in the same tick, before reading a single heartbeat;
+        # a node that just restarted would otherwise depose a healthy leader.
+        self._restart_election_timer()
+        # A dump received from the leader was written by pysyncobj without fsync.
+        self._dump_unsynced = self._fsync
         self.counters["dumps_loaded"] += 1
         logger.info("restored the state from %s at log index %d", file_name, last[1])
         if self._on_restored is not None:
@@ -567,7 +1048,13 @@ class RaftNode:
         conf.onStateChanged = self._on_state_changed
         peers = [p for p in self.cfg.peers if p != self.cfg.raft_address]
         self._obj = WaitgraphSyncObj(
-            self.cfg.raft_address, peers, conf, self._machine, on_restored=self._on_restored_threadsafe
+            self.cfg.raft_address,
+            peers,
+            conf,
+            self._machine,
+            on_restored=self._on_restored_threadsafe,
+            fsync=self.cfg.fsync,
+            fork_dumps=self.cfg.fork_dumps,
         )
 
     async def stop(self) -> None:
@@ -618,6 +1105,41 @@ class RaftNode:
         Raises :class:`~cluster.errors.Exhausted`, :class:`~cluster.errors.NotLeader` (not applied)
         or :class:`~cluster.errors.OutcomeUnknown` (maybe applied: retry with the same request id).
         """
+        got = self._enqueue(envelope)
+        return got if isinstance(got, Outcome) else await got
+
+    async def submit_many(self, envelopes: list[bytes]) -> list[Outcome | ClusterError]:
+        """:meth:`submit` for each envelope, in order, all buffered at once (WriteBatch).
+
+        Each gets its own answer in the same position: an Outcome, or the error :meth:`submit`
+        would have raised for it (one past the outstanding limit is :class:`Exhausted` alone; the
+        others go on). They join the pending group in order, so they are applied in this order.
+        """
+        pending: list[Outcome | ClusterError | asyncio.Future[Outcome]] = []
+        for envelope in envelopes:
+            try:
+                pending.append(self._enqueue(envelope))
+            except ClusterError as exc:
+                pending.append(exc)
+        futures = [p for p in pending if isinstance(p, asyncio.Future)]
+        if futures:
+            await asyncio.wait(futures)
+        out: list[Outcome | ClusterError] = []
+        for p in pending:
+            if not isinstance(p, asyncio.Future):
+                out.append(p)
+                continue
+            failed = p.exception()
+            if failed is None:
+                out.append(p.result())
+            elif isinstance(failed, ClusterError):
+                out.append(failed)
+            else:
+                raise failed
+        return out
+
+    def _enqueue(self, envelope: bytes) -> Outcome | asyncio.Future[Outcome]:
+        """Buffer one envelope for the next group: its future, or at once the Outcome of an oversize one."""
         if not isinstance(envelope, bytes):
             raise TypeError("envelope must be bytes")
         if len(envelope) > MAX_PAYLOAD_BYTES:
@@ -642,7 +1164,7 @@ class RaftNode:
                 self._flush_handle = loop.call_later(self.cfg.group_window_s, self._flush)
             else:
                 self._flush_handle = loop.call_soon(self._flush)
-        return await fut
+        return fut
 
     async def barrier(self) -> None:
         """Return once this replica has applied an entry committed after the call started."""

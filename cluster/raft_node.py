@@ -154,6 +154,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--submit-timeout", type=float, default=5.0)
     p.add_argument("--group-max-items", type=int, default=256, help="envelopes per log entry at most")
     p.add_argument("--log-compaction-min-entries", type=int, default=5000)
+    p.add_argument("--fsync", action="store_true", help="acknowledge entries only once the journal is on disk")
     p.add_argument("--log-pickle-classes", action="store_true", help="record every global pysyncobj unpickles")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
@@ -173,6 +174,7 @@ async def run(args: argparse.Namespace) -> None:
         submit_timeout_s=args.submit_timeout,
         group_max_items=args.group_max_items,
         log_compaction_min_entries=args.log_compaction_min_entries,
+        fsync=args.fsync,
     )
     node = RaftNode(cfg)
     node.start()

@@ -2,11 +2,13 @@
 
 Rules kept here:
 - Every handler does the same few steps, in one wrapper: authenticate the bearer token and check
-  the role against :data:`cluster.auth.POLICY`; convert the request (:mod:`cluster.convert`, the
+  the role against :data:`cluster.auth.POLICY`; spend one token of the caller's rate limit
+  (:mod:`cluster.ratelimit`); convert the request (:mod:`cluster.convert`, the
   only place that knows the wire); propose or read; turn any error into a gRPC status through
   :mod:`cluster.grpc_status` (the only place that knows the codes).
 - A write stamps its envelope here and nowhere else: the actor from the token, ``at_ms`` from this
-  node's clock, read once. The envelope is encoded and decoded again before it is proposed, so
+  node's logical clock (:mod:`cluster.clock`: replicated time carried forward by the monotonic
+  clock, immune to wall-clock steps), read once. The envelope is encoded and decoded again before it is proposed, so
   whatever the codec refuses (an oversize text, too many items) is INVALID_ARGUMENT without a log
   entry. A REJECTED outcome is a gRPC error; APPLIED and NOOP are OK responses.
 - Reads run on this replica and say so (``stale``), unless the caller asked for ``fresh``: then a
@@ -15,8 +17,10 @@ Rules kept here:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, cast
@@ -26,21 +30,31 @@ from google.protobuf.message import Message
 
 from proto.waitgraph.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc, types_pb2
 from statemachine import Envelope, StateMachine, decode_envelope, encode_envelope
-from statemachine.cancel import EXPORT_FORMAT, EXPORT_VERSION, cancel_state, export_pending, metrics
+from statemachine.cancel import (
+    EXPORT_FORMAT,
+    EXPORT_VERSION,
+    cancel_state,
+    convergence,
+    export_pending,
+    metrics,
+    victim_scope_id,
+)
 from statemachine.codec import MAX_PAYLOAD_BYTES
 from statemachine.detect import full_pass
 from statemachine.effects import EFFECTS
 from statemachine.errors import CodecError, Rejection, Status, WaitgraphError, not_found
-from statemachine.outcome import Result
-from statemachine.recovery_state import ProposalStatus
+from statemachine.outcome import Outcome, Result
+from statemachine.recovery import livelock_reason
+from statemachine.recovery_state import Decision, DecisionKind, ProposalStatus
 from statemachine.state import State
 
 from . import convert, grpc_status
 from .auth import Principal, Role, authorize
 from .config import ServeConfig
-from .errors import NotLeader
+from .errors import ClusterError, NotLeader
 from .events import CursorExpired, EventJournal
 from .raft import RaftNode, Read
+from .ratelimit import RateLimiter
 
 logger = logging.getLogger("waitgraph.cluster.service")
 
@@ -53,26 +67,51 @@ WATCH_BATCH = 512
 PROGRESS_INTERVAL_S = 1.0
 """A watcher whose filter matched nothing for this long gets a ``progress`` with its position."""
 _EFFECT_KINDS = frozenset(cls.KIND for cls in EFFECTS)
+_SIGNATURE = re.compile(r"[0-9a-f]{16}")
+MAX_SIGNATURE_DECISIONS = 1000
 _SESSION_RPCS = frozenset({"JoinSession", "Heartbeat", "LeaveSession"})
+WRITE_BATCH_METHOD = "/waitgraph.v1.AgentService/WriteBatch"
+MAX_WRITE_BATCH_ITEMS = 1024
+"""Items per WriteBatch (the whole request is also held to the codec's 64 KiB)."""
 
 
 class Gateway:
     """What both services share: the node, the auth check, the write path, the read path."""
 
     def __init__(
-        self, cfg: ServeConfig, node: RaftNode, journal: EventJournal, clock: Callable[[], float] = time.time
+        self,
+        cfg: ServeConfig,
+        node: RaftNode,
+        journal: EventJournal,
+        clock: Callable[[], float] = time.time,
+        stamp: Callable[[], int] | None = None,
     ) -> None:
         self.cfg = cfg
         self.node = node
         self.journal = journal
         self.clock = clock
+        """Wall clock: token expiry only."""
+        self.stamp = stamp if stamp is not None else (lambda: int(clock() * 1000))
+        """``at_ms`` of what this node proposes (cluster/clock.py: the node's LogicalClock)."""
+        self.limiter = RateLimiter(cfg.rate_limit_per_s, cfg.rate_limit_burst)
 
     # -- the wrapper -------------------------------------------------------------------------------
 
     def principal(self, context: grpc.aio.ServicerContext, method: str) -> Principal:
         principal = self.cfg.tokens.authenticate(context.invocation_metadata() or (), self.clock())
         authorize(principal, method)
+        self.limiter.take(principal.name, principal.actor)
         return principal
+
+    @staticmethod
+    def check_request(request: Any) -> None:
+        """Every RPC: bytes that are no message, or a message over the codec's limit, are
+        INVALID_ARGUMENT before anything is read or proposed (gRPC's own limit is 4x higher)."""
+        if isinstance(request, convert.Undecodable):
+            raise request.error
+        size = request.ByteSize()
+        if size > MAX_PAYLOAD_BYTES:
+            raise convert.WireError(f"the request is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")
 
     def leader_hint(self) -> grpc_status.LeaderHint | None:
         try:
@@ -95,7 +134,9 @@ class Gateway:
     def unary(self, method: str, fn: Handler) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Message]]:
         async def handler(request: Any, context: grpc.aio.ServicerContext) -> Message:
             try:
-                return await fn(self.principal(context, method), request, context)
+                principal = self.principal(context, method)
+                self.check_request(request)
+                return await fn(principal, request, context)
             except Exception as exc:  # every error becomes a status; AbortError is raised below
                 failure: BaseException = exc
             await self.abort(context, failure, getattr(request, "request_id", "") or None)
@@ -113,18 +154,17 @@ class Gateway:
         return self.unary(f"/waitgraph.v1.{service}/{rpc}", write)
 
     async def write(self, principal: Principal, rpc: str, request: Any) -> types_pb2.Outcome:
-        size = request.ByteSize()
-        if size > MAX_PAYLOAD_BYTES:
-            raise convert.WireError(f"the request is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+        data = self.envelope_bytes(principal, rpc, request, self.stamp())
+        self.check_forwarding()
+        return self.answer(await self.node.submit(data))
+
+    def envelope_bytes(self, principal: Principal, rpc: str, request: Any, at_ms: int) -> bytes:
+        """The encoded Envelope of one write request, checked by the codec (WireError if refused)."""
+        self.check_request(request)
         if principal.role is Role.AGENT and rpc in _SESSION_RPCS and not request.HasField("agent_id"):
             request.agent_id = principal.agent_id  # the token names the agent already
         command = convert.command_from_request(rpc, request)
-        envelope = Envelope(
-            actor=principal.actor,
-            at_ms=int(self.clock() * 1000),
-            request_id=request.request_id or None,
-            command=command,
-        )
+        envelope = Envelope(actor=principal.actor, at_ms=at_ms, request_id=request.request_id or None, command=command)
         data = encode_envelope(envelope)
         try:
             if len(data) > MAX_PAYLOAD_BYTES:
@@ -132,14 +172,105 @@ class Gateway:
             decode_envelope(data)
         except CodecError as exc:
             raise convert.WireError(exc.message, **exc.fields) from None
+        return data
+
+    def check_forwarding(self) -> None:
         if not self.cfg.forward_writes and not self.node.is_leader():
             raise NotLeader(
                 "this node is not the leader and does not forward writes", leader=self.node.leader_address()
             )
-        outcome = await self.node.submit(data)
+
+    @staticmethod
+    def answer(outcome: Outcome) -> types_pb2.Outcome:
+        """APPLIED and NOOP are the response; a REJECTED outcome is raised as a gRPC error."""
         if outcome.result is Result.REJECTED:
             raise grpc_status.Rejected(outcome)
         return convert.outcome_to_proto(outcome)
+
+    # -- WriteBatch ------------------------------------------------------------------------------------
+
+    async def write_batch(
+        self, request: agent_pb2.WriteBatchRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.WriteBatchResponse:
+        """Each item as its unary RPC would be (auth, rate limit, conversion, submit, the error
+        table), answered in place; proposed together, in order (one group commit). Whole-call
+        failures (the call's token, an undecodable or oversize request, no items or too many)
+        abort the call before anything is proposed."""
+        failure: BaseException | None = None
+        try:
+            # The call itself costs no rate-limit token: each item costs one of its own token's.
+            caller = self.cfg.tokens.authenticate(context.invocation_metadata() or (), self.clock())
+            authorize(caller, WRITE_BATCH_METHOD)
+            self.check_request(request)
+            count = len(request.items)
+            if not 0 < count <= MAX_WRITE_BATCH_ITEMS:
+                raise convert.WireError(
+                    f"WriteBatchRequest.items: {count} items; send 1 to {MAX_WRITE_BATCH_ITEMS}", items=count
+                )
+        except Exception as exc:
+            failure = exc
+        if failure is not None:
+            await self.abort(context, failure)
+            raise AssertionError("unreachable: abort raises")  # pragma: no cover
+        results: list[agent_pb2.WriteResult | None] = [None] * count
+        request_ids = [""] * count
+        proposed: list[tuple[int, bytes]] = []
+        at_ms = self.stamp()  # one reading for the whole batch, like a group
+        principals: dict[str, Principal] = {}
+        for i, item in enumerate(request.items):
+            try:
+                rpc, req = convert.write_item_request(item)
+                request_ids[i] = req.request_id
+                principal = caller
+                if item.authorization:
+                    principal = principals.get(item.authorization) or self.item_principal(item.authorization)
+                    principals[item.authorization] = principal
+                authorize(principal, f"/waitgraph.v1.AgentService/{rpc}")
+                self.limiter.take(principal.name, principal.actor)
+                proposed.append((i, self.envelope_bytes(principal, rpc, req, at_ms)))
+            except Exception as exc:
+                results[i] = self.item_error(exc, request_ids[i])
+        if proposed:
+            try:
+                self.check_forwarding()
+                answers: list[Outcome | ClusterError] = await self.node.submit_many([d for _, d in proposed])
+            except ClusterError as exc:
+                answers = [exc] * len(proposed)
+            for (i, _), got in zip(proposed, answers, strict=True):
+                try:
+                    if isinstance(got, BaseException):
+                        raise got
+                    results[i] = agent_pb2.WriteResult(outcome=self.answer(got))
+                except Exception as exc:
+                    results[i] = self.item_error(exc, request_ids[i])
+        answered = [r for r in results if r is not None]
+        if len(answered) != count:  # pragma: no cover - every item is answered above
+            raise AssertionError("a WriteBatch item got no result")
+        return agent_pb2.WriteBatchResponse(results=answered)
+
+    def item_principal(self, authorization: str) -> Principal:
+        return self.cfg.tokens.authenticate((("authorization", authorization),), self.clock())
+
+    def item_error(self, exc: BaseException, request_id: str) -> agent_pb2.WriteResult:
+        """What the item's unary call would have failed with, status and trailers, as a result."""
+        if isinstance(exc, WaitgraphError):
+            err = grpc_status.for_error(exc, self.leader_hint(), request_id or None)
+        else:
+            logger.error("internal error in a WriteBatch item", exc_info=exc)
+            err = grpc_status.GrpcError(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
+        result = agent_pb2.WriteResult(status_code=err.code.value[0], details=err.details)
+        for key, value in err.trailing_metadata:
+            if key == grpc_status.CODE_KEY:
+                result.code = str(value)
+            elif key == grpc_status.OUTCOME_KEY and isinstance(value, bytes):
+                result.outcome.ParseFromString(value)
+            elif key == grpc_status.LEADER_KEY:
+                result.leader_address = str(value)
+            elif key == grpc_status.LEADER_ID_KEY:
+                result.leader_id = str(value)
+            elif key == grpc_status.RETRY_KEY:
+                result.retry_same_request_id = value == "same-request-id"
+        return result
 
     # -- reads ---------------------------------------------------------------------------------------
 
@@ -167,6 +298,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     def __init__(self, gateway: Gateway) -> None:
         self.gw = gateway
         _install_writes(self, gateway, "AgentService", convert.AGENT_WRITES)
+        self.WriteBatch = gateway.write_batch  # type: ignore[method-assign]
 
     async def WatchEvents(
         self, request: agent_pb2.WatchEventsRequest, context: grpc.aio.ServicerContext
@@ -175,6 +307,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         failure: BaseException | None = None
         try:
             principal = gw.principal(context, "/waitgraph.v1.AgentService/WatchEvents")
+            gw.check_request(request)
             agent = self._agent_filter(principal, request)
             kinds = frozenset(request.kinds)
             unknown = sorted(kinds - _EFFECT_KINDS)
@@ -227,6 +360,65 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         return request.agent_id or None
 
 
+def graph_response(
+    st: State, limit: int, run_id: str | None = None, agent_id: str | None = None
+) -> operator_pb2.GraphResponse:
+    """The Graph RPC's answer on ``st`` (call it under the replica's lock): at most ``limit`` items
+    per list, in id order; also what the live view draws (cluster/liveview.py)."""
+    truncated = False
+
+    def cap(items: list[Any]) -> list[Any]:
+        nonlocal truncated
+        if len(items) > limit:
+            truncated = True
+            return items[:limit]
+        return items
+
+    execs = [
+        ex
+        for _, ex in sorted(st.executions.items())
+        if (run_id is None or ex.run_id == run_id) and (agent_id is None or ex.agent_id == agent_id)
+    ]
+    execs = cap(execs)
+    filtered = run_id is not None or agent_id is not None
+    waits = (
+        [e for ex in execs for e in st.waits_of(ex.execution_id)]
+        if filtered
+        else [e for w in sorted(st.waits_by_waiter) for e in st.waits_of(w)]
+    )
+    if filtered:
+        wanted = {e.target_id for e in waits} | {t for ex in execs for t in st.satisfies.get(ex.execution_id, ())}
+        targets = [st.targets[t] for t in sorted(wanted) if t in st.targets]
+    else:
+        targets = [t for _, t in sorted(st.targets.items())]
+    sessions = [s for a, s in sorted(st.sessions.items()) if agent_id is None or a == agent_id]
+    runs = [r for k, r in sorted(st.runs.items()) if run_id is None or k == run_id]
+    return operator_pb2.GraphResponse(
+        executions=[convert.execution_view(ex) for ex in execs],
+        waits=[convert.wait_view(e) for e in cap(waits)],
+        targets=[convert.target_view(t) for t in cap(targets)],
+        sessions=[convert.session_view(s) for s in cap(sessions)],
+        runs=[convert.run_view(r, cancel_state(st, r.run_id)) for r in cap(runs)],
+        truncated=truncated,
+        epoch=st.recovery.epoch,
+    )
+
+
+def cycles_response(st: State, include_closed: bool = False) -> operator_pb2.CyclesResponse:
+    """The Cycles RPC's answer on ``st``: a full detection pass and the (open) recovery proposals."""
+    rb = st.recovery
+    cycles = []
+    for c in full_pass(st):
+        p = rb.proposals.get(c.digest)
+        cycles.append(convert.cycle_view(c, p.status if p is not None else None))
+    proposals = [p for p in rb.proposals.values() if include_closed or p.status is ProposalStatus.OPEN]
+    return operator_pb2.CyclesResponse(
+        cycles=cycles,
+        proposals=[convert.proposal_view(p) for p in proposals[-MAX_LIMIT // 10 :]],
+        epoch=rb.epoch,
+    )
+
+
 # -- OperatorService -------------------------------------------------------------------------------------
 
 
@@ -234,7 +426,16 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
     def __init__(self, gateway: Gateway) -> None:
         self.gw = gateway
         _install_writes(self, gateway, "OperatorService", convert.OPERATOR_WRITES)
-        for rpc in ("Status", "Graph", "Cycles", "ExplainDecision", "ExportPending"):
+        for rpc in (
+            "Status",
+            "Graph",
+            "Cycles",
+            "ExplainDecision",
+            "SignatureHistory",
+            "Convergence",
+            "ExportPending",
+            "ExportState",
+        ):
             setattr(self, rpc, gateway.unary(f"/waitgraph.v1.OperatorService/{rpc}", getattr(self, f"_{rpc.lower()}")))
 
     async def _status(
@@ -310,46 +511,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
         run_id, agent_id = request.run_id or None, request.agent_id or None
 
         def look(m: StateMachine) -> operator_pb2.GraphResponse:
-            st: State = m.state
-            truncated = False
-
-            def cap(items: list[Any]) -> list[Any]:
-                nonlocal truncated
-                if len(items) > limit:
-                    truncated = True
-                    return items[:limit]
-                return items
-
-            execs = [
-                ex
-                for _, ex in sorted(st.executions.items())
-                if (run_id is None or ex.run_id == run_id) and (agent_id is None or ex.agent_id == agent_id)
-            ]
-            execs = cap(execs)
-            filtered = run_id is not None or agent_id is not None
-            waits = (
-                [e for ex in execs for e in st.waits_of(ex.execution_id)]
-                if filtered
-                else [e for w in sorted(st.waits_by_waiter) for e in st.waits_of(w)]
-            )
-            if filtered:
-                wanted = {e.target_id for e in waits} | {
-                    t for ex in execs for t in st.satisfies.get(ex.execution_id, ())
-                }
-                targets = [st.targets[t] for t in sorted(wanted) if t in st.targets]
-            else:
-                targets = [t for _, t in sorted(st.targets.items())]
-            sessions = [s for a, s in sorted(st.sessions.items()) if agent_id is None or a == agent_id]
-            runs = [r for k, r in sorted(st.runs.items()) if run_id is None or k == run_id]
-            return operator_pb2.GraphResponse(
-                executions=[convert.execution_view(ex) for ex in execs],
-                waits=[convert.wait_view(e) for e in cap(waits)],
-                targets=[convert.target_view(t) for t in cap(targets)],
-                sessions=[convert.session_view(s) for s in cap(sessions)],
-                runs=[convert.run_view(r, cancel_state(st, r.run_id)) for r in cap(runs)],
-                truncated=truncated,
-                epoch=st.recovery.epoch,
-            )
+            return graph_response(m.state, limit, run_id, agent_id)
 
         got = await self.gw.read(look, request.fresh)
         got.value.stale = got.stale
@@ -362,18 +524,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
         include_closed = request.include_closed
 
         def look(m: StateMachine) -> operator_pb2.CyclesResponse:
-            st = m.state
-            rb = st.recovery
-            cycles = []
-            for c in full_pass(st):
-                p = rb.proposals.get(c.digest)
-                cycles.append(convert.cycle_view(c, p.status if p is not None else None))
-            proposals = [p for p in rb.proposals.values() if include_closed or p.status is ProposalStatus.OPEN]
-            return operator_pb2.CyclesResponse(
-                cycles=cycles,
-                proposals=[convert.proposal_view(p) for p in proposals[-MAX_LIMIT // 10 :]],
-                epoch=rb.epoch,
-            )
+            return cycles_response(m.state, include_closed)
 
         got = await self.gw.read(look, request.fresh)
         got.value.stale = got.stale
@@ -387,21 +538,40 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             raise convert.WireError("ExplainDecisionRequest: give exactly one of decision_id or digest")
         decision_id, digest = request.decision_id, request.digest
 
-        def look(m: StateMachine) -> list[operator_pb2.DecisionView]:
-            decisions = m.state.recovery.decisions
-            if decision_id:
-                found = [decisions[decision_id]] if decision_id in decisions else []
-            else:
-                found = [d for d in decisions.values() if d.digest == digest]
-            return [convert.decision_view(d) for d in found]
+        def look(m: StateMachine) -> operator_pb2.ExplainDecisionResponse:
+            return explain_response(m.state, decision_id, digest)
 
         got = await self.gw.read(look, request.fresh)
-        if not got.value:
+        if not got.value.decisions:
             what = f"decision {decision_id}" if decision_id else f"a decision for digest {digest[:16]}"
             raise not_found("no_decision", f"there is no {what} on this replica")
-        return operator_pb2.ExplainDecisionResponse(
-            decisions=got.value, stale=got.stale, applied_index=got.applied_index
-        )
+        got.value.stale, got.value.applied_index = got.stale, got.applied_index
+        return got.value
+
+    async def _signaturehistory(
+        self, principal: Principal, request: operator_pb2.SignatureHistoryRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.SignatureHistoryResponse:
+        signature = request.signature.strip().lower()
+        if not _SIGNATURE.fullmatch(signature):
+            raise convert.WireError("SignatureHistoryRequest.signature: a cycle signature is 16 hex digits")
+
+        def look(m: StateMachine) -> operator_pb2.SignatureHistoryResponse:
+            st = m.state
+            return operator_pb2.SignatureHistoryResponse(
+                trajectory=trajectory_view(st, signature), epoch=st.recovery.epoch
+            )
+
+        got = await self.gw.read(look, request.fresh)
+        got.value.stale, got.value.applied_index = got.stale, got.applied_index
+        return got.value
+
+    async def _convergence(
+        self, principal: Principal, request: operator_pb2.ConvergenceRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.ConvergenceResponse:
+        run_id = request.run_id or None
+        got = await self.gw.read(lambda m: convert.convergence_response(convergence(m.state, run_id)), request.fresh)
+        got.value.stale, got.value.applied_index = got.stale, got.applied_index
+        return got.value
 
     async def _exportpending(
         self, principal: Principal, request: operator_pb2.ExportPendingRequest, context: grpc.aio.ServicerContext
@@ -414,3 +584,61 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             stale=got.stale,
             applied_index=got.applied_index,
         )
+
+    async def _exportstate(
+        self, principal: Principal, request: operator_pb2.ExportStateRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.ExportStateResponse:
+        got = await self.gw.read(lambda m: m.snapshot(), request.fresh)
+        return operator_pb2.ExportStateResponse(
+            snapshot=got.value,
+            state_digest=hashlib.sha256(got.value).hexdigest(),
+            stale=got.stale,
+            applied_index=got.applied_index,
+        )
+
+
+# -- explanations (ExplainDecision, SignatureHistory; call under the replica's lock) ---------------------
+
+
+def _rolled_back(d: Decision) -> list[tuple[str, int]]:
+    """(execution id, generation) of every member the decision rolled back (cancelled)."""
+    if d.epoch is None:
+        return []  # shadow, reconciliation, escalation: nothing was cancelled
+    gens = {s.execution_id: s.generation for s in d.scores}
+    wanted = "victim" if d.kind is DecisionKind.VICTIM else "rolled_back"
+    return [(e, gens[e]) for e, role in d.roles if role == wanted]
+
+
+def decision_response_view(st: State, d: Decision) -> operator_pb2.DecisionView:
+    """The decision as recorded, with its rolled-back members' cancellations as they stand now."""
+    book = st.cancel
+    views = []
+    for execution_id, generation in _rolled_back(d):
+        scope = book.scopes.get(victim_scope_id(execution_id, generation))
+        if scope is not None:
+            quarantined = sum(1 for e in sorted(scope.pending) if book.requests[e].quarantined_at_ms is not None)
+            views.append(convert.cancellation_view(scope, quarantined))
+    return convert.decision_view(d, views)
+
+
+def trajectory_view(st: State, signature: str) -> operator_pb2.TrajectoryView:
+    rb = st.recovery
+    decisions = [d for d in rb.decisions.values() if d.signature == signature][-MAX_SIGNATURE_DECISIONS:]
+    known = signature in rb.trajectory
+    guard = livelock_reason(rb, signature, st.now_ms) if known else None
+    return convert.trajectory_view(signature, rb.trajectory.get(signature), decisions, guard)
+
+
+def explain_response(st: State, decision_id: str, digest: str) -> operator_pb2.ExplainDecisionResponse:
+    """The decisions asked for (by id, or every one for a digest), each signature's trajectory."""
+    decisions = st.recovery.decisions
+    if decision_id:
+        found = [decisions[decision_id]] if decision_id in decisions else []
+    else:
+        found = [d for d in decisions.values() if d.digest == digest]
+    signatures = list(dict.fromkeys(d.signature for d in found))
+    return operator_pb2.ExplainDecisionResponse(
+        decisions=[decision_response_view(st, d) for d in found],
+        trajectories=[trajectory_view(st, sig) for sig in signatures],
+        epoch=st.recovery.epoch,
+    )

@@ -28,10 +28,15 @@ with one grpc.aio channel per node, every call carrying its agent's bearer token
    p50/p99 of the RegisterWait round trip (gRPC + auth + Raft commit on a majority + apply).
 2. throughput: 64 agents, each with one call outstanding (closed loop), to the leader, for
    ``--seconds``; APPLIED RegisterWait per second of wall time. Also the per-call latency under
-   that load, log entries per write (group commit), and the CPU each process used.
+   that load, log entries per write (group commit), and the CPU each process used. Measured two
+   ways, labelled: (2) as an agent runtime runs it, ``--sdk-procs`` processes (default 4,
+   ``--sdk-worker``) each hosting 64/N agents that share one ``cluster.sdk.Client``: every write
+   acts as its own agent's token and has its own request id, and the client coalesces the
+   writes issued together into ``WriteBatch`` calls; (2u) one unary RPC per write, every agent
+   in this one asyncio process on raw stubs (``--no-unary`` skips it).
 3. the same with all 64 agents connected to a follower (which forwards writes to the leader and
-   answers once its own replica applied them).
-   (full run only) 3b: RegisterWait only, each re-registering the open edge with a higher
+   answers once its own replica applied them): 3 (SDK) and 3u (unary).
+   (full run only) 3b / 3bu: RegisterWait only, each re-registering the open edge with a higher
    edge_version (no CloseWait), to the leader.
 4. recovery: ``--recovery-trials`` times, two fresh executions of two agents ``ra``/``rb``, each
    holding a fresh resource, A waits on B's resource; then the timed RegisterWait of B on A's
@@ -46,7 +51,8 @@ with one grpc.aio channel per node, every call carrying its agent's bearer token
    agent ``fo``, one request id per trial, retried on both survivors every ~20 ms with a 0.5 s
    deadline) returns OK, i.e. committed by the new leader. The killed node is restarted and
    caught up before the next trial. The cluster is otherwise idle.
-6. soak: the workload of 2 against the leader for ``--soak-s`` seconds while Status is polled on
+6. soak: the workload of 2 (through the SDK; unary with ``--sdk-procs 0``) against the leader for
+   ``--soak-s`` seconds while Status is polled on
    every node every 0.5 s (lag of a non-leader = the current leader's commit index - its applied
    index, in log entries; leader changes are recorded). After the load stops: time until the
    three replicas report the same applied index and the same state digest
@@ -62,10 +68,12 @@ before the cluster starts with the same sample count, 64 submitters and the same
 measure in-process at the leader, without any client round trip, with the same ``build_conf``
 settings as the nodes (their ``max_outstanding`` is 100,000 instead of the node's 10,000).
 
-Durability: pysyncobj 0.3.17's journal is an mmap that is never flushed while running, and
-``SyncObjConf``/``cluster.raft.build_conf``/``waitgraph serve`` have no flush or fsync option; the
-output says so and shows what one flush of a dirty journal page costs on the data directory's
-file system (the floor of what a per-entry flush option would add to every commit).
+Durability: pysyncobj 0.3.17's journal is an mmap that is never flushed while running; with
+``--fsync`` the nodes run ``waitgraph serve --fsync`` (cluster/raft.py "Durability option": an
+entry is acknowledged only once the journal is flushed, one flush per tick). Run the benchmark
+with and without it to compare; the output also shows what one flush of a dirty journal page
+costs on the data directory's file system. The nodes run with ``--rate-limit-per-s 0``: the
+benchmark's agents call as fast as they can, which the per-token rate limit exists to stop.
 """
 
 from __future__ import annotations
@@ -508,6 +516,9 @@ class DriveResult:
     latencies: list[float] = field(default_factory=list)
     cpu: dict[str, float] = field(default_factory=dict)
     entries: int = 0
+    batches: int = 0
+    """WriteBatch calls (SDK rows only) and the writes they carried."""
+    batch_items: int = 0
 
     @property
     def reg_per_s(self) -> float:
@@ -573,6 +584,163 @@ async def drive(
     with contextlib.suppress(Exception):
         res.entries = (await cluster.status(await cluster.leader())).commit_index - before
     return res
+
+
+# -- the SDK workload: agents in a few processes, one shared Client each ----------------------------
+
+
+async def drive_sdk(
+    cluster: Cluster,
+    agents: list[BenchAgent],
+    node: Node,
+    seconds: float,
+    procs: int,
+    close: bool = True,
+    cpu: CpuMeter | None = None,
+) -> DriveResult:
+    """The workload of :func:`drive` as an agent runtime runs it: ``procs`` processes
+    (``--sdk-worker``), each hosting ``len(agents) / procs`` agents that share one
+    :class:`cluster.sdk.Client` (default batching: writes issued in the same loop iteration go as
+    one WriteBatch). Every write acts as its own agent's token and has its own request id."""
+    res = DriveResult(seconds, 0, 0)
+    leader = await cluster.leader()
+    before = (await cluster.status(leader)).commit_index
+    groups = [agents[i::procs] for i in range(procs)]
+    start_at = time.time() + 2.0  # every worker imported and connected by then
+    workers = []
+    for group in groups:
+        spec = {
+            "endpoint": node.grpc,
+            "seconds": seconds,
+            "start_at": start_at,
+            "close": close,
+            "agents": [{"name": a.name, "token": a.token, "W": a.W, "wait_on": a.wait_on, "v": a.v} for a in group],
+        }
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--sdk-worker",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(spec).encode())
+        proc.stdin.close()
+        workers.append(proc)
+    if cpu is not None:
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        cpu.start()
+    outs = await asyncio.gather(*(w.communicate() for w in workers))
+    if cpu is not None:
+        res.cpu = cpu.stop()
+    worker_cpu = 0.0
+    seconds_seen = []
+    batches = items = 0
+    for (out, err), w in zip(outs, workers, strict=True):
+        if w.returncode != 0:
+            raise RuntimeError(f"sdk worker exited {w.returncode}: {err.decode(errors='replace')[-2000:]}")
+        got = json.loads(out)
+        res.registrations += got["registrations"]
+        res.closes += got["closes"]
+        res.other.update(got["other"])
+        res.latencies.extend(got["latencies"])
+        seconds_seen.append(got["seconds"])
+        batches += got["batches"]
+        items += got["items"]
+        worker_cpu += got["cpu_s"] / max(got["seconds"], 1e-9)
+        for a in agents:
+            if a.name in got["v"]:
+                a.v = got["v"][a.name]
+    res.seconds = max(seconds_seen)
+    if res.cpu:
+        # The workers' own CPU during their run (each measures itself: they exit before the meter
+        # stops); ``others`` was computed without them, so it is corrected here.
+        res.cpu[f"sdk x{procs}"] = worker_cpu
+        res.cpu["others"] = max(0.0, res.cpu["others"] - worker_cpu)
+    res.batches, res.batch_items = batches, items
+    with contextlib.suppress(Exception):
+        res.entries = (await cluster.status(await cluster.leader())).commit_index - before
+    return res
+
+
+def sdk_worker() -> int:
+    """``--sdk-worker``: one runtime process (spec as JSON on stdin, result as JSON on stdout)."""
+    from cluster.sdk import Client, RpcError
+
+    spec = json.loads(sys.stdin.read())
+
+    def register(a: dict[str, Any], v: int) -> C.RegisterWait:
+        return C.RegisterWait(
+            waiter_id=a["W"],
+            waiter_generation=1,
+            target_id=a["wait_on"],
+            target_generation=1,
+            reason="bench",
+            edge_version=v,
+        )
+
+    def close(a: dict[str, Any], v: int) -> C.CloseWait:
+        return C.CloseWait(waiter_id=a["W"], waiter_generation=1, target_id=a["wait_on"], edge_version=v, reason="done")
+
+    async def main() -> dict[str, Any]:
+        agents = spec["agents"]
+        lat: list[float] = []
+        other: collections.Counter[str] = collections.Counter()
+        counts = {"registrations": 0, "closes": 0}
+        versions = {a["name"]: a["v"] for a in agents}
+        async with Client([spec["endpoint"]], agents[0]["token"], call_timeout_s=10, retry_deadline_s=10) as client:
+            await client.transport.channel(spec["endpoint"]).channel_ready()
+            await asyncio.sleep(max(0.0, spec["start_at"] - time.time()))
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            stop = t0 + spec["seconds"]
+
+            async def write(a: dict[str, Any], cmd: C.Command, n: int) -> bool:
+                try:
+                    await client.submit(cmd, request_id=f"{a['name']}-s{os.getpid()}-{n}", token=a["token"])
+                    return True
+                except RpcError as exc:
+                    other[f"{cmd.KIND} {exc.status.name} {exc.code}"] += 1
+                    await asyncio.sleep(0.01)
+                    return False
+
+            async def loop(a: dict[str, Any]) -> None:
+                name, n = a["name"], 0
+                while time.perf_counter() < stop:
+                    versions[name] += 1
+                    v = versions[name]
+                    n += 1
+                    t = time.perf_counter()
+                    if not await write(a, register(a, v), n):
+                        continue
+                    lat.append(time.perf_counter() - t)
+                    counts["registrations"] += 1
+                    if spec["close"]:
+                        n += 1
+                        closed = await write(a, close(a, v), n)  # (not `+= await`: other tasks add meanwhile)
+                        counts["closes"] += closed
+
+            await asyncio.gather(*(loop(a) for a in agents))
+            elapsed, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+            if not spec["close"]:  # leave every W RUNNING again
+                for a in agents:
+                    with contextlib.suppress(RpcError):
+                        await client.submit(close(a, versions[a["name"]]), token=a["token"])
+            batchers = list(client.transport._batchers.values())
+        return {
+            **counts,
+            "other": dict(other),
+            "latencies": [round(x, 6) for x in lat],
+            "seconds": elapsed,
+            "cpu_s": cpu_s,
+            "v": versions,
+            "batches": sum(b.batches_sent for b in batchers),
+            "items": sum(b.items_sent for b in batchers),
+        }
+
+    print(json.dumps(asyncio.run(main())))
+    return 0
 
 
 # -- phases -----------------------------------------------------------------------------------------
@@ -829,7 +997,7 @@ async def phase_failover(cluster: Cluster, agent: BenchAgent, trials: int) -> di
     }
 
 
-async def phase_soak(cluster: Cluster, agents: list[BenchAgent], seconds: float) -> dict[str, Any]:
+async def phase_soak(cluster: Cluster, agents: list[BenchAgent], seconds: float, sdk_procs: int) -> dict[str, Any]:
     leader = await cluster.leader()
     rss0 = {n.name: psutil.Process(n.pid).memory_info().rss for n in cluster.nodes}
     lags: dict[str, list[int]] = {n.name: [] for n in cluster.nodes}
@@ -859,9 +1027,13 @@ async def phase_soak(cluster: Cluster, agents: list[BenchAgent], seconds: float)
                 await asyncio.wait_for(stop.wait(), 0.5)
 
     mon = asyncio.get_running_loop().create_task(monitor())
-    cpu = CpuMeter({n.name: n.pid for n in cluster.nodes} | {"client": os.getpid()})
     try:
-        res = await drive(cluster, agents, leader, seconds, cpu=cpu)
+        if sdk_procs > 0:  # full throughput: the SDK path of figure 2
+            cpu = CpuMeter({n.name: n.pid for n in cluster.nodes})
+            res = await drive_sdk(cluster, agents, leader, seconds, sdk_procs, cpu=cpu)
+        else:
+            cpu = CpuMeter({n.name: n.pid for n in cluster.nodes} | {"client": os.getpid()})
+            res = await drive(cluster, agents, leader, seconds, cpu=cpu)
     finally:
         stop.set()
         await mon
@@ -1020,11 +1192,15 @@ class Settings:
     register_only: bool
     profile: str | None
     keep: bool
+    fsync: bool = False
+    sdk_procs: int = 4
+    unary: bool = True
 
 
 async def run(st: Settings, root: Path, results: dict[str, Any], errors: dict[str, str]) -> None:
     names = [f"t{i:02d}" for i in range(AGENTS)] + ["lat", "ra", "rb", "fo"]
-    cluster = Cluster(root, names, ["--initial-mode", "auto"])
+    node_args = ["--initial-mode", "auto", "--rate-limit-per-s", "0", *(["--fsync"] if st.fsync else [])]
+    cluster = Cluster(root, names, node_args)
     results["serve_command"] = cluster.example_command
     agents = [cluster.agents[f"t{i:02d}"] for i in range(AGENTS)]
 
@@ -1057,21 +1233,27 @@ async def run(st: Settings, root: Path, results: dict[str, Any], errors: dict[st
 
         await phase("latency", lambda: phase_latency(cluster, lat, st.samples))
 
-        async def thr(to_follower: bool, close: bool) -> DriveResult:
+        async def thr(to_follower: bool, close: bool, sdk: bool = False) -> DriveResult:
             ldr = await cluster.leader()
             node = next(n for n in cluster.nodes if n is not ldr) if to_follower else ldr
-            cpu = CpuMeter({n.name + ("*" if n is ldr else ""): n.pid for n in cluster.nodes} | {"client": os.getpid()})
+            client = {} if sdk else {"client": os.getpid()}  # the SDK workers measure themselves
+            cpu = CpuMeter({n.name + ("*" if n is ldr else ""): n.pid for n in cluster.nodes} | client)
             profs = {}
             if st.profile and not to_follower and close:
                 follower = next(n for n in cluster.nodes if n is not ldr)
+                tag = " (SDK batches)" if sdk else ""
                 profs = start_profilers(
-                    {"leader": ldr.pid, "follower": follower.pid, "client": os.getpid()},
-                    st.seconds,
+                    {f"leader{tag}": ldr.pid, f"follower{tag}": follower.pid} | client,
+                    st.seconds + (2 if sdk else 0),  # the workers start 2 s after they are spawned
                     root,
                     native=st.profile == "native",
                 )
-            res = await drive(cluster, agents, node, st.seconds, close=close, cpu=cpu)
-            results.setdefault("drive_nodes", {})[(to_follower, close)] = node.name
+            if sdk:
+                res = await drive_sdk(cluster, agents, node, st.seconds, st.sdk_procs, close=close, cpu=cpu)
+            else:
+                res = await drive(cluster, agents, node, st.seconds, close=close, cpu=cpu)
+            key = ("sdk", to_follower, close) if sdk else (to_follower, close)
+            results.setdefault("drive_nodes", {})[key] = node.name
             for name, (proc, path) in profs.items():
                 with contextlib.suppress(Exception):
                     proc.wait(st.seconds + 30)
@@ -1079,17 +1261,23 @@ async def run(st: Settings, root: Path, results: dict[str, Any], errors: dict[st
                     results.setdefault("profiles", {})[name] = summarize_profile(path)
             return res
 
-        await phase("thr_leader", lambda: thr(False, True))
-        await phase("thr_follower", lambda: thr(True, True))
-        if st.register_only:
-            await phase("thr_register_only", lambda: thr(False, False))
+        if st.sdk_procs > 0:
+            await phase("thr_sdk_leader", lambda: thr(False, True, sdk=True))
+            await phase("thr_sdk_follower", lambda: thr(True, True, sdk=True))
+            if st.register_only:
+                await phase("thr_sdk_register_only", lambda: thr(False, False, sdk=True))
+        if st.unary:
+            await phase("thr_leader", lambda: thr(False, True))
+            await phase("thr_follower", lambda: thr(True, True))
+            if st.register_only:
+                await phase("thr_register_only", lambda: thr(False, False))
         if st.recovery_trials > 0:
             await phase(
                 "recovery",
                 lambda: phase_recovery(cluster, cluster.agents["ra"], cluster.agents["rb"], st.recovery_trials),
             )
         if st.soak_s > 0:
-            await phase("soak", lambda: phase_soak(cluster, agents, st.soak_s))
+            await phase("soak", lambda: phase_soak(cluster, agents, st.soak_s, st.sdk_procs))
         if st.failover_trials > 0:
             await phase("failover", lambda: phase_failover(cluster, cluster.agents["fo"], st.failover_trials))
     except Exception as exc:
@@ -1164,13 +1352,29 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
         )
     else:
         print(f"| 1 | unary RegisterWait latency | error: {errors.get('latency', '?')} | | | ≤ 2 / 10 ms | n/a |")
-    for key, label, num, raws in (
-        ("thr_leader", f"committed registrations/s, {AGENTS} agents → leader", "2", True),
-        ("thr_follower", f"committed registrations/s, {AGENTS} agents → a follower", "3", False),
-        ("thr_register_only", f"RegisterWait only (re-register, no CloseWait), {AGENTS} agents → leader", "3b", True),
-    ):
+    sdk = f"SDK: {st.sdk_procs} processes x {AGENTS // max(1, st.sdk_procs)} agents sharing one Client (WriteBatch)"
+    unary = "one unary RPC per write, one asyncio client"
+    rows: list[tuple[str, str, str, bool]] = []
+    for prefix, how, suffix, on in (("thr_sdk_", sdk, "", st.sdk_procs > 0), ("thr_", unary, "u", st.unary)):
+        if on:
+            rows += [
+                (f"{prefix}leader", f"committed registrations/s, {AGENTS} agents → leader; {how}", f"2{suffix}", True),
+                (
+                    f"{prefix}follower",
+                    f"committed registrations/s, {AGENTS} agents → a follower; {how}",
+                    f"3{suffix}",
+                    False,
+                ),
+                (
+                    f"{prefix}register_only",
+                    f"RegisterWait only (re-register, no CloseWait), {AGENTS} agents → leader; {how}",
+                    f"3b{suffix}",
+                    True,
+                ),
+            ]
+    for key, label, num, raws in rows:
         r: DriveResult | None = results.get(key)
-        if key == "thr_register_only" and not st.register_only:
+        if key.endswith("register_only") and not st.register_only:
             continue
         if r is None:
             print(f"| {num} | {label} | error: {errors.get(key, '?')} | | | ≥ 10,000/s | n/a |")
@@ -1230,10 +1434,14 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
         if probe
         else ""
     )
+    durability = (
+        "**on** (`waitgraph serve --fsync`): every acknowledged entry was flushed to disk first; figures 1-6 include it"
+        if st.fsync
+        else "off (the default; `--fsync` measures it): pysyncobj's mmap journal is not flushed while running"
+    )
     print(
-        "| 7 | durability option (journal flush/fsync) | **none**: pysyncobj 0.3.17's FileJournal is an mmap never "
-        "flushed while running; SyncObjConf, `build_conf` and `waitgraph serve` have no flush/fsync setting, so "
-        f"there is no cost to measure{probe_text} | same journal | same journal | — | n/a |"
+        f"| 7 | durability option (journal flush/fsync) | {durability}{probe_text} | never flushed | never flushed "
+        "| — | n/a |"
     )
     print()
 
@@ -1245,11 +1453,26 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
             f"p50 {ms(lat['close_p50'])}, p99 {ms(lat['close_p99'])}. raw/wrapper p50/p99: one write at a time "
             "submitted inside the leader process (no gRPC, no client, no auth, no conversion)."
         )
-    for key, num in (("thr_leader", "2"), ("thr_follower", "3"), ("thr_register_only", "3b")):
+    for key, num in (
+        ("thr_sdk_leader", "2"),
+        ("thr_sdk_follower", "3"),
+        ("thr_sdk_register_only", "3b"),
+        ("thr_leader", "2u"),
+        ("thr_follower", "3u"),
+        ("thr_register_only", "3bu"),
+    ):
         r = results.get(key)
         if r is None:
             continue
-        node = results.get("drive_nodes", {}).get((key == "thr_follower", key != "thr_register_only"), "?")
+        drive_key: tuple[Any, ...] = ("follower" in key, not key.endswith("register_only"))
+        if key.startswith("thr_sdk"):
+            drive_key = ("sdk", *drive_key)
+        node = results.get("drive_nodes", {}).get(drive_key, "?")
+        if r.batches:
+            print(
+                f"- {num}: {r.batches} WriteBatch calls carried {r.batch_items} writes "
+                f"({r.batch_items / r.batches:.1f} writes per call)"
+            )
         others = {k: v for k, v in r.other.items() if v}
         writes = r.registrations + r.closes
         per_entry = f"{writes / r.entries:.1f} writes per log entry (group commit)" if r.entries else "entries ?"
@@ -1341,11 +1564,27 @@ def main() -> int:
     )
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (node logs, data)")
     p.add_argument(
+        "--sdk-procs",
+        type=int,
+        default=4,
+        help="figures 2/3 through the SDK: the 64 agents run in this many processes sharing one Client each "
+        "(default 4; 0 skips those rows)",
+    )
+    p.add_argument(
+        "--no-unary",
+        action="store_true",
+        help="skip the one-RPC-per-write rows of figures 2/3 (unary stubs from one asyncio process)",
+    )
+    p.add_argument("--sdk-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--fsync", action="store_true", help="run the nodes with --fsync (the durability option)")
+    p.add_argument(
         "--node-switch-interval-ms",
         type=float,
         help="experiment: start each node with sys.setswitchinterval(this) (Python's default is 5 ms)",
     )
     args = p.parse_args()
+    if args.sdk_worker:
+        return sdk_worker()
     global NODE_SWITCH_INTERVAL_S
     if args.node_switch_interval_ms is not None:
         NODE_SWITCH_INTERVAL_S = args.node_switch_interval_ms / 1000
@@ -1359,6 +1598,9 @@ def main() -> int:
         register_only=args.register_only if args.register_only is not None else not q,
         profile=args.profile,
         keep=args.keep,
+        fsync=args.fsync,
+        sdk_procs=args.sdk_procs,
+        unary=not args.no_unary,
     )
 
     def on_term(signum: int, frame: Any) -> None:

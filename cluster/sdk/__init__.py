@@ -17,7 +17,7 @@ Async first (:class:`Client`), with a blocking twin of the same surface (:class:
 See docs/sdk.md.
 """
 
-from .client import TLS, Client, StreamStats, WatchedEvent
+from .client import TLS, Batching, Client, StreamStats, WatchedEvent
 from .errors import (
     AlreadyExists,
     CancellationRequested,
@@ -53,6 +53,7 @@ __all__ = [
     "AlreadyExists",
     "Assignment",
     "CancellationRequested",
+    "Batching",
     "Client",
     "Conflict",
     "CursorExpired",

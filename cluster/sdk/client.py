@@ -7,6 +7,10 @@ Rules kept here:
   again with the *same* id, so the cluster's idempotency table answers instead of applying twice.
   Any other failure is raised at once as a typed :mod:`cluster.sdk.errors` exception.
 - Retries stop at ``retry_deadline_s`` with the last error (an :class:`~.errors.Unavailable`).
+- AgentService writes are coalesced (:class:`Batching`, :class:`WriteBatcher`): the writes
+  issued in one event-loop iteration by every task sharing the client leave as one WriteBatch
+  call per node. Each write keeps its own request id, result, typed error and retry loop above;
+  a retried write simply joins a later batch.
 - The event stream (:meth:`Client.events`) keeps the cursor of the last event it delivered and
   resumes after it on any node; a cursor older than the node's horizon restarts it at the head
   (counted in :attr:`StreamStats.resyncs`).
@@ -15,9 +19,10 @@ Rules kept here:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,11 +41,13 @@ from statemachine.recovery_state import DecisionKind, RolloutMode
 from .errors import (
     CursorExpired,
     Decision,
+    Internal,
     NotFound,
     ResourceExhausted,
     RpcError,
     Score,
     SessionClosed,
+    error_from_result,
     error_from_rpc,
 )
 
@@ -49,7 +56,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("waitgraph.sdk")
 
-__all__ = ["TLS", "Client", "StreamStats", "WatchedEvent"]
+__all__ = ["TLS", "Batching", "Client", "StreamStats", "WatchedEvent", "WriteBatcher"]
 
 _OPERATOR_RPC: dict[type[Command], str] = {cls: rpc for rpc, cls in convert.OPERATOR_WRITES.items()}
 _KIND_NAMES = {convert.enum_number(k): k.value for k in DecisionKind}
@@ -106,6 +113,129 @@ def new_request_id() -> str:
 
 
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+_ITEM_OVERHEAD = 8
+"""Bytes a WriteItem adds to a WriteBatchRequest besides its own size (tag and length), at most."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batching:
+    """How a :class:`Client` coalesces AgentService writes into WriteBatch calls.
+
+    Writes issued in the same event-loop iteration (by any number of sessions, agents or tasks
+    sharing the client) leave together as one WriteBatch per node, after ``linger_s`` when it is
+    above 0; a batch leaves at once when it reaches ``max_items`` or ``max_bytes``. Every caller
+    awaits its own write's result; errors, retries (same request id) and leader hints are per
+    write, exactly as without batching. ``max_bytes`` stays below the server's 64 KiB request
+    limit; a write too large for it goes alone as its unary RPC.
+    """
+
+    enabled: bool = True
+    linger_s: float = 0.0
+    max_items: int = 256
+    max_bytes: int = 60 * 1024
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_items <= 1024:
+            raise ValueError("Batching.max_items must be 1..1024 (the server's limit)")
+        if not 1024 <= self.max_bytes <= 64 * 1024 - 1024:
+            raise ValueError("Batching.max_bytes must be 1 KiB..63 KiB (the server takes 64 KiB per request)")
+        if self.linger_s < 0:
+            raise ValueError("Batching.linger_s must be >= 0")
+
+
+class _ItemFailed(Exception):
+    """A WriteBatch item came back with an error (the call itself succeeded)."""
+
+    def __init__(self, error: RpcError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class WriteBatcher:
+    """The writes waiting to leave for one node, and the WriteBatch calls that carry them.
+
+    Every flush sends one call and does not wait for earlier ones: writes of different batches
+    may be applied in either order, like concurrent unary calls; the writes of one batch are
+    applied in the order they were issued.
+    """
+
+    def __init__(self, transport: Transport, address: str) -> None:
+        self.transport = transport
+        self.address = address
+        self._items: list[agent_pb2.WriteItem] = []
+        self._futures: list[asyncio.Future[agent_pb2.WriteResult]] = []
+        self._bytes = 0
+        self._handle: asyncio.Handle | asyncio.TimerHandle | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+        self.batches_sent = 0
+        self.items_sent = 0
+
+    def submit(self, item: agent_pb2.WriteItem) -> asyncio.Future[agent_pb2.WriteResult]:
+        loop = asyncio.get_running_loop()
+        cfg = self.transport.batching
+        size = item.ByteSize() + _ITEM_OVERHEAD
+        if self._items and self._bytes + size > cfg.max_bytes:
+            self.flush()
+        fut: asyncio.Future[agent_pb2.WriteResult] = loop.create_future()
+        self._items.append(item)
+        self._futures.append(fut)
+        self._bytes += size
+        if len(self._items) >= cfg.max_items:
+            self.flush()
+        elif self._handle is None:
+            self._handle = loop.call_later(cfg.linger_s, self.flush) if cfg.linger_s else loop.call_soon(self.flush)
+        return fut
+
+    def flush(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if not self._items:
+            return
+        items, futures = self._items, self._futures
+        self._items, self._futures, self._bytes = [], [], 0
+        task = asyncio.get_running_loop().create_task(self._send(items, futures))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _send(
+        self, items: list[agent_pb2.WriteItem], futures: list[asyncio.Future[agent_pb2.WriteResult]]
+    ) -> None:
+        transport = self.transport
+        self.batches_sent += 1
+        self.items_sent += len(items)
+        try:
+            reply = await transport.agent_stub(self.address).WriteBatch(
+                agent_pb2.WriteBatchRequest(items=items), metadata=transport.metadata, timeout=transport.call_timeout_s
+            )
+            results = list(reply.results)
+            if len(results) != len(items):
+                raise Internal(
+                    f"{self.address} answered {len(results)} results for {len(items)} writes",
+                    status=grpc.StatusCode.INTERNAL,
+                    endpoint=self.address,
+                )
+        except asyncio.CancelledError:
+            for fut in futures:
+                fut.cancel()
+            raise
+        except Exception as exc:  # the whole call failed: every write of it sees the error
+            for fut in futures:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        for fut, result in zip(futures, results, strict=True):
+            if not fut.done():
+                fut.set_result(result)
+
+    def fail_pending(self, exc: BaseException) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        futures, self._items, self._futures, self._bytes = self._futures, [], [], 0
+        for fut in futures:
+            if not fut.done():
+                fut.set_exception(exc)
 
 
 class Transport:
@@ -119,6 +249,7 @@ class Transport:
         call_timeout_s: float,
         retry_deadline_s: float,
         interceptors: Sequence[Any] | None,
+        batching: Batching | None = None,
     ) -> None:
         if not endpoints:
             raise ValueError("give at least one endpoint (host:port)")
@@ -130,6 +261,8 @@ class Transport:
         self.retry_deadline_s = retry_deadline_s
         self.interceptors = list(interceptors or [])
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self.batching = batching if batching is not None else Batching()
+        self._batchers: dict[str, WriteBatcher] = {}
         self.closed = False
 
     @property
@@ -169,8 +302,61 @@ class Transport:
             self.endpoints.append(leader)
         self._current = self.endpoints.index(leader)
 
-    async def call(self, service: str, rpc: str, request: Message, request_id: str | None = None) -> Any:
+    async def call(
+        self,
+        service: str,
+        rpc: str,
+        request: Message,
+        request_id: str | None = None,
+        metadata: tuple[tuple[str, str], ...] | None = None,
+    ) -> Any:
         """One unary call with retries (see the module's rules); ``request_id`` names the write."""
+        md = metadata or self.metadata
+
+        async def attempt(address: str, timeout: float) -> Any:
+            stub = self.agent_stub(address) if service == "agent" else self.operator_stub(address)
+            return await getattr(stub, rpc)(request, metadata=md, timeout=timeout)
+
+        return await self._retrying(rpc, request_id, attempt)
+
+    async def write(self, rpc: str, request: Message, request_id: str, token: str | None = None) -> Any:
+        """An AgentService write with the retries of :meth:`call`, coalesced with the other writes
+        of this client into WriteBatch calls when batching is on (the module's rules); returns the
+        ``Outcome`` message. ``token`` acts as another bearer token for this write only."""
+        authorization = f"Bearer {token}" if token is not None else ""
+        item = convert.write_item(rpc, request, authorization)
+        if not self.batching.enabled or item.ByteSize() + _ITEM_OVERHEAD > self.batching.max_bytes:
+            return await self.call(
+                "agent", rpc, request, request_id, (("authorization", authorization),) if token else None
+            )
+
+        md = (("authorization", authorization),) if authorization else self.metadata
+
+        async def attempt(address: str, timeout: float) -> Any:
+            if self.batching.enabled:
+                try:
+                    result = await self._batcher(address).submit(item)
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                        raise
+                    logger.warning("%s does not serve WriteBatch: writes go one RPC each from now on", address)
+                    self.batching = dataclasses.replace(self.batching, enabled=False)
+                else:
+                    err = error_from_result(result, address, request_id)
+                    if err is not None:
+                        raise _ItemFailed(err)
+                    return result.outcome
+            return await getattr(self.agent_stub(address), rpc)(request, metadata=md, timeout=timeout)
+
+        return await self._retrying(rpc, request_id, attempt)
+
+    def _batcher(self, address: str) -> WriteBatcher:
+        batcher = self._batchers.get(address)
+        if batcher is None:
+            batcher = self._batchers[address] = WriteBatcher(self, address)
+        return batcher
+
+    async def _retrying(self, rpc: str, request_id: str | None, attempt: Callable[[str, float], Awaitable[Any]]) -> Any:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry_deadline_s
         backoff = 0.05
@@ -178,45 +364,48 @@ class Transport:
         hops = 0
         while True:
             address = self.endpoint
-            stub = self.agent_stub(address) if service == "agent" else self.operator_stub(address)
             remaining = deadline - loop.time()
             timeout = max(0.5, min(self.call_timeout_s, remaining))
             try:
-                return await getattr(stub, rpc)(request, metadata=self.metadata, timeout=timeout)
+                return await attempt(address, timeout)
             except grpc.aio.AioRpcError as exc:
                 err = error_from_rpc(exc, address, request_id)
-                if not self._retryable(exc, err):
-                    raise err from None
-                delay = backoff
-                if err.leader and err.leader != address:
-                    self.follow(err.leader)  # the hint: go there at once (unless hints go round in circles)
-                    hops += 1
-                    delay = 0.0 if hops <= 3 else backoff
-                elif err.retry_same_id:
-                    # Outcome unknown on a live node (a leader change in flight): same node, same id,
-                    # unless it keeps answering that way.
-                    tried_without_answer += 1
-                    if tried_without_answer >= 2:
-                        self.rotate(address)
-                        tried_without_answer = 0
-                else:
-                    self.rotate(address)  # no answer (down, partitioned, too slow), or no leader known here
-                if loop.time() + delay >= deadline:
-                    raise err from None
-                logger.debug("%s on %s: %s; retrying in %.2fs", rpc, address, err, delay)
-                if delay:
-                    await asyncio.sleep(delay)
-                    backoff = min(backoff * 2, 1.0)
+            except _ItemFailed as failed:
+                err = failed.error
+            if not self._retryable(err.status, err):
+                raise err
+            delay = backoff
+            if err.leader and err.leader != address:
+                self.follow(err.leader)  # the hint: go there at once (unless hints go round in circles)
+                hops += 1
+                delay = 0.0 if hops <= 3 else backoff
+            elif err.retry_same_id:
+                # Outcome unknown on a live node (a leader change in flight): same node, same id,
+                # unless it keeps answering that way.
+                tried_without_answer += 1
+                if tried_without_answer >= 2:
+                    self.rotate(address)
+                    tried_without_answer = 0
+            else:
+                self.rotate(address)  # no answer (down, partitioned, too slow), or no leader known here
+            if loop.time() + delay >= deadline:
+                raise err
+            logger.debug("%s on %s: %s; retrying in %.2fs", rpc, address, err, delay)
+            if delay:
+                await asyncio.sleep(delay)
+                backoff = min(backoff * 2, 1.0)
 
     @staticmethod
-    def _retryable(exc: grpc.aio.AioRpcError, err: RpcError) -> bool:
-        if exc.code() in _RETRYABLE:
+    def _retryable(status: grpc.StatusCode, err: RpcError) -> bool:
+        if status in _RETRYABLE:
             return True
         # Backpressure (too many commands outstanding on the node): nothing was queued.
         return isinstance(err, ResourceExhausted) and err.code == "too_many_outstanding"
 
     async def close(self) -> None:
         self.closed = True
+        for batcher in self._batchers.values():
+            batcher.fail_pending(SessionClosed("the client is closed"))
         channels, self._channels = self._channels, {}
         for ch in channels.values():
             await ch.close()
@@ -238,6 +427,10 @@ class Client:
     a short wait local and register it only once it has lasted that long; a waiter that holds a
     lease or a pool permit always registers before it blocks. ``interceptors`` are passed to every
     ``grpc.aio`` channel (tests use them to inject faults).
+
+    ``batching`` (:class:`Batching`; on by default): AgentService writes issued together by the
+    tasks sharing this client travel as one WriteBatch call; each caller still gets its own
+    outcome or typed error. ``Batching(enabled=False)``: one RPC per write.
     """
 
     def __init__(
@@ -251,8 +444,9 @@ class Client:
         lease_ms: int = 30_000,
         local_wait_threshold_s: float = 0.0,
         interceptors: Sequence[Any] | None = None,
+        batching: Batching | None = None,
     ) -> None:
-        self.transport = Transport(endpoints, token, tls, call_timeout_s, retry_deadline_s, interceptors)
+        self.transport = Transport(endpoints, token, tls, call_timeout_s, retry_deadline_s, interceptors, batching)
         self.lease_ms = lease_ms
         self.local_wait_threshold_s = local_wait_threshold_s
 
@@ -296,19 +490,33 @@ class Client:
 
     # -- writes --------------------------------------------------------------------------------
 
-    async def submit(self, command: Command, *, request_id: str | None = None, service: str | None = None) -> Outcome:
+    async def submit(
+        self,
+        command: Command,
+        *,
+        request_id: str | None = None,
+        service: str | None = None,
+        token: str | None = None,
+    ) -> Outcome:
         """Send one core command as its write RPC and return the core's outcome (APPLIED or NOOP;
         ``duplicate`` when a retry was answered from the idempotency table). A rejection raises.
 
         ``service``: ``agent`` or ``operator``; by default AgentService for the commands it
-        carries (CancelRun included), OperatorService for the rest.
+        carries (CancelRun included), OperatorService for the rest. AgentService writes are
+        batched with the client's other writes (:class:`Batching`). ``token``: act as this bearer
+        token for this write instead of the client's (a runtime hosting many agents, each with
+        its own token, on one client).
         """
         if service is None:
             service = "agent" if command.KIND in convert.AGENT_WRITES else "operator"
         rpc = command.KIND if service == "agent" else _OPERATOR_RPC.get(type(command), command.KIND)
         rid = request_id or new_request_id()
         request = convert.request_from_command(command, rid, rpc)
-        reply = await self.transport.call(service, rpc, request, rid)
+        if service == "agent":
+            reply = await self.transport.write(rpc, request, rid, token)
+        else:
+            md = (("authorization", f"Bearer {token}"),) if token is not None else None
+            reply = await self.transport.call(service, rpc, request, rid, md)
         outcome: Outcome = convert.outcome_from_proto(reply)
         return outcome
 

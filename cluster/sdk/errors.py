@@ -21,7 +21,7 @@ import grpc
 
 from cluster import convert
 from cluster.grpc_status import CODE_KEY, LEADER_ID_KEY, LEADER_KEY, OUTCOME_KEY, RETRY_KEY
-from proto.waitgraph.v1 import types_pb2
+from proto.waitgraph.v1 import agent_pb2, types_pb2
 from statemachine.outcome import Outcome
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "WaitgraphClientError",
+    "error_from_result",
     "error_from_rpc",
 ]
 
@@ -221,7 +222,33 @@ def _trailers(exc: grpc.aio.AioRpcError) -> dict[str, Any]:
 
 def error_from_rpc(exc: grpc.aio.AioRpcError, endpoint: str | None, request_id: str | None) -> RpcError:
     """The typed SDK error for a failed call."""
-    trailers = _trailers(exc)
+    return _error(exc.code(), exc.details() or "", _trailers(exc), endpoint, request_id)
+
+
+_STATUS_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def error_from_result(result: agent_pb2.WriteResult, endpoint: str | None, request_id: str | None) -> RpcError | None:
+    """The typed SDK error for a failed WriteBatch item (None when it succeeded): the same error
+    its unary call would have raised, from the same status, details and trailers."""
+    if result.status_code == 0:
+        return None
+    trailers: dict[str, Any] = {CODE_KEY: result.code}
+    if result.HasField("outcome"):
+        trailers[OUTCOME_KEY] = result.outcome.SerializeToString()
+    if result.leader_address:
+        trailers[LEADER_KEY] = result.leader_address
+    if result.leader_id:
+        trailers[LEADER_ID_KEY] = result.leader_id
+    if result.retry_same_request_id:
+        trailers[RETRY_KEY] = "same-request-id"
+    status = _STATUS_BY_NUMBER.get(result.status_code, grpc.StatusCode.UNKNOWN)
+    return _error(status, result.details, trailers, endpoint, request_id)
+
+
+def _error(
+    status: grpc.StatusCode, details: str, trailers: dict[str, Any], endpoint: str | None, request_id: str | None
+) -> RpcError:
     code = str(trailers.get(CODE_KEY) or "")
     outcome = None
     raw = trailers.get(OUTCOME_KEY)
@@ -230,12 +257,11 @@ def error_from_rpc(exc: grpc.aio.AioRpcError, endpoint: str | None, request_id: 
             outcome = convert.outcome_from_proto(types_pb2.Outcome.FromString(raw))
         except Exception:  # a garbled trailer must not hide the error itself
             outcome = None
-    status = exc.code()
     cls = _BY_CODE.get(code) or _BY_STATUS.get(status, Internal)
     leader = trailers.get(LEADER_KEY)
     leader_id = trailers.get(LEADER_ID_KEY)
     return cls(
-        (exc.details() or "").strip() or status.name,
+        details.strip() or status.name,
         status=status,
         code=code,
         outcome=outcome,

@@ -51,7 +51,9 @@ def append_entries(
     }
 
 
-def follower(tmp: Path, machine: StateMachine | None = None, **conf: Any) -> WaitgraphSyncObj:
+def follower(
+    tmp: Path, machine: StateMachine | None = None, *, fork_dumps: bool = False, **conf: Any
+) -> WaitgraphSyncObj:
     """A WaitgraphSyncObj ticking by hand, with journal and dump files under ``tmp``."""
     cfg = RaftConfig(
         raft_address=SELF,
@@ -68,6 +70,7 @@ def follower(tmp: Path, machine: StateMachine | None = None, **conf: Any) -> Wai
         build_conf(cfg, autoTick=False, **conf),
         machine if machine is not None else StateMachine(),
         transport_class=FakeTransport,
+        fork_dumps=fork_dumps,
     )
 
 

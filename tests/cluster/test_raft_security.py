@@ -162,3 +162,36 @@ def test_only_expected_globals_cross_the_wire(make_cluster):
         assert reply["refused"] == {}
         seen |= set(reply["seen"])
     assert seen and seen <= {"_codecs.encode", "__builtin__.bytes"}
+
+
+@pytest.mark.timeout(60)
+def test_a_connection_claiming_a_peers_address_is_dropped_and_changes_nothing(make_cluster, tmp_path):
+    """A stranger connects to each node's Raft port and claims to be another member (the first
+    message pysyncobj expects on an incoming connection is the peer's address): in clear, under a
+    wrong secret, and with a crafted pickle in place of the address. Each is dropped; the members'
+    own connections, the leader, the term and the state digest stay as they were."""
+    cluster = make_cluster()
+    leader = cluster.leader()
+    assert leader.submit(envelope(1)).ok
+    before = cluster.converged_digest()
+    term = leader.status()["term"]
+    marker = tmp_path / "pwned"
+    wrong = getEncryptor("not-the-cluster-secret")
+    for node in cluster.nodes:
+        for other in cluster.nodes:
+            if other is node:
+                continue
+            claim = zlib.compress(pickle.dumps(other.raft, 2), 3)
+            assert _send_frame(node.raft, claim)
+            assert _send_frame(node.raft, wrong.encrypt_at_time(claim, int(time.monotonic())))
+        assert _send_frame(node.raft, zlib.compress(crafted(marker), 3))
+    time.sleep(1.0)  # several heartbeats: a replaced connection would show as a disconnected peer
+    assert not marker.exists()
+    assert cluster.converged_digest() == before
+    for node in cluster.nodes:
+        assert node.alive()
+        status = node.status()
+        assert all(status["peers_connected"].values()), (node.name, status["peers_connected"])
+        assert status["term"] == term and status["leader"] == leader.raft
+        assert node.call(op="pickle_seen")["refused"] == {}  # never even unpickled: no secret
+    assert leader.submit(envelope(2)).ok

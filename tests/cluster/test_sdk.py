@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
+from cluster import convert
 from cluster.sdk import (
     TLS,
     CancellationRequested,
@@ -440,13 +441,22 @@ class LoseReply(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         self.armed = False
         self.lost: list[str] = []
 
+    def _request_ids(self, method: str, request: Any) -> list[str]:
+        if method.endswith("/" + self.method):
+            return [request.request_id]
+        if method.endswith("/WriteBatch"):  # the SDK's batched writes: the items of that RPC
+            case = convert.snake(self.method)
+            return [getattr(i, case).request_id for i in request.items if i.WhichOneof("write") == case]
+        return []
+
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         call = await continuation(details, request)
         method = details.method.decode() if isinstance(details.method, bytes) else details.method
-        if self.armed and method.endswith("/" + self.method):
+        ids = self._request_ids(method, request) if self.armed else []
+        if ids:
             await call  # the server applied it and answered
             self.armed = False
-            self.lost.append(request.request_id)
+            self.lost.extend(ids)
             raise grpc.aio.AioRpcError(
                 grpc.StatusCode.UNAVAILABLE,
                 grpc.aio.Metadata(),

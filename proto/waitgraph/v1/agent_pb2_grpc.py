@@ -156,6 +156,11 @@ class AgentServiceStub:
                 request_serializer=waitgraph_dot_v1_dot_commands__pb2.CancelRunRequest.SerializeToString,
                 response_deserializer=waitgraph_dot_v1_dot_types__pb2.Outcome.FromString,
                 _registered_method=True)
+        self.WriteBatch = channel.unary_unary(
+                '/waitgraph.v1.AgentService/WriteBatch',
+                request_serializer=waitgraph_dot_v1_dot_agent__pb2.WriteBatchRequest.SerializeToString,
+                response_deserializer=waitgraph_dot_v1_dot_agent__pb2.WriteBatchResponse.FromString,
+                _registered_method=True)
         self.WatchEvents = channel.unary_stream(
                 '/waitgraph.v1.AgentService/WatchEvents',
                 request_serializer=waitgraph_dot_v1_dot_agent__pb2.WatchEventsRequest.SerializeToString,
@@ -318,6 +323,23 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteBatch(self, request, context):
+        """Many writes in one call (throughput: one RPC per write costs more than the write itself).
+        Not atomic: each item is authorized, converted, proposed and answered on its own, exactly as
+        its unary RPC would be, and gets its own WriteResult in the same position. Items are proposed
+        in order (an item after another in the same batch is applied after it). A bad item is an
+        INVALID_ARGUMENT result for that item only; the others go on. Retry a failed item with the
+        same request_id (alone or in another batch) to get its recorded outcome.
+        Bounds: at most 1024 items and the codec's 64 KiB for the whole request; beyond either, or
+        with no items, the call fails with INVALID_ARGUMENT and nothing is proposed.
+        Auth: the call's token must be valid (any role); an item with its own `authorization` acts as
+        that token instead (a runtime hosting many agents batches their writes on one channel).
+        Every item costs one request of its token's rate limit.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchEvents(self, request, context):
         """The agent's events (CancelRequested, VictimChosen, Yielded, CancelSloExceeded, WaitClosed, ...)
         as a server stream that resumes after a reconnect without losing or repeating events.
@@ -460,6 +482,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.CancelRun,
                     request_deserializer=waitgraph_dot_v1_dot_commands__pb2.CancelRunRequest.FromString,
                     response_serializer=waitgraph_dot_v1_dot_types__pb2.Outcome.SerializeToString,
+            ),
+            'WriteBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteBatch,
+                    request_deserializer=waitgraph_dot_v1_dot_agent__pb2.WriteBatchRequest.FromString,
+                    response_serializer=waitgraph_dot_v1_dot_agent__pb2.WriteBatchResponse.SerializeToString,
             ),
             'WatchEvents': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchEvents,
@@ -1115,6 +1142,33 @@ class AgentService:
             '/waitgraph.v1.AgentService/CancelRun',
             waitgraph_dot_v1_dot_commands__pb2.CancelRunRequest.SerializeToString,
             waitgraph_dot_v1_dot_types__pb2.Outcome.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/waitgraph.v1.AgentService/WriteBatch',
+            waitgraph_dot_v1_dot_agent__pb2.WriteBatchRequest.SerializeToString,
+            waitgraph_dot_v1_dot_agent__pb2.WriteBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
