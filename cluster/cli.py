@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +43,10 @@ def _conn_options(fn: Any, hidden: bool = False) -> Any:
 def main(ctx: click.Context, **conn: Any) -> None:
     """waitgraph: find and break deadlocks and livelocks between AI agents.
 
-    Operator verbs (status, health, graph, cycles, explain, vote, mode, freeze, unfreeze, export,
-    cancel) talk to a cluster over gRPC; each takes -o table|json. `waitgraph dev` starts a local
-    cluster and prints the environment they need.
+    Operator verbs (status, health, graph, cycles, explain, signature, vote, mode, freeze,
+    unfreeze, export, cancel) talk to a cluster over gRPC; each takes -o table|json. `waitgraph
+    dev` starts a local cluster and prints the environment they need. docs/operations.md walks
+    through a rollout and a schema rollback.
     """
     ctx.obj = conn
 
@@ -75,7 +77,7 @@ def replay(files: tuple[Path, ...], check: bool) -> None:
 
 # -- serve: one node process (cluster/server.py) -----------------------------------------------------
 
-_BOOL_KEYS = frozenset({"insecure", "recovery_bootstrap", "forward_writes"})
+_BOOL_KEYS = frozenset({"insecure", "recovery_bootstrap", "forward_writes", "fsync"})
 
 
 def _serve_options(fn: Any) -> Any:
@@ -111,6 +113,10 @@ def serve(config_file: Path | None, **flags: Any) -> None:
     except ConfigError as exc:
         click.echo(f"waitgraph serve: {exc}", err=True)
         raise SystemExit(2) from None
+    # The node forks to write its log-compaction dumps (cluster/raft.py, "Log compaction"); the
+    # child never touches gRPC, so gRPC's fork handlers (which pause its threads around every
+    # fork) are not wanted. Read once, when grpc is first imported: that is just below.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     from . import server
 
     raise SystemExit(server.main(cfg))
@@ -352,12 +358,13 @@ def health(s: _Session) -> None:
 @click.option("--agent", "agent_id", default="", help="only this agent's executions, waits and session")
 @click.option("--limit", type=int, default=0, help="items per list (server default 1000)")
 @_FRESH
-@_operator_verb(("table", "json", "dot"))
+@_operator_verb(("table", "json", "dot", "svg"))
 def graph(s: _Session, run_id: str, agent_id: str, limit: int, fresh: bool | None) -> None:
     """Executions, targets (with holders and satisfiers), waits, runs and sessions.
 
-    -o dot prints Graphviz (`waitgraph graph -o dot | dot -Tsvg > graph.svg`) with the candidate
-    deadlocks in red."""
+    -o dot prints Graphviz, -o svg the SVG graphviz draws of it (`waitgraph graph -o svg >
+    graph.svg`; needs graphviz's `dot`): candidate deadlocks in orange, confirmed ones in red,
+    each confirmed cycle's victim filled and labelled; the picture the live view shows."""
     from . import render
 
     ops = s.client()
@@ -366,8 +373,26 @@ def graph(s: _Session, run_id: str, agent_id: str, limit: int, fresh: bool | Non
         s.json(_with_endpoint(render.message_json(read.reply), read))
         return
     cycles = ops.cycles(fresh=fresh).reply
-    if s.output == "dot":
-        click.echo(render.graph_dot(read.reply, cycles), nl=False)
+    if s.output in ("dot", "svg"):
+        from .opsclient import OpsError
+
+        decisions = []
+        for digest, kind in render.cycle_kinds(cycles).items():
+            if kind == "confirmed":
+                try:
+                    decisions += ops.explain(digest=digest, fresh=fresh).reply.decisions
+                except OpsError as exc:  # the decision left the retained window: draw the cycle alone
+                    if exc.code_name != "NOT_FOUND":
+                        raise
+        dot = render.graph_dot(read.reply, cycles, decisions)
+        if s.output == "dot":
+            click.echo(dot, nl=False)
+            return
+        try:
+            click.echo(render.graph_svg(dot), nl=False)
+        except RuntimeError as exc:  # GraphvizMissing included: one line, no traceback
+            click.echo(f"waitgraph graph: {exc}", err=True)
+            raise SystemExit(1) from None
         return
     s.emit(
         [
@@ -426,13 +451,15 @@ def explain(s: _Session, decision: str, fresh: bool | None) -> None:
     except Exception:
         quorum = None
     docs, blocks = [], []
+    trajectories = {t.signature: t for t in read.reply.trajectories}
     for d in read.reply.decisions:
         own = next((p for p in proposals if p.HasField("decision_id") and p.decision_id == d.decision_id), None)
         own = own or next((p for p in proposals if p.digest == d.digest), None)
         before = own.proposed_at_ms if own is not None else d.at_ms
         history = [p for p in proposals if p.signature == d.signature and p is not own and p.proposed_at_ms <= before]
-        docs.append(render.explain_json(d, own, history))
-        blocks += render.explain_blocks(d, own, history, quorum)
+        trajectory = trajectories.get(d.signature)
+        docs.append(render.explain_json(d, own, history, trajectory))
+        blocks += render.explain_blocks(d, own, history, quorum, trajectory)
     if s.output == "json":
         s.json(
             {
@@ -440,10 +467,33 @@ def explain(s: _Session, decision: str, fresh: bool | None) -> None:
                 "decisions": docs,
                 "stale": read.reply.stale,
                 "applied_index": read.reply.applied_index,
+                "epoch": read.reply.epoch,
             }
         )
     else:
         s.emit([*blocks, render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason)])
+
+
+@main.command()
+@click.argument("signature")
+@_FRESH
+@_operator_verb()
+def signature(s: _Session, signature: str, fresh: bool | None) -> None:
+    """The livelock guard's memory of one cycle signature (16 hex digits, as `cycles` and
+    `explain` print it): how often it was proposed and rolled back, at which epochs, the
+    decisions made for it, and whether the guard would escalate it now."""
+    from . import render
+
+    read = s.client().signature_history(signature, fresh)
+    if s.output == "json":
+        s.json(_with_endpoint(render.message_json(read.reply), read))
+    else:
+        s.emit(
+            [
+                *render.signature_blocks(read.reply),
+                render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason),
+            ]
+        )
 
 
 @main.command()
@@ -486,15 +536,68 @@ def mode(s: _Session, mode: str, run_id: str | None, side_effect_free: bool | No
     _emit_write(s, s.client().set_mode(number, run_id, side_effect_free, request_id))
 
 
+_WAIT = click.option(
+    "--wait",
+    is_flag=True,
+    help="then wait until it converges, showing progress (a bar on a terminal, lines when piped); "
+    "--timeout bounds the whole wait (default 120 s); exit 3 if it did not converge in time",
+)
+
+
+def _emit_waited(s: _Session, w: Any, run_id: str, reading: Any) -> None:
+    """The write's answer, then a watch until ``reading`` says converged (cluster/progress.py)."""
+    import sys
+
+    from . import progress, render
+
+    if s.output != "json":
+        _emit_write(s, w)
+        stream = sys.stdout
+    else:
+        stream = sys.stderr  # stdout carries one JSON document
+    timeout_s = s.opts.get("timeout") or progress.DEFAULT_WAIT_S
+    try:
+        last = progress.watch(s.client(), run_id, reading, timeout_s, stream, stream.isatty())
+        failure = None
+    except progress.NotConverged as exc:
+        last, failure = exc.last, exc
+    if s.output == "json":
+        doc = {
+            "endpoint": w.endpoint,
+            "request_id": w.request_id,
+            "hops": list(w.hops),
+            **render.outcome_json(w.outcome),
+        }
+        doc["wait"] = {"converged": failure is None, "progress": render.message_json(last.reply)}
+        s.json(doc)
+    if failure is not None:
+        quarantined = list(last.reply.quarantined)
+        where = f"; quarantined: {', '.join(quarantined)}" if quarantined else ""
+        click.echo(
+            f"waitgraph {click.get_current_context().info_name}: not converged after {failure.waited_s:.0f}s "
+            f"(--timeout): {last.line}{where}; `waitgraph export` lists who has not acknowledged",
+            err=True,
+        )
+        raise SystemExit(progress.EXIT_NOT_CONVERGED)
+
+
 @main.command()
 @click.option("--run", "run_id", default=None, help="freeze one run (default: the whole cluster)")
 @click.option("--reason", required=True, help="why (recorded in the state and shown by status/export)")
+@_WAIT
 @_REQUEST_ID
 @_operator_verb()
-def freeze(s: _Session, run_id: str | None, reason: str, request_id: str | None) -> None:
+def freeze(s: _Session, run_id: str | None, reason: str, wait: bool, request_id: str | None) -> None:
     """Refuse new delegations (child creation, claims) for a run or the whole cluster; nothing
-    already admitted is cleared."""
-    _emit_write(s, s.client().freeze(reason, run_id, request_id))
+    already admitted is cleared. --wait: then wait until no cancellation (of the run, or anywhere)
+    is still open, i.e. the frozen delegations have quiesced."""
+    w = s.client().freeze(reason, run_id, request_id)
+    if not wait:
+        _emit_write(s, w)
+        return
+    from . import progress
+
+    _emit_waited(s, w, run_id or "", progress.freeze_reading(run_id))
 
 
 @main.command()
@@ -539,11 +642,26 @@ def export(s: _Session, fresh: bool | None) -> None:
     default=None,
     help="the run's cancel generation you saw (default: read it now); older is a recorded no-op",
 )
+@_WAIT
 @_REQUEST_ID
 @_operator_verb()
-def cancel(s: _Session, run_id: str, reason: str, observed_generation: int | None, request_id: str | None) -> None:
-    """Cancel a run: raise its cancel generation and ask every unsettled execution to stop."""
-    _emit_write(s, s.client().cancel_run(run_id, reason, observed_generation, request_id))
+def cancel(
+    s: _Session, run_id: str, reason: str, observed_generation: int | None, wait: bool, request_id: str | None
+) -> None:
+    """Cancel a run: raise its cancel generation and ask every unsettled execution to stop.
+    --wait: then wait until the run is CANCELLED_STABLE (every descendant settled, nothing held)."""
+    w = s.client().cancel_run(run_id, reason, observed_generation, request_id)
+    if not wait:
+        _emit_write(s, w)
+        return
+    from statemachine.effects import CancelGenerationRaised
+
+    from . import progress
+
+    raised = [fx.after for fx in w.outcome.effects if isinstance(fx, CancelGenerationRaised)]
+    # A no-op (someone raised it already) waits for the generation the run is at now.
+    generation = raised[0] if raised else max(1, s.client().convergence(run_id).reply.cancel_generation)
+    _emit_waited(s, w, run_id, progress.cancel_reading(run_id, generation))
 
 
 # -- dev: a local cluster of real processes ------------------------------------------------------------------
@@ -571,7 +689,16 @@ def cancel(s: _Session, run_id: str, reason: str, observed_generation: int | Non
     help="extra `waitgraph serve` flags for every node, e.g. "
     "'--recovery-voters node:n1,node:n2,node:n3,operator:admin --recovery-quorum 4'",
 )
-def dev(data_dir: Path | None, nodes: int, rollout: str, base_port: int | None, agents: str, serve_args: str) -> None:
+@click.option("--live-view", is_flag=True, help="serve each node's live view (and /metrics) on a free loopback port")
+def dev(
+    data_dir: Path | None,
+    nodes: int,
+    rollout: str,
+    base_port: int | None,
+    agents: str,
+    serve_args: str,
+    live_view: bool,
+) -> None:
     """Start a local cluster of --nodes real `waitgraph serve` processes on loopback, print their
     addresses and the environment for the other verbs, and stay in the foreground; Ctrl-C or
     SIGTERM stops every node."""
@@ -600,6 +727,7 @@ def dev(data_dir: Path | None, nodes: int, rollout: str, base_port: int | None, 
         agents=tuple(a for a in agents.split(",") if a),
         serve_args=shlex.split(serve_args),
         die_with_parent=True,
+        http=live_view,
     )
     code = 0
     try:
@@ -609,6 +737,8 @@ def dev(data_dir: Path | None, nodes: int, rollout: str, base_port: int | None, 
         lc.start()
         for m in lc.members:
             click.echo(f"  {m.node_id}  grpc {m.grpc_address}  raft {m.raft_address}  pid {m.pid}  log {m.log_path}")
+            if m.http_address:
+                click.echo(f"      live view http://{m.http_address}/ (log in with the operator or admin token)")
         try:
             leader = lc.wait_for_leader(60)
         except OpsError as exc:

@@ -31,6 +31,7 @@ from statemachine.outcome import Result
 from statemachine.recovery_state import RolloutMode
 
 from .auth import TokenFileError, TokenStore
+from .logs import LOG_FORMATS
 
 SECRET_ENV = "WAITGRAPH_SECRET"
 INSECURE_SECRET = "waitgraph-insecure-loopback-only"
@@ -79,8 +80,21 @@ class ServeConfig:
     shutdown_grace_s: float = 2.0
     submit_timeout_s: float = 5.0
     log_level: str = "INFO"
+    log_format: str = "auto"
+    """json, console, or auto: console when stderr is a terminal, else json (cluster/logs.py)."""
     metrics_address: str | None = None
     """host:port of the Prometheus /metrics HTTP server (cluster/metrics.py); None: not served."""
+    http_address: str | None = None
+    """host:port of the live view and /metrics (cluster/liveview.py); None: not served."""
+    fsync: bool = False
+    """Acknowledge Raft entries only once the journal is flushed to disk (cluster/raft.py,
+    "Durability option"): acknowledged writes then survive a power cut, not only a killed process.
+    Off by default: docs/deploy.md gives its cost and when to turn it on."""
+    rate_limit_per_s: float = 100.0
+    """Requests per second each token (principal) may make, every RPC counted; 0 turns the limit
+    off (cluster/ratelimit.py). An agent makes a few calls a second; a runaway one is held here."""
+    rate_limit_burst: int = 200
+    """Requests a token may make at once above that rate (the size of its bucket)."""
 
     @property
     def actor(self) -> str:
@@ -129,7 +143,13 @@ KEYS: dict[str, str] = {
     "shutdown_grace_s": "how long in-flight RPCs may finish on SIGTERM",
     "submit_timeout_s": "how long a write waits for its outcome before UNAVAILABLE (outcome unknown)",
     "log_level": "DEBUG, INFO, WARNING or ERROR",
+    "log_format": "json (one object per line), console, or auto: console on a terminal, else json",
     "metrics_addr": "host:port to serve Prometheus /metrics on (default: not served)",
+    "http_addr": "host:port to serve the live view (operator token) and /metrics on; HTTPS with tls_cert "
+    "(default: not served)",
+    "fsync": "acknowledge Raft entries only once the journal is flushed to disk (survives power loss; slower)",
+    "rate_limit_per_s": "requests per second each token may make (token bucket; 0: no limit)",
+    "rate_limit_burst": "requests a token may make at once above rate_limit_per_s",
 }
 """Every configuration key and what it sets."""
 
@@ -409,6 +429,9 @@ def resolve(
         forward_writes=_bool(setting("forward_writes"), "forward_writes", problems),
         shutdown_grace_s=_float(setting("shutdown_grace_s"), "shutdown_grace_s", problems),
         submit_timeout_s=_float(setting("submit_timeout_s"), "submit_timeout_s", problems),
+        fsync=_bool(setting("fsync"), "fsync", problems),
+        rate_limit_per_s=_float(setting("rate_limit_per_s"), "rate_limit_per_s", problems),
+        rate_limit_burst=_int(setting("rate_limit_burst"), "rate_limit_burst", problems, 1),
     )
     metrics_address = None
     if get("metrics_addr") not in (None, ""):
@@ -416,9 +439,23 @@ def resolve(
         metrics_address = str(get("metrics_addr"))
         if metrics_hp is not None and metrics_address in (raft_address, grpc_address):
             problems.append(f"metrics_addr: {metrics_address} is also the Raft or gRPC address")
+    http_address = None
+    if get("http_addr") not in (None, ""):
+        http_hp = _host_port(get("http_addr"), "http_addr", problems)
+        http_address = str(get("http_addr"))
+        if http_hp is not None and http_address in (raft_address, grpc_address, metrics_address):
+            problems.append(f"http_addr: {http_address} is also the Raft, gRPC or metrics address")
+        if http_hp is not None and tls_cert is None and not insecure and not is_loopback(http_hp[0]):
+            problems.append(
+                "http_addr: operator tokens in clear text off loopback: give tls_cert and tls_key (the view is "
+                "then served over HTTPS), or --insecure to accept it"
+            )
     log_level = str(get("log_level") or "INFO").upper()
     if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         problems.append("log_level: must be DEBUG, INFO, WARNING or ERROR")
+    log_format = str(get("log_format") or _default("log_format")).lower()
+    if log_format not in LOG_FORMATS:
+        problems.append(f"log_format: must be one of {', '.join(LOG_FORMATS)}")
     if problems:
         raise ConfigError(problems)
     assert data_dir is not None
@@ -441,6 +478,8 @@ def resolve(
         recovery_confirmation_window_ms=window,
         initial_mode=initial_mode,
         log_level=log_level,
+        log_format=log_format,
         metrics_address=metrics_address,
+        http_address=http_address,
         **values,
     )

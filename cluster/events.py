@@ -261,8 +261,12 @@ class EventfulMachine(StateMachine):
     when it installs a snapshot; both are seen here.
     """
 
-    def __init__(self, journal: EventJournal) -> None:
+    def __init__(
+        self, journal: EventJournal, on_applied: Callable[[Envelope, Outcome, State], None] | None = None
+    ) -> None:
         self._journal = journal
+        self._on_applied = on_applied
+        """Called after each applied envelope (cluster/logs.py ``DecisionLog.applied``)."""
         self._state: State
         super().__init__()
 
@@ -279,4 +283,9 @@ class EventfulMachine(StateMachine):
         out = super().apply(env)
         if out.effects and not out.duplicate:
             self._journal.record(self._state, out.effects)
+            if self._on_applied is not None:
+                try:
+                    self._on_applied(env, out, self._state)
+                except Exception:  # the command is applied: a failing log line must not say otherwise
+                    logger.exception("the on_applied hook failed")
         return out

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +115,8 @@ class LocalNode:
     grpc_address: str
     directory: Path
     proc: subprocess.Popen[bytes] | None = None
+    http_address: str | None = None
+    """The live view's (and /metrics') address when the cluster serves it (:attr:`LocalCluster.http`)."""
 
     @property
     def data_dir(self) -> Path:
@@ -161,6 +163,15 @@ class LocalCluster:
     die_with_parent: bool = False
     """Linux: nodes get SIGTERM when the launching thread dies. Only for launchers that spawn from a
     thread that lives as long as the cluster (``waitgraph dev``)."""
+    hosts: Sequence[str] | None = None
+    """The i-th node binds its ports on ``hosts[i]`` (its own address in a network namespace, for the
+    chaos tests); None: 127.0.0.1 for every node."""
+    command_prefix: Callable[[LocalNode], Sequence[str]] | None = None
+    """What a node's command runs under (``ip netns exec NS``); the node's process is the last exec."""
+    extra_env: Callable[[LocalNode], Mapping[str, str]] | None = None
+    """Variables added to a node's clean environment (the chaos runs' clock hook)."""
+    http: bool = False
+    """Serve the live view and /metrics on a free loopback port per node (``--http-addr``)."""
     members: list[LocalNode] = field(default_factory=list)
     credentials: Credentials | None = None
     created_root: bool = False
@@ -209,6 +220,9 @@ class LocalCluster:
         _write_private(root / "operator.token", self.credentials.operator + "\n")
         for m in self.members:
             m.directory.mkdir(exist_ok=True)
+        if self.http:
+            for m, port in zip(self.members, free_ports(len(self.members)), strict=True):
+                m.http_address = f"{m.raft_address.rpartition(':')[0]}:{port}"
 
     def _new_members(self, root: Path) -> list[LocalNode]:
         n = self.nodes
@@ -218,8 +232,11 @@ class LocalCluster:
         else:
             grpc_ports = [self.base_port + i for i in range(n)]
             raft_ports = [self.base_port + RAFT_PORT_OFFSET + i for i in range(n)]
+        hosts = list(self.hosts) if self.hosts is not None else ["127.0.0.1"] * n
+        if len(hosts) != n:
+            raise ValueError(f"hosts: {len(hosts)} addresses for {n} nodes")
         return [
-            LocalNode(f"n{i + 1}", f"127.0.0.1:{raft_ports[i]}", f"127.0.0.1:{grpc_ports[i]}", root / f"n{i + 1}")
+            LocalNode(f"n{i + 1}", f"{hosts[i]}:{raft_ports[i]}", f"{hosts[i]}:{grpc_ports[i]}", root / f"n{i + 1}")
             for i in range(n)
         ]
 
@@ -266,6 +283,8 @@ class LocalCluster:
         cmd += ["--tokens-file", str(root / "tokens.json"), "--log-level", self.log_level]
         if self.mode:
             cmd += ["--initial-mode", self.mode]
+        if m.http_address:
+            cmd += ["--http-addr", m.http_address]
         return cmd + list(self.serve_args)
 
     def _child_env(self) -> dict[str, str]:
@@ -279,11 +298,15 @@ class LocalCluster:
         m = self.node(node_id)
         if m.alive():
             return m
+        prefix = list(self.command_prefix(m)) if self.command_prefix is not None else []
+        env = self._child_env()
+        if self.extra_env is not None:
+            env.update(self.extra_env(m))
         with open(m.log_path, "ab") as log:
             m.proc = subprocess.Popen(
-                self.serve_command(m),
+                prefix + self.serve_command(m),
                 cwd=self.directory,
-                env=self._child_env(),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

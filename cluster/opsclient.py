@@ -327,6 +327,16 @@ class OperatorClient:
             fresh,
         )
 
+    def signature_history(self, signature: str, fresh: bool | None = None) -> Read:
+        return self.read(
+            "SignatureHistory",
+            lambda f: operator_pb2.SignatureHistoryRequest(signature=signature, fresh=f),
+            fresh,
+        )
+
+    def convergence(self, run_id: str = "", fresh: bool | None = None) -> Read:
+        return self.read("Convergence", lambda f: operator_pb2.ConvergenceRequest(run_id=run_id, fresh=f), fresh)
+
     def export_pending(self, fresh: bool | None = None) -> Read:
         return self.read("ExportPending", lambda f: operator_pb2.ExportPendingRequest(fresh=f), fresh)
 

@@ -19,6 +19,7 @@ import datetime as dt
 import json
 import os
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -498,64 +499,167 @@ def _dot_attrs(**attrs: Any) -> str:
 _SATISFIER_LABEL = {"artifact": "produced by", "approval": "provided by"}
 
 
-def graph_dot(graph: Any, cycles: Any = None) -> str:
+_HOT = {
+    # A candidate: detected, not (yet) confirmed by a committed recovery proposal.
+    "candidate": {"color": "darkorange", "penwidth": "2.5", "fontcolor": "darkorange3"},
+    # Confirmed: the proposal committed (the second read still saw the deadlock); a decision exists.
+    "confirmed": {"color": "red", "penwidth": "2.5", "fontcolor": "red"},
+}
+
+
+def cycle_kinds(cycles: Any) -> dict[str, str]:
+    """Each current cycle's digest -> ``confirmed`` (its recovery proposal committed) or ``candidate``."""
+    out: dict[str, str] = {}
+    for c in cycles.cycles if cycles is not None else ():
+        committed = c.HasField("proposal_status") and _enum(c, "proposal_status") == "COMMITTED"
+        out[c.digest] = "confirmed" if committed else "candidate"
+    return out
+
+
+def victims(decisions: Iterable[Any]) -> dict[str, Any]:
+    """execution id -> the decision that picked it as the victim (``victim``, or ``rolled_back``
+    by a livelock tie-break); a SHADOW decision names the victim recovery would have picked."""
+    return {r.execution_id: d for d in decisions for r in d.roles if r.role in ("victim", "rolled_back")}
+
+
+def victim_note(d: Any) -> str:
+    kind = _enum(d, "kind")
+    if kind == "SHADOW":
+        return f"VICTIM if recovery acted ({d.decision_id}, {_enum(d, 'mode')})"
+    return f"VICTIM ({d.decision_id}, epoch {d.epoch})" if d.HasField("epoch") else f"VICTIM ({d.decision_id})"
+
+
+def graph_dot(graph: Any, cycles: Any = None, decisions: Sequence[Any] = (), hidden: str | None = None) -> str:
     """Graphviz DOT: executions are boxes, targets ellipses; ``waits`` edges go waiter -> target,
     ``held by`` / ``produced by`` edges go target -> execution. Members and edges of candidate
-    cycles are red and bold."""
-    members = cycle_members(cycles)
-    cycle_edges: set[tuple[str, str]] = set()
+    cycles are orange, of confirmed ones (the recovery proposal committed) red; the victim each
+    of ``decisions`` chose is filled and labelled. ``hidden`` says what was left out. Nodes and
+    edges carry SVG classes (``cycle``, ``candidate``, ``confirmed``, ``victim``) for the live view.
+    This is the one picture: ``waitgraph graph -o dot|svg`` and the live view (cluster/liveview.py)
+    both draw it."""
+    kinds = cycle_kinds(cycles)
+    member_kind: dict[str, str] = {}
+    edge_kind: dict[tuple[str, str], str] = {}
     for c in cycles.cycles if cycles is not None else ():
+        kind = kinds[c.digest]
+        for m in c.members:
+            if member_kind.get(m.execution_id) != "confirmed":
+                member_kind[m.execution_id] = kind
         for e in c.edges:
             waiter, _, target = e.edge_id.partition(">")
-            cycle_edges.add((waiter, target))
-    cycle_targets = {t for _, t in cycle_edges}
-    hot = {"color": "red", "penwidth": "2.5", "fontcolor": "red"}
+            if edge_kind.get((waiter, target)) != "confirmed":
+                edge_kind[(waiter, target)] = kind
+    target_kind: dict[str, str] = {}
+    for (_, target), kind in edge_kind.items():
+        if target_kind.get(target) != "confirmed":
+            target_kind[target] = kind
+    chosen = victims(decisions)
+
+    def hot(attrs: dict[str, str], kind: str | None, extra: str = "") -> dict[str, str]:
+        if kind is not None:
+            attrs.update(_HOT[kind])
+            attrs["class"] = f"cycle {kind}{extra}"
+        elif extra:
+            attrs["class"] = extra.strip()
+        return attrs
+
     lines = [
         "digraph waitgraph {",
-        "  rankdir=LR;",
+        '  graph [fontname="Helvetica", fontsize=12, labelloc=t];',
         '  node [fontname="Helvetica", fontsize=11];',
         '  edge [fontname="Helvetica", fontsize=9];',
     ]
-    n_cycles = len(cycles.cycles) if cycles is not None else 0
-    label = f"waitgraph: epoch {graph.epoch}, applied index {graph.applied_index}, {n_cycles} candidate cycle(s)"
-    lines.append(f"  label={_dot_id(label + (' in red' if n_cycles else ''))};")
+    n_confirmed = sum(1 for k in kinds.values() if k == "confirmed")
+    n_candidates = len(kinds) - n_confirmed
+    label = f"waitgraph: epoch {graph.epoch}, applied index {graph.applied_index}, "
+    label += f"{n_candidates} candidate cycle(s) (orange), {n_confirmed} confirmed (red)" if kinds else "no cycle"
+    if hidden:
+        label += f"; {hidden}"
+    lines.append(f"  label={_dot_id(label)};")
     for c in cycles.cycles if cycles is not None else ():
         names = ", ".join(at(m.execution_id, m.generation) for m in c.members)
-        lines.append(f"  // candidate {c.digest} signature {c.signature}: {names}")
+        lines.append(f"  // {kinds[c.digest]} {c.digest} signature {c.signature}: {names}")
     execs = {ex.execution_id for ex in graph.executions}
     for ex in graph.executions:
         text = f"{ex.execution_id}@g{ex.generation}\n{_enum(ex, 'status')}\nagent {ex.agent_id}"
         attrs = {"shape": "box", "label": text}
-        if ex.execution_id in members:
-            attrs.update(hot)
+        d = chosen.get(ex.execution_id)
+        if d is not None:
+            attrs["label"] = f"{text}\n{victim_note(d)}"
+            attrs.update({"style": "filled,bold", "fillcolor": "mistyrose", "peripheries": "2"})
+        hot(attrs, member_kind.get(ex.execution_id), " victim" if d is not None else "")
         lines.append(f"  {_dot_id(ex.execution_id)} {_dot_attrs(**attrs)};")
     for t in graph.targets:
         if t.target_id in execs:
             continue
         attrs = {"shape": "ellipse", "label": f"{t.target_id}\nv{t.version}, {t.slots} slot(s)"}
-        if t.target_id in cycle_targets:
-            attrs.update(hot)
+        hot(attrs, target_kind.get(t.target_id))
         lines.append(f"  {_dot_id(t.target_id)} {_dot_attrs(**attrs)};")
     for w in graph.waits:
         attrs = {"label": f"waits: {w.reason}" if w.reason else "waits"}
-        if (w.waiter_id, w.target_id) in cycle_edges:
-            attrs.update(hot)
+        hot(attrs, edge_kind.get((w.waiter_id, w.target_id)))
         lines.append(f"  {_dot_id(w.waiter_id)} -> {_dot_id(w.target_id)} {_dot_attrs(**attrs)};")
     for t in graph.targets:
-        hot_target = t.target_id in cycle_targets
+        kind = target_kind.get(t.target_id)
         for h in t.holders:
             attrs = {"label": "held by", "style": "dashed"}
-            if hot_target and h.execution_id in members:
-                attrs.update(hot)
+            hot(attrs, kind if h.execution_id in member_kind else None)
             lines.append(f"  {_dot_id(t.target_id)} -> {_dot_id(h.execution_id)} {_dot_attrs(**attrs)};")
         if t.HasField("satisfier_id"):
-            kind = t.target_id.partition(":")[0]
-            attrs = {"label": _SATISFIER_LABEL.get(kind, "satisfied by"), "style": "dashed"}
-            if hot_target and t.satisfier_id in members:
-                attrs.update(hot)
+            attrs = {"label": _SATISFIER_LABEL.get(t.target_id.partition(":")[0], "satisfied by"), "style": "dashed"}
+            hot(attrs, kind if t.satisfier_id in member_kind else None)
             lines.append(f"  {_dot_id(t.target_id)} -> {_dot_id(t.satisfier_id)} {_dot_attrs(**attrs)};")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+class GraphvizMissing(RuntimeError):
+    """``dot`` is not installed: the SVG cannot be drawn (the DOT text still can)."""
+
+
+DOT_TIMEOUT_S = 20.0
+
+
+def graph_svg(dot_text: str, timeout_s: float = DOT_TIMEOUT_S) -> str:
+    """Graphviz's SVG of :func:`graph_dot`'s text: graphviz escapes every label, so ids and
+    reasons end up as text, never markup.
+
+    A graph of several unconnected parts (the usual case: most executions wait on nothing) is laid
+    out part by part and packed into a block (``ccomps -x | dot | gvpack | neato -n2``): ``dot``
+    alone would line them up side by side into a strip too wide to read, and its own ``pack``
+    drops the edge labels. One part: ``dot -Tsvg``."""
+    import shutil
+
+    exe = shutil.which("dot")
+    if exe is None:
+        raise GraphvizMissing("graphviz is not installed (no `dot` on PATH): install it, e.g. apt-get install graphviz")
+    deadline = time.monotonic() + timeout_s
+    tools = [shutil.which(t) for t in ("ccomps", "gvpack", "neato")]
+    if all(tools):
+        ccomps, gvpack, neato = tools
+        # ccomps exits 1 when the graph has several parts (0: connected)
+        parts = _graphviz([ccomps, "-x"], dot_text.encode(), deadline, timeout_s, ok=(0, 1))  # type: ignore[list-item]
+        if parts.count(b"digraph") > 1:
+            laid = _graphviz([exe], parts, deadline, timeout_s)
+            packed = _graphviz([gvpack, "-m", "8"], laid, deadline, timeout_s)  # type: ignore[list-item]
+            return _graphviz([neato, "-s", "-n2", "-Tsvg"], packed, deadline, timeout_s).decode()  # type: ignore[list-item]
+    return _graphviz([exe, "-Tsvg"], dot_text.encode(), deadline, timeout_s).decode()
+
+
+def _graphviz(cmd: list[str], data: bytes, deadline: float, timeout_s: float, ok: tuple[int, ...] = (0,)) -> bytes:
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            cmd, input=data, capture_output=True, timeout=max(0.1, deadline - time.monotonic()), check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"graphviz took more than {timeout_s:.0f}s to lay the graph out") from None
+    if done.returncode not in ok:
+        why = done.stderr.decode(errors="replace").strip().splitlines()
+        name = cmd[0].rsplit("/", 1)[-1]
+        raise RuntimeError(f"graphviz ({name}) failed ({done.returncode}): {why[-1] if why else 'no message'}")
+    return done.stdout
 
 
 # -- cycles ------------------------------------------------------------------------------------------------
@@ -622,6 +726,7 @@ _TERMS = (
     ("execution id", "has the lowest id (the final tie-break)"),
 )
 """The terms of victim policy v1 in the order :meth:`Score.key` compares them."""
+POLICY_TERMS = _TERMS
 
 
 def _score(v: Any) -> Score:
@@ -653,17 +758,169 @@ def decisive_term(decision: Any) -> tuple[str, str] | None:
     return None
 
 
-def explain_json(decision: Any, proposal: Any, history: Sequence[Any]) -> dict[str, Any]:
+def duration(ms: int) -> str:
+    """A span of logical milliseconds for people: ``850 ms``, ``4.1 s``, ``3 min 05 s``, ``2 h 03 min``."""
+    if ms < 0:
+        return f"-{duration(-ms)}"
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    if ms < 3_600_000:
+        return f"{ms // 60_000} min {ms // 1000 % 60:02d} s"
+    return f"{ms // 3_600_000} h {ms // 60_000 % 60:02d} min"
+
+
+_RELATION = {
+    "artifact": ("produced by", "produces it"),
+    "approval": ("provided by", "provides it"),
+    "exec": ("is", "is it"),
+}
+"""How a member satisfies a wait, by target kind; the held kinds (resource, pool, reservation) hold."""
+
+
+def relation(target_id: str) -> tuple[str, str]:
+    return _RELATION.get(target_id.partition(":")[0], ("held by", "holds it"))
+
+
+def cycle_path(decision: Any) -> list[Any]:
+    """The cycle as one walk: from the lowest member, follow its first wait (edge order) to the
+    first member satisfying it, until a member repeats. Returns the waits walked, in order."""
+    waits = list(decision.waits)
+    if not waits:
+        return []
+    by_waiter: dict[str, list[Any]] = {}
+    for w in waits:
+        if w.satisfiers:
+            by_waiter.setdefault(w.waiter_id, []).append(w)
+    walk: list[Any] = []
+    seen: set[str] = set()
+    current = min(w.waiter_id for w in waits)
+    while current in by_waiter and current not in seen:
+        seen.add(current)
+        step = by_waiter[current][0]
+        walk.append(step)
+        current = step.satisfiers[0]
+    return walk
+
+
+def path_text(walk: Sequence[Any]) -> str:
+    if not walk:
+        return "-"
+    parts = [walk[0].waiter_id]
+    for w in walk:
+        parts.append(f"waits for {w.target_id} ({w.reason or 'no reason given'}), {relation(w.target_id)[0]}")
+        parts.append(w.satisfiers[0])
+    return " -> ".join(parts)
+
+
+def _votes_of(decision: Any, proposal: Any) -> list[Any]:
+    if decision.votes:
+        return list(decision.votes)
+    return list(proposal.votes) if proposal is not None else []
+
+
+def explain_json(decision: Any, proposal: Any, history: Sequence[Any], trajectory: Any = None) -> dict[str, Any]:
     doc = message_json(decision)
     doc["policy_order"] = policy_order(decision)
     term = decisive_term(decision)
     doc["decided_by"] = term[0] if term else None
     doc["proposal"] = message_json(proposal) if proposal is not None else None
     doc["signature_history"] = [message_json(p) for p in history]
+    doc["cycle_path"] = [
+        {
+            "waiter_id": w.waiter_id,
+            "target_id": w.target_id,
+            "reason": w.reason,
+            "relation": relation(w.target_id)[0],
+            "satisfier_id": w.satisfiers[0],
+            "age_ms": decision.at_ms - w.registered_at_ms,
+        }
+        for w in cycle_path(decision)
+    ]
+    doc["trajectory"] = message_json(trajectory) if trajectory is not None else None
     return doc
 
 
-def explain_blocks(decision: Any, proposal: Any, history: Sequence[Any], quorum: int | None = None) -> list[Block]:
+def _epoch_line(d: Any) -> str:
+    if d.HasField("epoch"):
+        return f"{d.epoch_before} -> {d.epoch} (committed by this decision, before anything was released)"
+    return f"{d.epoch_before} (not advanced: nothing was rolled back)"
+
+
+def _signature_line(t: Any) -> str:
+    if t is None or not t.known:
+        return "no trajectory on this replica"
+    first = f"; first at epoch {t.first_seen.epoch}, {wall(t.first_seen.at_ms)}" if t.HasField("first_seen") else ""
+    return f"proposed {t.observed_total} time(s), rolled back {t.recovered_total} time(s){first}"
+
+
+def _history_story(d: Any, t: Any) -> list[str]:
+    """Has the signature been seen before, and what happened then; the livelock guard's view."""
+    if t is None or not t.known:
+        return [f"Signature {d.signature}: this replica keeps no trajectory for it (evicted, or older than it)."]
+    earlier = [s for s in t.decisions if s.decision_id != d.decision_id and s.at_ms <= d.at_ms]
+    later = [s for s in t.decisions if s.decision_id != d.decision_id and s.at_ms > d.at_ms]
+
+    def summary(s: Any) -> str:
+        kind = _enum(s, "kind")
+        epoch = f"epoch {s.epoch_before} -> {s.epoch}" if s.HasField("epoch") else f"epoch {s.epoch_before} kept"
+        who = f", {s.winner_id}" if s.HasField("winner_id") else ""
+        return f"{s.decision_id} at {wall(s.at_ms)} ({kind}, {s.reason_code}, {epoch}{who})"
+
+    lines = []
+    if earlier:
+        lines.append(
+            f"Signature {d.signature} was seen before: {len(earlier)} earlier decision(s): "
+            + "; ".join(summary(s) for s in earlier)
+            + "."
+        )
+    else:
+        lines.append(f"Signature {d.signature} was not seen before this decision (no earlier decision on record).")
+    if later:
+        lines.append(f"It came back after: {'; '.join(summary(s) for s in later)}.")
+    epochs = ", ".join(str(r.epoch) for r in t.recoveries)
+    window = f" (latest rollbacks committed epochs {epochs})" if epochs else ""
+    lines.append(
+        f"In all it was proposed {t.observed_total} time(s) and rolled back {t.recovered_total} time(s){window}."
+    )
+    if t.guard:
+        lines.append(
+            f"LIVELOCK GUARD: {t.guard}: the next commit of this cycle is a deterministic tie-break, not "
+            "another speculative rollback. Find out why it re-forms (a worker re-acquiring under a stale epoch?)."
+        )
+    else:
+        lines.append("Livelock guard: clear (a new recovery of this cycle would use the victim policy).")
+    return lines
+
+
+def _next_step(d: Any, kind: str | None, pick: str | None) -> str:
+    """What the operator can do next, by decision kind."""
+    pending = [c for c in d.cancellations if not c.HasField("stable_at_ms")]
+    if kind == "SHADOW":
+        return (
+            f"Next: nothing was done, and the cycle stays until someone acts. If {pick} is the right victim, "
+            "cancel its run by hand (`waitgraph cancel RUN --wait`; `waitgraph graph` names the run); once "
+            "such decisions look right, `waitgraph mode auto-safe` lets recovery act on side-effect-free runs."
+        )
+    if kind == "RECONCILIATION":
+        return (
+            "Next: reconcile the UNKNOWN side effects (`waitgraph export` lists the reconciliation items), then "
+            "`waitgraph unfreeze --run RUN` for each frozen run."
+        )
+    if kind == "ESCALATION":
+        return "Next: break the cycle by hand, one run at a time: `waitgraph cancel RUN --wait`."
+    if any(c.quarantined for c in pending):
+        return "Next: a rolled-back execution passed the cancellation SLO and is quarantined; see `waitgraph export`."
+    if pending:
+        return "Next: the rollback is still converging; `waitgraph export` lists who has not acknowledged."
+    return "Next: nothing; the recovery converged."
+
+
+def explain_blocks(
+    decision: Any, proposal: Any, history: Sequence[Any], quorum: int | None = None, trajectory: Any = None
+) -> list[Block]:
+    """``history`` (earlier proposals with the signature) is used only when ``trajectory`` is None."""
     d = decision
     kind, mode = _enum(d, "kind"), _enum(d, "mode")
     epoch = d.epoch if d.HasField("epoch") else None
@@ -674,14 +931,48 @@ def explain_blocks(decision: Any, proposal: Any, history: Sequence[Any], quorum:
         [
             ("decision", f"{d.decision_id} ({kind}, reason {d.reason_code})"),
             ("digest", d.digest),
-            ("signature", d.signature),
+            ("signature", f"{d.signature} ({_signature_line(trajectory)})" if trajectory is not None else d.signature),
             ("policy", d.policy_version),
             ("mode", mode),
-            ("epoch", epoch if epoch is not None else "not advanced (nothing rolled back)"),
+            ("epoch", _epoch_line(d)),
             ("decided at", f"{wall(d.at_ms)} (logical {d.at_ms} ms)"),
         ],
         f"DECISION {d.decision_id}",
     )
+    blocks: list[Block] = [head]
+    walk = cycle_path(d)
+    if d.waits:
+        rows = []
+        for w in d.waits:
+            sats = ", ".join(w.satisfiers) or "-"
+            rows.append(
+                [
+                    at(w.waiter_id, w.waiter_generation),
+                    f"{w.target_id}@{w.target_generation}",
+                    w.reason or "-",
+                    duration(d.at_ms - w.registered_at_ms),
+                    f"{sats} ({relation(w.target_id)[1]})",
+                ]
+            )
+        blocks.append(
+            Table(
+                ["waiter", "waits for", "reason", "waiting", "satisfied by"],
+                rows,
+                "THE CYCLE (each wait as it stood at the decision; WAITING = its age then)",
+            )
+        )
+        blocks.append(Text(f"path: {path_text(walk)}"))
+    votes = _votes_of(d, proposal)
+    proposed_at = d.proposed_at_ms or (proposal.proposed_at_ms if proposal is not None else 0)
+    if votes:
+        rows = [
+            [v.voter, "approve" if v.approve else "REJECT", wall(v.at_ms), f"+{duration(v.at_ms - proposed_at)}"]
+            for v in votes
+        ]
+        yes = sum(1 for v in votes if v.approve)
+        need = f"; quorum {quorum}" if quorum else ""
+        title = f"VOTES ({yes} approve, {len(votes) - yes} reject{need})"
+        blocks.append(Table(["voter", "vote", "at", "after proposal"], rows, title))
     rows = []
     for v in d.scores:
         rows.append(
@@ -696,24 +987,35 @@ def explain_blocks(decision: Any, proposal: Any, history: Sequence[Any], quorum:
                 roles.get(v.execution_id, "-"),
             ]
         )
-    scores = Table(
-        ["member", "external effects", "checkpoint", "priority", "cost", "unique evidence", "policy rank", "role"],
-        rows,
-        "CANDIDATES (victim policy inputs; rank 1 is the policy's victim)",
+    blocks.append(
+        Table(
+            ["member", "external effects", "checkpoint", "priority", "cost", "unique evidence", "policy rank", "role"],
+            rows,
+            "CANDIDATES (every victim-policy term, compared left to right; rank 1 is the policy's victim)",
+        )
     )
     story: list[str] = []
     names = ", ".join(at(v.execution_id, v.generation) for v in d.scores)
-    if proposal is not None:
-        votes = ", ".join(proposal.approvals) or "nobody"
-        against = f"; rejected by {', '.join(proposal.rejections)}" if proposal.rejections else ""
+    proposer = d.proposer or (proposal.proposer if proposal is not None else "")
+    if proposer:
+        if votes:
+            approvals, against = [v.voter for v in votes if v.approve], [v.voter for v in votes if not v.approve]
+        else:  # recorded before votes carried their times: the proposal's lists
+            approvals = list(proposal.approvals) if proposal is not None else []
+            against = list(proposal.rejections) if proposal is not None else []
+        approved = ", ".join(approvals) or "nobody"
+        rejected = f"; rejected by {', '.join(against)}" if against else ""
         need = f" (quorum {quorum})" if quorum else ""
+        took = f" within {duration(d.at_ms - proposed_at)}" if proposed_at else ""
         story.append(
-            f"The cycle {names} was proposed by {proposal.proposer} at {wall(proposal.proposed_at_ms)} "
-            f"(observed at log index {proposal.observed_index}, for epoch {proposal.epoch_proposed}); "
-            f"approved by {votes}{need}{against}."
+            f"The cycle {names} was proposed by {proposer} at {wall(proposed_at)} and decided{took}; "
+            f"approved by {approved}{need}{rejected}."
         )
     else:
-        story.append(f"The cycle {names} was decided; its proposal is no longer in the recent proposal list.")
+        story.append(f"The cycle {names} was decided; its proposal is no longer on record.")
+    if walk:
+        oldest = max(d.at_ms - w.registered_at_ms for w in d.waits)
+        story.append(f"Its oldest wait had lasted {duration(oldest)} when it was decided.")
     term = decisive_term(d)
     why = f"it {term[1]}" if term else "it is the only member"
     pick = order[0] if order else None
@@ -724,9 +1026,9 @@ def explain_blocks(decision: Any, proposal: Any, history: Sequence[Any], quorum:
             f"{why}" + (f" (decided by {term[0]} against {order[1]})." if term and len(order) > 1 else ".")
         )
         story.append(
-            f"Epoch {epoch} was committed first; {winner} was moved WAITING -> CANCELLING at generation "
-            f"{d.winner_generation} and its cancellation started; it may not acquire or hold anything while "
-            f"presenting an epoch below {epoch}. The others were kept."
+            f"Epoch {d.epoch_before} -> {epoch} was committed first; {winner} was moved WAITING -> CANCELLING at "
+            f"generation {d.winner_generation} and its cancellation started; it may not acquire or hold anything "
+            f"while presenting an epoch below {epoch}. The others were kept."
         )
     elif kind == "TIE_BREAK":
         yielded = [e for e, r in roles.items() if r == "yielded"]
@@ -735,7 +1037,7 @@ def explain_blocks(decision: Any, proposal: Any, history: Sequence[Any], quorum:
             f"LIVELOCK ({d.reason_code}): the same cycle re-formed, so the policy was not asked again. The "
             f"deterministic tie-break let the lowest id, {winner}, win; "
             f"yielded: {', '.join(yielded) or 'none'}; rolled back: {', '.join(rolled) or 'none'}. "
-            f"Epoch {epoch} was committed before anything was released."
+            f"Epoch {d.epoch_before} -> {epoch} was committed before anything was released."
         )
     elif kind == "SHADOW":
         would = (
@@ -743,7 +1045,10 @@ def explain_blocks(decision: Any, proposal: Any, history: Sequence[Any], quorum:
             if winner in (None, pick)
             else f"the lowest id, {winner}, would have won a livelock tie-break"
         )
-        story.append(f"Mode {mode} ({d.reason_code}): nothing was cancelled or released. Had recovery acted, {would}.")
+        story.append(
+            f"Mode {mode} ({d.reason_code}): nothing was cancelled or released and the epoch stayed "
+            f"{d.epoch_before}. Had recovery acted, {would}."
+        )
     elif kind == "RECONCILIATION":
         story.append(
             "A member has an UNKNOWN side effect that cannot be compensated: nothing was cancelled; the runs "
@@ -761,20 +1066,83 @@ def explain_blocks(decision: Any, proposal: Any, history: Sequence[Any], quorum:
         )
     if d.released:
         rel = ", ".join(f"{r.target_id} (from {r.execution_id})" for r in d.released)
-        story.append(f"Released, after the epoch commit, in this order: {rel}.")
-    else:
-        story.append("Released: nothing (the victim held no resource, lease or permit).")
-    earlier = list(history)
-    if earlier:
+        when = f" at {wall(d.released[0].at_ms)}" if d.released[0].at_ms else ""
+        story.append(f"Released{when}, after the epoch commit, in this order: {rel}.")
+    elif epoch is not None:
+        story.append("Released: nothing (the rolled-back members held no resource, lease or permit).")
+    for c in d.cancellations:
+        if c.HasField("stable_at_ms"):
+            story.append(
+                f"Cancellation {c.scope_id} (requested {wall(c.requested_at_ms)}) converged: CANCELLED_STABLE at "
+                f"{wall(c.stable_at_ms)}, {duration(c.stable_at_ms - c.requested_at_ms)} after the request."
+            )
+        else:
+            quarantined = f", {c.quarantined} quarantined" if c.quarantined else ""
+            story.append(
+                f"Cancellation {c.scope_id} (requested {wall(c.requested_at_ms)}) has not converged: "
+                f"{c.pending} execution(s) still asked to stop{quarantined}."
+            )
+    if trajectory is not None:
+        story += _history_story(d, trajectory)
+    elif history:
         seen = ", ".join(
             f"{p.decision_id if p.HasField('decision_id') else short(p.digest)} "
             f"({_enum(p, 'status')}, epoch {p.epoch_proposed})"
-            for p in earlier
+            for p in history
         )
         story.append(f"Signature {d.signature} was seen before: {seen}.")
     else:
         story.append(f"Signature {d.signature} was not seen before among the recent recovery proposals.")
-    return [head, scores, Text("\n".join(story))]
+    story.append(_next_step(d, kind, pick))
+    blocks.append(Text("\n".join(story)))
+    return blocks
+
+
+def signature_blocks(reply: Any) -> list[Block]:
+    """``waitgraph signature SIG``: the livelock guard's memory of one cycle signature."""
+    t = reply.trajectory
+    if not t.known and not t.decisions:
+        return [Text(f"Signature {t.signature} is not on this replica: never proposed, or evicted.")]
+    head = Fields(
+        [
+            ("signature", t.signature),
+            ("seen", _signature_line(t)),
+            ("guard", t.guard or "clear (a recovery now would use the victim policy)"),
+            ("epoch now", reply.epoch),
+        ],
+        f"SIGNATURE {t.signature}",
+    )
+    obs = [[p.epoch, wall(p.at_ms)] for p in t.observations]
+    recs = [[p.epoch, wall(p.at_ms)] for p in t.recoveries]
+    decisions = [
+        [
+            s.decision_id,
+            _enum(s, "kind"),
+            s.reason_code,
+            f"{s.epoch_before} -> {s.epoch}" if s.HasField("epoch") else f"{s.epoch_before} (kept)",
+            s.winner_id if s.HasField("winner_id") else None,
+            wall(s.at_ms),
+        ]
+        for s in t.decisions
+    ]
+    blocks: list[Block] = [
+        head,
+        Table(["epoch", "at"], obs, "LATEST SIGHTINGS (epoch when proposed; the guard's window)"),
+        Table(["epoch", "at"], recs, "LATEST ROLLBACKS (epoch committed; the guard's window)"),
+        Table(["decision", "kind", "reason", "epoch", "winner", "at"], decisions, f"DECISIONS ({len(decisions)})"),
+    ]
+    stuck = [
+        (a.epoch, b.at_ms) for a, b in zip(t.observations, list(t.observations)[1:], strict=False) if b.epoch <= a.epoch
+    ]
+    if stuck:
+        blocks.append(
+            Text(
+                f"LIVELOCK FINGERPRINT: seen again at epoch {stuck[-1][0]} without the epoch advancing "
+                f"({wall(stuck[-1][1])}).",
+                "bold red",
+            )
+        )
+    return blocks
 
 
 # -- writes and export -------------------------------------------------------------------------------------

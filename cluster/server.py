@@ -21,20 +21,24 @@ import contextlib
 import logging
 import signal
 import sys
+from typing import Any
 
 import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from proto.waitgraph.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc
+from proto.waitgraph.v1 import agent_pb2, operator_pb2
 from statemachine.codec import MAX_PAYLOAD_BYTES
 
-from . import convert
+from . import convert, logs
+from .clock import LogicalClock
 from .config import INSECURE_SECRET, ServeConfig
 from .errors import Stopped
 from .events import EventfulMachine, EventJournal
 from .loops import LoopConfig, Loops
-from .metrics import MetricsServer, WaitgraphCollector
+from .metrics import GrpcMetrics, MetricsServer, WaitgraphCollector
 from .metrics import serve as serve_metrics
 from .raft import RaftConfig, RaftNode
 from .service import AgentServicer, Gateway, OperatorServicer
@@ -49,6 +53,33 @@ MAX_RECEIVE_BYTES = 4 * MAX_PAYLOAD_BYTES
 """gRPC's own limit (RESOURCE_EXHAUSTED beyond it). Requests between the codec's 64 KiB and this
 reach the handler and are refused as INVALID_ARGUMENT with their size, like every bad input."""
 HEALTH_PERIOD_S = 0.2
+SERVED_METHODS = (
+    *(
+        f"{service.full_name}/{method.name}"
+        for module in (agent_pb2, operator_pb2, health_pb2)
+        for service in module.DESCRIPTOR.services_by_name.values()
+        for method in service.methods
+    ),
+    f"{reflection.SERVICE_NAME}/ServerReflectionInfo",
+)
+"""Every method this node serves: the ``method`` label of its gRPC metrics (cluster/metrics.py)."""
+
+
+def service_handler(servicer: object, service: ServiceDescriptor) -> grpc.GenericRpcHandler:
+    """What the generated ``add_*Servicer_to_server`` registers, except the request deserializer:
+    bytes that are no request message reach the handler as :class:`convert.Undecodable` and are
+    refused as INVALID_ARGUMENT (gRPC answers UNKNOWN when a deserializer raises)."""
+    handlers = {}
+    for method in service.methods:
+        request_cls = message_factory.GetMessageClass(method.input_type)
+        response_cls = message_factory.GetMessageClass(method.output_type)
+        make = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=convert.request_deserializer(request_cls),
+            response_serializer=response_cls.SerializeToString,
+        )
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
 
 def grpc_options() -> list[tuple[str, int]]:
@@ -75,6 +106,7 @@ class NodeProcess:
     def __init__(self, cfg: ServeConfig) -> None:
         self.cfg = cfg
         self.journal = EventJournal(cfg.event_ring)
+        self.machine = EventfulMachine(self.journal, logs.DecisionLog(self._term, self._last_applied).applied)
         self.node = RaftNode(
             RaftConfig(
                 raft_address=cfg.raft_address,
@@ -82,10 +114,12 @@ class NodeProcess:
                 data_dir=cfg.data_dir,
                 password=cfg.secret,
                 submit_timeout_s=cfg.submit_timeout_s,
+                fsync=cfg.fsync,
             ),
-            machine=EventfulMachine(self.journal),
+            machine=self.machine,
         )
-        self.gateway = Gateway(cfg, self.node, self.journal)
+        self.clock = LogicalClock(lambda: self.machine.state.now_ms)
+        self.gateway = Gateway(cfg, self.node, self.journal, stamp=self.clock.now_ms)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.loops = Loops(
@@ -97,10 +131,24 @@ class NodeProcess:
                 bootstrap=cfg.recovery_command() if cfg.recovery_bootstrap else None,
                 initial_mode=cfg.initial_mode,
             ),
+            clock=self.clock.now_ms,
         )
         self._health_task: asyncio.Task[None] | None = None
         self.metrics: MetricsServer | None = None
+        self.grpc_metrics = GrpcMetrics(SERVED_METHODS)
+        self.http: MetricsServer | None = None
         self.stopping = asyncio.Event()
+
+    def _term(self) -> int | None:
+        try:
+            return int(self.node.obj.raftCurrentTerm)
+        except Stopped:
+            return None
+
+    def _log_context(self) -> dict[str, int]:
+        """Term and epoch on every log line once the node runs (cluster/logs.py). Read without the
+        machine lock: a line logged inside apply (which holds it) must not wait for it."""
+        return {"term": int(self.node.obj.raftCurrentTerm), "epoch": self.machine.state.recovery.epoch}
 
     def _last_applied(self) -> int | None:
         try:
@@ -119,15 +167,22 @@ class NodeProcess:
             self.metrics = serve_metrics(
                 self.cfg.metrics_address,
                 WaitgraphCollector(lambda fn: self.node.obj.read(fn), self.node.status),
+                *self.grpc_metrics.collectors(),
             )
             logger.info("metrics: http://%s/metrics", self.cfg.metrics_address)
+        if self.cfg.http_address is not None:
+            self.http = self._serve_http(self.cfg.http_address)
         self.node.start()
+        logs.add_context(self._log_context)
         self.journal.bind(self._last_applied, asyncio.get_running_loop())
-        server = grpc.aio.server(options=grpc_options())
-        # The generated registration functions are untyped.
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.gateway), server)  # type: ignore[no-untyped-call]
-        operator_pb2_grpc.add_OperatorServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            OperatorServicer(self.gateway), server
+        server = grpc.aio.server(options=grpc_options(), interceptors=[self.grpc_metrics])
+        server.add_generic_rpc_handlers(
+            (
+                service_handler(AgentServicer(self.gateway), agent_pb2.DESCRIPTOR.services_by_name["AgentService"]),
+                service_handler(
+                    OperatorServicer(self.gateway), operator_pb2.DESCRIPTOR.services_by_name["OperatorService"]
+                ),
+            )
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         for name in ("", *SERVICE_NAMES):
@@ -153,6 +208,34 @@ class NodeProcess:
             "TLS" if creds else "plaintext",
             len(self.cfg.peers) - 1,
         )
+
+    def _serve_http(self, address: str) -> MetricsServer:
+        """The live view and /metrics on one listener (cluster/liveview.py), read like /metrics:
+        on the server's threads, under the machine lock, never on this loop."""
+        from prometheus_client import CollectorRegistry, make_wsgi_app
+
+        from . import liveview
+
+        def obj() -> Any:  # the Raft object exists once the node has started
+            return self.node.obj
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(WaitgraphCollector(lambda fn: obj().read(fn), self.node.status))
+        for collector in self.grpc_metrics.collectors():  # the same series as --metrics-addr
+            registry.register(collector)
+        app = liveview.LiveView(
+            read=lambda fn: obj().read(lambda m: (fn(m), int(obj().raftLastApplied))),
+            tokens=self.cfg.tokens,
+            node=liveview.NodeInfo(
+                self.cfg.node_id, self.node.status, {p.raft_address: p.node_id for p in self.cfg.peers}
+            ),
+            metrics_app=make_wsgi_app(registry),
+            secure_cookie=self.cfg.tls_cert is not None,
+        )
+        tls = (self.cfg.tls_cert, self.cfg.tls_key) if self.cfg.tls_cert and self.cfg.tls_key else None
+        httpd, thread = liveview.serve(address, app, tls)
+        logger.info("live view: %s://%s/ (operator token), /metrics", "https" if tls else "http", address)
+        return MetricsServer(httpd, thread, registry)
 
     async def _health_loop(self) -> None:
         serving: bool | None = None
@@ -183,6 +266,8 @@ class NodeProcess:
         await self.node.stop()
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.stop)
+        if self.http is not None:
+            await asyncio.to_thread(self.http.stop)
         logger.info("stopped")
 
     async def run(self) -> None:
@@ -198,11 +283,7 @@ class NodeProcess:
 
 
 def main(cfg: ServeConfig) -> int:
-    logging.basicConfig(
-        level=cfg.log_level,
-        stream=sys.stderr,
-        format=f"%(asctime)s {cfg.node_id} %(name)s %(levelname)s %(message)s",
-    )
+    logs.configure(cfg.node_id, cfg.log_level, cfg.log_format, sys.stderr)
     if cfg.secret == INSECURE_SECRET:
         logger.warning("--insecure: no cluster secret protects the Raft port; loopback development only")
     if cfg.tls_cert is None:

@@ -18,6 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -118,11 +119,11 @@ def build_cycle(cluster: LocalCluster, endpoint: str, tag: str) -> None:
 # -- the shared cluster ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def operator_voted_cluster(root: Path) -> LocalCluster:
+    """Three nodes whose recoveries need the operator's vote too (quorum 4 of nodes + operator:admin)."""
     voters = "node:n1,node:n2,node:n3,operator:admin"
-    cluster = LocalCluster(
-        root=tmp_path_factory.mktemp("cli"),
+    return LocalCluster(
+        root=root,
         nodes=3,
         mode="auto",
         serve_args=[
@@ -138,6 +139,11 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             "200",
         ],
     )
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    cluster = operator_voted_cluster(tmp_path_factory.mktemp("cli"))
     try:
         cluster.start()
         cluster.wait_for_leader(30)
@@ -249,8 +255,9 @@ def test_deadlock_graph_cycles_vote_explain_export(cluster: LocalCluster) -> Non
     dot = wg(cluster, "graph", "-o", "dot")
     assert dot.returncode == 0 and dot.stdout.startswith("digraph waitgraph {") and dot.stdout.rstrip().endswith("}")
     assert f"// candidate {digest}" in dot.stdout
-    assert '"exec:A-cli" -> "artifact:review-cli" [label="waits: review", color="red"' in dot.stdout
-    assert '"resource:browser-cli" -> "exec:A-cli" [label="held by", style="dashed", color="red"' in dot.stdout
+    # a candidate (its proposal still open) is orange; confirmed cycles are red (tests/cluster/test_liveview.py)
+    assert '"exec:A-cli" -> "artifact:review-cli" [label="waits: review", color="darkorange"' in dot.stdout
+    assert '"resource:browser-cli" -> "exec:A-cli" [label="held by", style="dashed", color="darkorange"' in dot.stdout
     assert '"artifact:review-cli" -> "exec:B-cli" [label="produced by"' in dot.stdout
 
     # the operator's vote completes the quorum; sent to a follower, which forwards it

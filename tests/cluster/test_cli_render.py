@@ -70,12 +70,12 @@ def test_dot_quotes_labels() -> None:
 
 
 def test_policy_order_and_the_decisive_term() -> None:
-    d = decision(types_pb2.DECISION_KIND_VICTIM, winner_id="exec:B", winner_generation=1, epoch=4)
+    d = decision(types_pb2.DECISION_KIND_VICTIM, winner_id="exec:B", winner_generation=1, epoch=4, epoch_before=3)
     assert render.policy_order(d) == ["exec:B", "exec:C", "exec:A"]
     assert render.decisive_term(d) == ("priority", "has the lower priority")
     story = text(render.explain_blocks(d, None, []))
     assert "It chose exec:B: it has the lower priority (decided by priority against exec:C)" in story
-    assert "Epoch 4 was committed first" in story
+    assert "Epoch 3 -> 4 was committed first" in story
 
 
 def test_tie_break_narrative() -> None:
@@ -89,6 +89,7 @@ def test_tie_break_narrative() -> None:
         reason_code="same_signature_without_epoch_advance",
         winner_id="exec:A",
         epoch=9,
+        epoch_before=8,
         roles=roles,
         released=[operator_pb2.ReleaseView(target_id="resource:browser", execution_id="exec:C")],
     )
@@ -97,7 +98,7 @@ def test_tie_break_narrative() -> None:
     )
     story = text(render.explain_blocks(d, None, [earlier]))
     assert "LIVELOCK (same_signature_without_epoch_advance)" in story
-    assert "lowest id, exec:A, win; yielded: exec:B; rolled back: exec:C. Epoch 9" in story
+    assert "lowest id, exec:A, win; yielded: exec:B; rolled back: exec:C. Epoch 8 -> 9" in story
     assert "Released, after the epoch commit, in this order: resource:browser (from exec:C)." in story
     assert "was seen before: d6 (COMMITTED, epoch 0)" in story
     doc = render.explain_json(d, None, [earlier])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,21 +10,39 @@ import time
 import urllib.request
 from pathlib import Path
 
+import grpc
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 
-from cluster.metrics import WaitgraphCollector
-from statemachine import Envelope, StateMachine
-from statemachine.commands import AckCancel, CancelRun, CreateExecution, JoinSession
+from cluster import metrics as M
+from cluster.metrics import OTHER_METHOD, WaitgraphCollector
+from cluster.server import SERVED_METHODS
+from proto.waitgraph.v1 import operator_pb2, operator_pb2_grpc
+from statemachine import StateMachine
+from statemachine.cancel import HISTOGRAM_BOUNDS_MS
+from statemachine.commands import (
+    AcceptToolCall,
+    AckCancel,
+    CancelRun,
+    ConfigureCancellation,
+    RecordSideEffect,
+    ReemitCancels,
+)
 from statemachine.enums import EffectOutcome
-from statemachine.outcome import Result
+from statemachine.recovery_state import DecisionKind
+from statemachine.telemetry import COST_BOUNDS, GENERATION_BUCKETS
 from tests.world import World
 
-from .grpc_harness import token_file
+from .grpc_harness import auth, token_file
 from .harness import REPO, free_ports
+from .nodeworld import NodeWorld
 
-SERIES_BUDGET = 200
-"""Every series the collector may expose, whatever the number of runs, agents and executions."""
+REPLICA_SERIES = 499
+"""Series of the replica's families: all label combinations are declared, so this is exact."""
+SERIES_BUDGET = 1_000
+"""docs/metrics.md: the replica's 499 + Raft's 7 + 11 per gRPC (method, code) pair returned."""
 
 
 def scrape(machine: StateMachine, now_s: float) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -41,6 +60,14 @@ def value(series: dict, name: str, **labels: str) -> float:
     return series[(name, tuple(sorted(labels.items())))]
 
 
+def total(series: dict, name: str, **labels: str) -> float:
+    """The sum over every series of ``name`` whose labels include ``labels``."""
+    want = set(labels.items())
+    found = [v for (n, ls), v in series.items() if n == name and want <= set(ls)]
+    assert found, (name, labels)
+    return sum(found)
+
+
 def test_collector_reports_a_recovered_deadlock_and_an_acknowledged_cancel() -> None:
     w = World()
     w.configure()
@@ -53,10 +80,15 @@ def test_collector_reports_a_recovered_deadlock_and_an_acknowledged_cancel() -> 
     w.wait("exec:B", "resource:browser-9")
     oldest = min(e.registered_at_ms for ws in w.st.waits_by_waiter.values() for e in ws.values())
     before = scrape(w.m, (w.t + 2_500) / 1000)
-    assert value(before, "waitgraph_wait_edges") == 2
-    assert value(before, "waitgraph_longest_wait_seconds") == (w.t + 2_500 - oldest) / 1000
+    assert total(before, "waitgraph_wait_edges") == 2
+    assert value(before, "waitgraph_wait_edges", target_kind="artifact", generation="1") == 1
+    assert value(before, "waitgraph_wait_edges", target_kind="resource", generation="1") == 1
+    assert value(before, "waitgraph_wait_edges", target_kind="pool", generation="1") == 0
+    assert value(before, "waitgraph_longest_wait_seconds", target_kind="artifact", generation="1") == (
+        (w.t + 2_500 - oldest) / 1000
+    )
     assert value(before, "waitgraph_epoch") == 0
-    assert value(before, "waitgraph_deadlocks_confirmed_total") == 0
+    assert total(before, "waitgraph_deadlocks_confirmed_total") == 0
 
     [out] = w.recover()
     assert out.ok
@@ -85,55 +117,111 @@ def test_collector_reports_a_recovered_deadlock_and_an_acknowledged_cancel() -> 
 
     s = scrape(w.m, w.t / 1000)
     assert value(s, "waitgraph_epoch") == 1
-    assert value(s, "waitgraph_deadlocks_confirmed_total") == 1
-    assert value(s, "waitgraph_recoveries_total", outcome="rolled_back") == 1
-    assert value(s, "waitgraph_recoveries_total", outcome="shadowed") == 0
+    assert total(s, "waitgraph_deadlocks_confirmed_total") == 1
+    assert value(s, "waitgraph_deadlocks_confirmed_total", reason="policy_v1", generation="1") == 1
+    assert value(s, "waitgraph_recovery_proposals_total", generation="1") == 1
+    assert value(s, "waitgraph_recoveries_total", mode="auto", outcome="rolled_back") == 1
+    assert total(s, "waitgraph_recoveries_total", outcome="shadowed") == 0
+    assert total(s, "waitgraph_recoveries_total", mode="shadow") == 0
     assert value(s, "waitgraph_recovery_decisions_retained", mode="auto", kind="VICTIM") == 1
     assert value(s, "waitgraph_rollout_mode", mode="auto") == 1
-    assert value(s, "waitgraph_false_positives_retracted_total") == 0
-    assert value(s, "waitgraph_candidate_cycles") == 0
-    assert value(s, "waitgraph_livelock_escalations_total") == 0
+    assert total(s, "waitgraph_false_positives_retracted_total") == 0
+    assert total(s, "waitgraph_candidate_cycles") == 0
+    assert total(s, "waitgraph_livelock_escalations_total") == 0
     assert value(s, "waitgraph_livelock_fingerprint_total") == 0
     assert value(s, "waitgraph_cancellations_acknowledged_total") == 2
-    # Histograms in seconds, cumulative: 40 ms lands in le=0.1, 2 s in le=10.
+    # The victim's cost (0: nothing recorded) in the lowest bucket of its kind and generation.
+    assert value(s, "waitgraph_victim_cost_count", kind="VICTIM", generation="1") == 1
+    assert value(s, "waitgraph_victim_cost_bucket", kind="VICTIM", generation="1", le="0.0") == 1
+    assert total(s, "waitgraph_victim_cost_count", kind="TIE_BREAK") == 0
+    # Histograms in seconds, cumulative: 40 ms lands in le=0.1, 2 s in le=10; the victim's
+    # cancellation was caused by recovery, the third run's by the operator.
     prop = "waitgraph_cancel_propagation_seconds"
-    assert value(s, f"{prop}_count") == 2
-    assert value(s, f"{prop}_sum") == 2.04
-    assert value(s, f"{prop}_bucket", le="0.01") == 0
-    assert value(s, f"{prop}_bucket", le="0.1") == 1
-    assert value(s, f"{prop}_bucket", le="1.0") == 1
-    assert value(s, f"{prop}_bucket", le="10.0") == 2
-    assert value(s, f"{prop}_bucket", le="+Inf") == 2
-    assert value(s, "waitgraph_cancel_quiescence_seconds_count") == w.st.counters["cancel.quiescence_ms.count"] >= 1
-    assert value(s, "waitgraph_leaked_permits_total") == w.st.counters.get("cancel.leaked_permits", 0)
-    assert value(s, "waitgraph_unknown_side_effects") == 0
+    rec = {"cause": "recovery", "generation": "1"}
+    op = {"cause": "operator", "generation": "1"}
+    assert total(s, f"{prop}_count") == 2
+    assert value(s, f"{prop}_count", **rec) == 1 and value(s, f"{prop}_count", **op) == 1
+    assert value(s, f"{prop}_sum", **rec) == 0.04 and value(s, f"{prop}_sum", **op) == 2.0
+    assert value(s, f"{prop}_bucket", le="0.01", **rec) == 0
+    assert value(s, f"{prop}_bucket", le="0.1", **rec) == 1
+    assert value(s, f"{prop}_bucket", le="1.0", **op) == 0
+    assert value(s, f"{prop}_bucket", le="10.0", **op) == 1
+    assert value(s, f"{prop}_bucket", le="+Inf", **op) == 1
+    assert total(s, f"{prop}_count", cause="parent") == 0
+    quiescence = total(s, "waitgraph_cancel_quiescence_seconds_count")
+    assert quiescence == w.st.counters["cancel.quiescence_ms.count"] >= 1
+    assert total(s, "waitgraph_leaked_permits_total") == w.st.counters.get("cancel.leaked_permits", 0)
+    assert total(s, "waitgraph_unknown_side_effects") == 0
     assert value(s, "waitgraph_quarantined_executions") == 0
-    assert value(s, "waitgraph_wait_edges") == w.st.edge_count
+    assert total(s, "waitgraph_wait_edges") == w.st.edge_count
     assert not any(name.startswith("waitgraph_raft_") for name, _ in s)  # no raft_status given
 
 
-def test_series_stay_bounded_and_carry_no_ids_over_10000_runs_and_agents() -> None:
-    m = StateMachine()
-    ids: set[str] = set()
-    for i in range(10_000):
-        agent, run, eid = f"ag{i}", f"run{i}", f"exec:e{i}"
-        ids.update((agent, run, eid))
-        actor = f"agent:{agent}"
-        for cmd in (
-            JoinSession(agent_id=agent, lease_ms=3_600_000),
-            CreateExecution(execution_id=eid, run_id=run, observed_cancel_generation=0),
-        ):
-            out = m.apply(Envelope(actor=actor, at_ms=i + 1, request_id=None, command=cmd))
-            assert out.result is Result.APPLIED, (out.code, out.message)
-    assert len(m.state.executions) == 10_000
-    series = scrape(m, 20.0)
-    assert 0 < len(series) < SERIES_BUDGET
+def test_series_stay_bounded_and_carry_no_ids_over_10000_runs_and_agents(tmp_path: Path) -> None:
+    idle = scrape(StateMachine(), 0.0)
+    assert len(idle) == REPLICA_SERIES <= SERIES_BUDGET
+    w = NodeWorld(tmp_path)  # every command through the node's replicated apply
+    try:
+        w.configure()
+        w.ok("operator:op", ConfigureCancellation(slo_ms=1_000, reemit_interval_ms=100))
+        ids: set[str] = set()
+        for i in range(10_000):
+            eid = w.execution(f"e{i}", agent=f"ag{i}", run=f"run{i}")
+            ids.update((f"ag{i}", f"run{i}", eid, f"resource:r{i}", f"fx{i}"))
+            w.hold(eid, f"resource:r{i}")
+            if i % 7 == 3:
+                gen, cg = w.gen(eid), w.cg(eid)
+                owner = w.owner(eid)
+                w.ok(
+                    owner,
+                    AcceptToolCall(execution_id=eid, generation=gen, observed_cancel_generation=cg, effect_id=f"fx{i}"),
+                )
+                w.ok(
+                    owner,
+                    RecordSideEffect(
+                        execution_id=eid, generation=gen, effect_id=f"fx{i}", outcome=EffectOutcome.UNKNOWN
+                    ),
+                )
+            if i % 10 == 9:  # waits on the previous execution's resource, with a free-text reason
+                w.wait(eid, f"resource:r{i - 1}", reason=f"PROMPT {i}: summarise the security review")
+            if i % 13 == 5:
+                w.ok("operator:op", CancelRun(run_id=f"run{i}", observed_cancel_generation=0, reason=f"PROMPT {i}"))
+        # One deadlock recovered, and every cancellation past its SLO quarantined.
+        w.execution("A")
+        w.execution("B")
+        w.hold("exec:A", "resource:browser-9")
+        w.produces("exec:B", "artifact:review-42")
+        w.wait("exec:A", "artifact:review-42")
+        w.wait("exec:B", "resource:browser-9")
+        assert all(out.ok for out in w.recover())
+        w.ok("node:n1", ReemitCancels(), dt=5_000)
+        st = w.st
+        assert len(st.executions) == 10_002 and len(st.sessions) == 10_002 and len(st.runs) == 10_002
+        assert st.recovery.epoch == 1 and st.cancel.requests and st.edge_count >= 1_000
+        series = scrape(w.m, w.t / 1000)
+    finally:
+        w.close()
+    assert set(series) == set(idle), set(series) ^ set(idle)  # the same series, only values moved
+    assert total(series, "waitgraph_wait_edges", target_kind="resource") >= 1_000
+    assert total(series, "waitgraph_unknown_side_effects_recorded_total", source="recorded") > 1_000
+    assert total(series, "waitgraph_quarantined_executions") > 0
     label_values = {v for _, labels in series for _, v in labels}
-    assert all(v not in ids and not any(i in v for i in ("ag", "run", "exec:")) for v in label_values), label_values
+    assert not label_values & ids
+    assert not any("PROMPT" in v or v.startswith(("ag", "run", "exec:", "resource:", "fx")) for v in label_values)
     assert label_values <= {
-        *("rolled_back", "shadowed", "escalated", "reconciliation", "voted_down"),
-        *("shadow", "auto-safe", "auto", "VICTIM", "TIE_BREAK", "SHADOW", "RECONCILIATION", "ESCALATION"),
-        *("0.01", "0.1", "1.0", "10.0", "60.0", "600.0", "+Inf"),
+        *M.WAIT_KINDS,
+        *GENERATION_BUCKETS,
+        *M.DECISION_REASONS,
+        *M.RETRACT_REASONS,
+        *M.VICTIM_KINDS,
+        *M.CANCEL_CAUSES,
+        *M.UNKNOWN_SOURCES,
+        *M.OUTCOMES,
+        *M.MODES,
+        *(k.value for k in DecisionKind),
+        *(floatToGoString(b / 1000) for b in HISTOGRAM_BOUNDS_MS),
+        *(floatToGoString(b) for b in COST_BOUNDS),
+        "+Inf",
     }
 
 
@@ -157,6 +245,8 @@ def test_a_serving_node_exposes_raft_and_epoch_series(tmp_path: Path) -> None:
         str(token_file(tmp_path / "tokens.json")),
         "--metrics-addr",
         f"127.0.0.1:{metrics}",
+        # One node cannot bootstrap recovery alone (quorum 1 has no margin): an operator votes too.
+        *("--recovery-voters", "node:n1,operator:ops", "--recovery-quorum", "2", "--recovery-max-rollback", "1"),
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")}
     env["PYTHONPATH"] = str(REPO)
@@ -187,7 +277,43 @@ def test_a_serving_node_exposes_raft_and_epoch_series(tmp_path: Path) -> None:
         assert series["waitgraph_raft_term[]"] >= 1
         assert "waitgraph_raft_commit_index[]" in series and "waitgraph_raft_applied_index[]" in series
         assert series["waitgraph_epoch[]"] == 0
-        assert series["waitgraph_wait_edges[]"] == 0
+        assert sum(v for k, v in series.items() if k.startswith("waitgraph_wait_edges[")) == 0
+        # gRPC calls through the node's interceptor: counted by method and code, nothing else.
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            stub = operator_pb2_grpc.OperatorServiceStub(channel)
+            for _ in range(3):
+                stub.Status(operator_pb2.StatusRequest(), metadata=auth("ops"), timeout=10)
+            with pytest.raises(grpc.RpcError) as denied:
+                stub.Status(operator_pb2.StatusRequest(), timeout=10)
+        code = denied.value.code().name
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as resp:
+            families = list(text_string_to_metric_families(resp.read().decode()))
+        samples = [(s.name, s.labels, s.value) for fam in families for s in fam.samples]
+        assert len(samples) <= SERIES_BUDGET
+        handled = {
+            (labels["method"], labels["code"]): v
+            for name, labels, v in samples
+            if name == "waitgraph_grpc_server_handled_total"
+        }
+        status = "waitgraph.v1.OperatorService/Status"
+        assert handled[(status, "OK")] == 3 and handled[(status, code)] == 1, handled
+        assert {m for m, _ in handled} <= {*SERVED_METHODS, OTHER_METHOD}
+        count = [
+            v for n, ls, v in samples if n == "waitgraph_grpc_server_handling_seconds_count" and ls["code"] == "OK"
+        ]
+        assert sum(count) >= 3
+        assert not any(n.endswith("_created") for n, _, _ in samples)
+        # The node logs JSON lines (stderr is not a terminal) carrying its id; the leader's
+        # bootstrap runs on its loop, so wait for its decision to be applied and logged.
+        while time.monotonic() < deadline and '"recovery_configured"' not in log.read_text():
+            time.sleep(0.1)
+        lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+        assert lines and all(line["node"] == "n1" for line in lines)
+        assert any(line.get("term", 0) >= 1 for line in lines), lines
+        # The leader's bootstrap ConfigureRecovery is a decision: one event, with its Raft context.
+        [configured] = [line for line in lines if line.get("event") == "recovery_configured"]
+        assert configured["actor"] == "node:n1" and configured["term"] >= 1 and configured["log_index"] >= 1
+        assert configured["voters"] == ["node:n1", "operator:ops"] and configured["epoch"] == 0
     finally:
         proc.terminate()
         try:

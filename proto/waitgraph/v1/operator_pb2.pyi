@@ -292,7 +292,7 @@ class Cycle(_message.Message):
     def __init__(self, digest: _Optional[str] = ..., signature: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., edges: _Optional[_Iterable[_Union[EdgeRef, _Mapping]]] = ..., proposal_status: _Optional[_Union[_types_pb2.ProposalStatus, str]] = ...) -> None: ...
 
 class ProposalView(_message.Message):
-    __slots__ = ("digest", "signature", "members", "edges", "observed_index", "proposer", "proposed_at_ms", "epoch_proposed", "status", "approvals", "rejections", "decision_id", "closed_at_ms", "close_reason")
+    __slots__ = ("digest", "signature", "members", "edges", "observed_index", "proposer", "proposed_at_ms", "epoch_proposed", "status", "approvals", "rejections", "decision_id", "closed_at_ms", "close_reason", "votes")
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
@@ -307,6 +307,7 @@ class ProposalView(_message.Message):
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     CLOSED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     CLOSE_REASON_FIELD_NUMBER: _ClassVar[int]
+    VOTES_FIELD_NUMBER: _ClassVar[int]
     digest: str
     signature: str
     members: _containers.RepeatedCompositeFieldContainer[Member]
@@ -321,7 +322,18 @@ class ProposalView(_message.Message):
     decision_id: str
     closed_at_ms: int
     close_reason: str
-    def __init__(self, digest: _Optional[str] = ..., signature: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., edges: _Optional[_Iterable[_Union[EdgeRef, _Mapping]]] = ..., observed_index: _Optional[int] = ..., proposer: _Optional[str] = ..., proposed_at_ms: _Optional[int] = ..., epoch_proposed: _Optional[int] = ..., status: _Optional[_Union[_types_pb2.ProposalStatus, str]] = ..., approvals: _Optional[_Iterable[str]] = ..., rejections: _Optional[_Iterable[str]] = ..., decision_id: _Optional[str] = ..., closed_at_ms: _Optional[int] = ..., close_reason: _Optional[str] = ...) -> None: ...
+    votes: _containers.RepeatedCompositeFieldContainer[VoteView]
+    def __init__(self, digest: _Optional[str] = ..., signature: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., edges: _Optional[_Iterable[_Union[EdgeRef, _Mapping]]] = ..., observed_index: _Optional[int] = ..., proposer: _Optional[str] = ..., proposed_at_ms: _Optional[int] = ..., epoch_proposed: _Optional[int] = ..., status: _Optional[_Union[_types_pb2.ProposalStatus, str]] = ..., approvals: _Optional[_Iterable[str]] = ..., rejections: _Optional[_Iterable[str]] = ..., decision_id: _Optional[str] = ..., closed_at_ms: _Optional[int] = ..., close_reason: _Optional[str] = ..., votes: _Optional[_Iterable[_Union[VoteView, _Mapping]]] = ...) -> None: ...
+
+class VoteView(_message.Message):
+    __slots__ = ("voter", "approve", "at_ms")
+    VOTER_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    voter: str
+    approve: bool
+    at_ms: int
+    def __init__(self, voter: _Optional[str] = ..., approve: _Optional[bool] = ..., at_ms: _Optional[int] = ...) -> None: ...
 
 class CyclesResponse(_message.Message):
     __slots__ = ("cycles", "proposals", "stale", "applied_index", "epoch")
@@ -374,15 +386,61 @@ class RoleView(_message.Message):
     def __init__(self, execution_id: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
 
 class ReleaseView(_message.Message):
-    __slots__ = ("target_id", "execution_id")
+    __slots__ = ("target_id", "execution_id", "at_ms")
     TARGET_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
     target_id: str
     execution_id: str
-    def __init__(self, target_id: _Optional[str] = ..., execution_id: _Optional[str] = ...) -> None: ...
+    at_ms: int
+    def __init__(self, target_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., at_ms: _Optional[int] = ...) -> None: ...
+
+class CycleWaitView(_message.Message):
+    __slots__ = ("waiter_id", "waiter_generation", "target_id", "target_generation", "edge_version", "reason", "registered_at_ms", "satisfiers")
+    WAITER_ID_FIELD_NUMBER: _ClassVar[int]
+    WAITER_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    EDGE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SATISFIERS_FIELD_NUMBER: _ClassVar[int]
+    waiter_id: str
+    waiter_generation: int
+    target_id: str
+    target_generation: int
+    edge_version: int
+    reason: str
+    registered_at_ms: int
+    satisfiers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, waiter_id: _Optional[str] = ..., waiter_generation: _Optional[int] = ..., target_id: _Optional[str] = ..., target_generation: _Optional[int] = ..., edge_version: _Optional[int] = ..., reason: _Optional[str] = ..., registered_at_ms: _Optional[int] = ..., satisfiers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CancellationView(_message.Message):
+    __slots__ = ("scope_id", "run_id", "root_id", "root_generation", "cause", "cancel_generation", "requested_at_ms", "stable_at_ms", "pending", "quarantined")
+    SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROOT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROOT_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    STABLE_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    scope_id: str
+    run_id: str
+    root_id: str
+    root_generation: int
+    cause: str
+    cancel_generation: int
+    requested_at_ms: int
+    stable_at_ms: int
+    pending: int
+    quarantined: int
+    def __init__(self, scope_id: _Optional[str] = ..., run_id: _Optional[str] = ..., root_id: _Optional[str] = ..., root_generation: _Optional[int] = ..., cause: _Optional[str] = ..., cancel_generation: _Optional[int] = ..., requested_at_ms: _Optional[int] = ..., stable_at_ms: _Optional[int] = ..., pending: _Optional[int] = ..., quarantined: _Optional[int] = ...) -> None: ...
 
 class DecisionView(_message.Message):
-    __slots__ = ("decision_id", "digest", "signature", "policy_version", "kind", "mode", "reason_code", "epoch", "winner_id", "winner_generation", "scores", "roles", "released", "at_ms")
+    __slots__ = ("decision_id", "digest", "signature", "policy_version", "kind", "mode", "reason_code", "epoch", "winner_id", "winner_generation", "scores", "roles", "released", "at_ms", "epoch_before", "proposer", "proposed_at_ms", "votes", "waits", "cancellations")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
@@ -397,6 +455,12 @@ class DecisionView(_message.Message):
     ROLES_FIELD_NUMBER: _ClassVar[int]
     RELEASED_FIELD_NUMBER: _ClassVar[int]
     AT_MS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    PROPOSER_FIELD_NUMBER: _ClassVar[int]
+    PROPOSED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    VOTES_FIELD_NUMBER: _ClassVar[int]
+    WAITS_FIELD_NUMBER: _ClassVar[int]
+    CANCELLATIONS_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     digest: str
     signature: str
@@ -411,17 +475,142 @@ class DecisionView(_message.Message):
     roles: _containers.RepeatedCompositeFieldContainer[RoleView]
     released: _containers.RepeatedCompositeFieldContainer[ReleaseView]
     at_ms: int
-    def __init__(self, decision_id: _Optional[str] = ..., digest: _Optional[str] = ..., signature: _Optional[str] = ..., policy_version: _Optional[str] = ..., kind: _Optional[_Union[_types_pb2.DecisionKind, str]] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., reason_code: _Optional[str] = ..., epoch: _Optional[int] = ..., winner_id: _Optional[str] = ..., winner_generation: _Optional[int] = ..., scores: _Optional[_Iterable[_Union[ScoreView, _Mapping]]] = ..., roles: _Optional[_Iterable[_Union[RoleView, _Mapping]]] = ..., released: _Optional[_Iterable[_Union[ReleaseView, _Mapping]]] = ..., at_ms: _Optional[int] = ...) -> None: ...
+    epoch_before: int
+    proposer: str
+    proposed_at_ms: int
+    votes: _containers.RepeatedCompositeFieldContainer[VoteView]
+    waits: _containers.RepeatedCompositeFieldContainer[CycleWaitView]
+    cancellations: _containers.RepeatedCompositeFieldContainer[CancellationView]
+    def __init__(self, decision_id: _Optional[str] = ..., digest: _Optional[str] = ..., signature: _Optional[str] = ..., policy_version: _Optional[str] = ..., kind: _Optional[_Union[_types_pb2.DecisionKind, str]] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., reason_code: _Optional[str] = ..., epoch: _Optional[int] = ..., winner_id: _Optional[str] = ..., winner_generation: _Optional[int] = ..., scores: _Optional[_Iterable[_Union[ScoreView, _Mapping]]] = ..., roles: _Optional[_Iterable[_Union[RoleView, _Mapping]]] = ..., released: _Optional[_Iterable[_Union[ReleaseView, _Mapping]]] = ..., at_ms: _Optional[int] = ..., epoch_before: _Optional[int] = ..., proposer: _Optional[str] = ..., proposed_at_ms: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[VoteView, _Mapping]]] = ..., waits: _Optional[_Iterable[_Union[CycleWaitView, _Mapping]]] = ..., cancellations: _Optional[_Iterable[_Union[CancellationView, _Mapping]]] = ...) -> None: ...
+
+class EpochAt(_message.Message):
+    __slots__ = ("epoch", "at_ms")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    at_ms: int
+    def __init__(self, epoch: _Optional[int] = ..., at_ms: _Optional[int] = ...) -> None: ...
+
+class DecisionSummary(_message.Message):
+    __slots__ = ("decision_id", "kind", "reason_code", "epoch_before", "epoch", "winner_id", "at_ms")
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    REASON_CODE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    WINNER_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    decision_id: str
+    kind: _types_pb2.DecisionKind
+    reason_code: str
+    epoch_before: int
+    epoch: int
+    winner_id: str
+    at_ms: int
+    def __init__(self, decision_id: _Optional[str] = ..., kind: _Optional[_Union[_types_pb2.DecisionKind, str]] = ..., reason_code: _Optional[str] = ..., epoch_before: _Optional[int] = ..., epoch: _Optional[int] = ..., winner_id: _Optional[str] = ..., at_ms: _Optional[int] = ...) -> None: ...
+
+class TrajectoryView(_message.Message):
+    __slots__ = ("signature", "known", "observations", "recoveries", "observed_total", "recovered_total", "first_seen", "decisions", "guard")
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    RECOVERIES_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    GUARD_FIELD_NUMBER: _ClassVar[int]
+    signature: str
+    known: bool
+    observations: _containers.RepeatedCompositeFieldContainer[EpochAt]
+    recoveries: _containers.RepeatedCompositeFieldContainer[EpochAt]
+    observed_total: int
+    recovered_total: int
+    first_seen: EpochAt
+    decisions: _containers.RepeatedCompositeFieldContainer[DecisionSummary]
+    guard: str
+    def __init__(self, signature: _Optional[str] = ..., known: _Optional[bool] = ..., observations: _Optional[_Iterable[_Union[EpochAt, _Mapping]]] = ..., recoveries: _Optional[_Iterable[_Union[EpochAt, _Mapping]]] = ..., observed_total: _Optional[int] = ..., recovered_total: _Optional[int] = ..., first_seen: _Optional[_Union[EpochAt, _Mapping]] = ..., decisions: _Optional[_Iterable[_Union[DecisionSummary, _Mapping]]] = ..., guard: _Optional[str] = ...) -> None: ...
 
 class ExplainDecisionResponse(_message.Message):
-    __slots__ = ("decisions", "stale", "applied_index")
+    __slots__ = ("decisions", "stale", "applied_index", "trajectories", "epoch")
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
     STALE_FIELD_NUMBER: _ClassVar[int]
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TRAJECTORIES_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     decisions: _containers.RepeatedCompositeFieldContainer[DecisionView]
     stale: bool
     applied_index: int
-    def __init__(self, decisions: _Optional[_Iterable[_Union[DecisionView, _Mapping]]] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ...) -> None: ...
+    trajectories: _containers.RepeatedCompositeFieldContainer[TrajectoryView]
+    epoch: int
+    def __init__(self, decisions: _Optional[_Iterable[_Union[DecisionView, _Mapping]]] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ..., trajectories: _Optional[_Iterable[_Union[TrajectoryView, _Mapping]]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class SignatureHistoryRequest(_message.Message):
+    __slots__ = ("signature", "fresh")
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    FRESH_FIELD_NUMBER: _ClassVar[int]
+    signature: str
+    fresh: bool
+    def __init__(self, signature: _Optional[str] = ..., fresh: _Optional[bool] = ...) -> None: ...
+
+class SignatureHistoryResponse(_message.Message):
+    __slots__ = ("trajectory", "stale", "applied_index", "epoch")
+    TRAJECTORY_FIELD_NUMBER: _ClassVar[int]
+    STALE_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    trajectory: TrajectoryView
+    stale: bool
+    applied_index: int
+    epoch: int
+    def __init__(self, trajectory: _Optional[_Union[TrajectoryView, _Mapping]] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class ConvergenceRequest(_message.Message):
+    __slots__ = ("run_id", "fresh")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    FRESH_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    fresh: bool
+    def __init__(self, run_id: _Optional[str] = ..., fresh: _Optional[bool] = ...) -> None: ...
+
+class ConvergenceResponse(_message.Message):
+    __slots__ = ("run_id", "cancel_generation", "cancel_state", "executions", "settled", "unsettled", "open_cancellations", "pending_acks", "quarantined", "admission_frozen", "admission_reason", "converged", "stale", "applied_index")
+    class UnsettledEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_STATE_FIELD_NUMBER: _ClassVar[int]
+    EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_FIELD_NUMBER: _ClassVar[int]
+    UNSETTLED_FIELD_NUMBER: _ClassVar[int]
+    OPEN_CANCELLATIONS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_ACKS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    ADMISSION_FROZEN_FIELD_NUMBER: _ClassVar[int]
+    ADMISSION_REASON_FIELD_NUMBER: _ClassVar[int]
+    CONVERGED_FIELD_NUMBER: _ClassVar[int]
+    STALE_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    cancel_generation: int
+    cancel_state: _types_pb2.CancelState
+    executions: int
+    settled: int
+    unsettled: _containers.ScalarMap[str, int]
+    open_cancellations: int
+    pending_acks: int
+    quarantined: _containers.RepeatedScalarFieldContainer[str]
+    admission_frozen: bool
+    admission_reason: str
+    converged: bool
+    stale: bool
+    applied_index: int
+    def __init__(self, run_id: _Optional[str] = ..., cancel_generation: _Optional[int] = ..., cancel_state: _Optional[_Union[_types_pb2.CancelState, str]] = ..., executions: _Optional[int] = ..., settled: _Optional[int] = ..., unsettled: _Optional[_Mapping[str, int]] = ..., open_cancellations: _Optional[int] = ..., pending_acks: _Optional[int] = ..., quarantined: _Optional[_Iterable[str]] = ..., admission_frozen: _Optional[bool] = ..., admission_reason: _Optional[str] = ..., converged: _Optional[bool] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ...) -> None: ...
 
 class ExportPendingRequest(_message.Message):
     __slots__ = ("fresh",)
@@ -442,3 +631,21 @@ class ExportPendingResponse(_message.Message):
     stale: bool
     applied_index: int
     def __init__(self, format: _Optional[str] = ..., version: _Optional[int] = ..., document_json: _Optional[str] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ...) -> None: ...
+
+class ExportStateRequest(_message.Message):
+    __slots__ = ("fresh",)
+    FRESH_FIELD_NUMBER: _ClassVar[int]
+    fresh: bool
+    def __init__(self, fresh: _Optional[bool] = ...) -> None: ...
+
+class ExportStateResponse(_message.Message):
+    __slots__ = ("snapshot", "state_digest", "stale", "applied_index")
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    STALE_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    snapshot: bytes
+    state_digest: str
+    stale: bool
+    applied_index: int
+    def __init__(self, snapshot: _Optional[bytes] = ..., state_digest: _Optional[str] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ...) -> None: ...

@@ -56,10 +56,25 @@ class OperatorServiceStub:
                 request_serializer=waitgraph_dot_v1_dot_operator__pb2.ExplainDecisionRequest.SerializeToString,
                 response_deserializer=waitgraph_dot_v1_dot_operator__pb2.ExplainDecisionResponse.FromString,
                 _registered_method=True)
+        self.SignatureHistory = channel.unary_unary(
+                '/waitgraph.v1.OperatorService/SignatureHistory',
+                request_serializer=waitgraph_dot_v1_dot_operator__pb2.SignatureHistoryRequest.SerializeToString,
+                response_deserializer=waitgraph_dot_v1_dot_operator__pb2.SignatureHistoryResponse.FromString,
+                _registered_method=True)
+        self.Convergence = channel.unary_unary(
+                '/waitgraph.v1.OperatorService/Convergence',
+                request_serializer=waitgraph_dot_v1_dot_operator__pb2.ConvergenceRequest.SerializeToString,
+                response_deserializer=waitgraph_dot_v1_dot_operator__pb2.ConvergenceResponse.FromString,
+                _registered_method=True)
         self.ExportPending = channel.unary_unary(
                 '/waitgraph.v1.OperatorService/ExportPending',
                 request_serializer=waitgraph_dot_v1_dot_operator__pb2.ExportPendingRequest.SerializeToString,
                 response_deserializer=waitgraph_dot_v1_dot_operator__pb2.ExportPendingResponse.FromString,
+                _registered_method=True)
+        self.ExportState = channel.unary_unary(
+                '/waitgraph.v1.OperatorService/ExportState',
+                request_serializer=waitgraph_dot_v1_dot_operator__pb2.ExportStateRequest.SerializeToString,
+                response_deserializer=waitgraph_dot_v1_dot_operator__pb2.ExportStateResponse.FromString,
                 _registered_method=True)
         self.Vote = channel.unary_unary(
                 '/waitgraph.v1.OperatorService/Vote',
@@ -128,7 +143,24 @@ class OperatorServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ExplainDecision(self, request, context):
-        """Recorded recovery decisions by decision id or by digest: scores, roles, releases.
+        """Recorded recovery decisions by decision id or by digest: the cycle's waits, votes, scores,
+        roles, releases, the victims' cancellations, and each signature's trajectory.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SignatureHistory(self, request, context):
+        """The livelock guard's memory of one cycle signature: every sighting and rollback (epochs,
+        times, totals), the decisions made for it, and what the guard would do with it now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Convergence(self, request, context):
+        """How far a run's cancellation (or, without a run, every open cancellation) has converged:
+        cheap counts for `waitgraph cancel --wait` and `freeze --wait` to poll.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -136,6 +168,14 @@ class OperatorServiceServicer:
 
     def ExportPending(self, request, context):
         """Pending edges, holdings, claims and open cancellations as one versioned JSON document.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportState(self, request, context):
+        """Admin only: this replica's whole state as its canonical snapshot, the bytes its state digest
+        hashes (audits, and the chaos checker's final read of every replica). Large: one state's size.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -214,10 +254,25 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     request_deserializer=waitgraph_dot_v1_dot_operator__pb2.ExplainDecisionRequest.FromString,
                     response_serializer=waitgraph_dot_v1_dot_operator__pb2.ExplainDecisionResponse.SerializeToString,
             ),
+            'SignatureHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.SignatureHistory,
+                    request_deserializer=waitgraph_dot_v1_dot_operator__pb2.SignatureHistoryRequest.FromString,
+                    response_serializer=waitgraph_dot_v1_dot_operator__pb2.SignatureHistoryResponse.SerializeToString,
+            ),
+            'Convergence': grpc.unary_unary_rpc_method_handler(
+                    servicer.Convergence,
+                    request_deserializer=waitgraph_dot_v1_dot_operator__pb2.ConvergenceRequest.FromString,
+                    response_serializer=waitgraph_dot_v1_dot_operator__pb2.ConvergenceResponse.SerializeToString,
+            ),
             'ExportPending': grpc.unary_unary_rpc_method_handler(
                     servicer.ExportPending,
                     request_deserializer=waitgraph_dot_v1_dot_operator__pb2.ExportPendingRequest.FromString,
                     response_serializer=waitgraph_dot_v1_dot_operator__pb2.ExportPendingResponse.SerializeToString,
+            ),
+            'ExportState': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportState,
+                    request_deserializer=waitgraph_dot_v1_dot_operator__pb2.ExportStateRequest.FromString,
+                    response_serializer=waitgraph_dot_v1_dot_operator__pb2.ExportStateResponse.SerializeToString,
             ),
             'Vote': grpc.unary_unary_rpc_method_handler(
                     servicer.Vote,
@@ -379,6 +434,60 @@ class OperatorService:
             _registered_method=True)
 
     @staticmethod
+    def SignatureHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/waitgraph.v1.OperatorService/SignatureHistory',
+            waitgraph_dot_v1_dot_operator__pb2.SignatureHistoryRequest.SerializeToString,
+            waitgraph_dot_v1_dot_operator__pb2.SignatureHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Convergence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/waitgraph.v1.OperatorService/Convergence',
+            waitgraph_dot_v1_dot_operator__pb2.ConvergenceRequest.SerializeToString,
+            waitgraph_dot_v1_dot_operator__pb2.ConvergenceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ExportPending(request,
             target,
             options=(),
@@ -395,6 +504,33 @@ class OperatorService:
             '/waitgraph.v1.OperatorService/ExportPending',
             waitgraph_dot_v1_dot_operator__pb2.ExportPendingRequest.SerializeToString,
             waitgraph_dot_v1_dot_operator__pb2.ExportPendingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/waitgraph.v1.OperatorService/ExportState',
+            waitgraph_dot_v1_dot_operator__pb2.ExportStateRequest.SerializeToString,
+            waitgraph_dot_v1_dot_operator__pb2.ExportStateResponse.FromString,
             options,
             channel_credentials,
             insecure,
