@@ -1,0 +1,1 @@
+"""Chaos tests: real node processes in network namespaces, nemeses, a workload and its checkers."""

@@ -1,0 +1,1016 @@
+"""The chaos checker: every replica's final state, linearizability, and the DESIGN.md §7 invariants.
+
+    finals = collect_final(endpoints, credentials)      # after heal (blocking; bounded wait)
+    report = check(history, finals)
+    assert report.ok, report.excerpt
+
+Rules kept here:
+- The final state of each replica is its whole canonical snapshot (OperatorService ExportState,
+  admin), restored into a :class:`statemachine.state.State`: the same object the core's own
+  invariants (:func:`statemachine.invariants.check`) and digest read, so nothing is re-derived.
+- An unknown write (``info``) is resolved exactly from what the cluster applied: the idempotency
+  table of the final state holds ``(actor, request id)`` for every applied write and never a
+  rejected one. Found: applied at some point after its invocation (its recorded outcome is its
+  output). Not found while the table never evicted: not applied, and it is dropped.
+- Linearizability (Wing & Gong with memoisation, :mod:`.linearizability`) per key: the epoch (read
+  by clients, written only by recovery commits, each write completed no later than the first time
+  anyone saw it) and each run's cancel generation (CancelRun and fresh reads). Stale reads are not
+  linearizable by contract and are checked only against the applied index they report. A search
+  that runs out of its step budget proves nothing either way: the history is counted
+  ``undecided`` (not a violation, not linearizable) and the report is not ok.
+- Every violation keeps the history entries that show it, so the report can print the shortest
+  excerpt of the first one, with what was expected.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster.localcluster import Credentials
+from cluster.opsclient import OperatorClient, OpsError
+from proto.waitgraph.v1 import operator_pb2
+from statemachine import invariants as core_invariants
+from statemachine.cancel import cancel_state
+from statemachine.enums import SETTLED, CancelState, ExecStatus
+from statemachine.recovery_state import ProposalStatus
+from statemachine.state import State
+
+from . import linearizability as lin
+from .history import FAIL, INFO, OK, History, Op
+
+INVARIANTS = (
+    "epoch_never_decreases",
+    "cancel_generation_never_decreases",
+    "one_decision_per_digest",
+    "recovery_committed_with_votes",
+    "no_release_before_epoch_commit",
+    "no_cancelled_generation_commits",
+    "no_edge_deleted_by_older_generation",
+    "replicas_same_digest",
+    "no_acknowledged_write_lost",
+    "fresh_read_not_stale",
+    "no_leaked_permit_after_cancelled_stable",
+    "state_invariants",
+)
+"""Every invariant the report lists, in this order (an empty list: no violation)."""
+
+_STOPPED = {ExecStatus.CANCEL_REQUESTED.value, ExecStatus.CANCELLING.value, ExecStatus.CANCELLED.value}
+_WRITE_READS = ("read_epoch", "read_cancel")
+
+
+# == final states ==================================================================================
+
+
+@dataclass
+class ReplicaFinal:
+    """One replica after heal: its state (None when it could not be read, see ``error``)."""
+
+    endpoint: str
+    node_id: str = ""
+    applied_index: int = -1
+    commit_index: int = -1
+    digest: str = ""
+    state: State | None = None
+    error: str | None = None
+
+    @property
+    def epoch(self) -> int:
+        return self.state.recovery.epoch if self.state is not None else -1
+
+    def cancel_generation(self, run_id: str) -> int:
+        if self.state is None:
+            return -1
+        run = self.state.runs.get(run_id)
+        return run.cancel_generation if run is not None else 0
+
+
+def collect_final(
+    endpoints: Sequence[str], credentials: Credentials, timeout_s: float = 60.0, rounds: int = 30
+) -> list[ReplicaFinal]:
+    """After heal: wait (at most ``timeout_s``) until every replica has applied the leader's commit
+    index, then read each one's whole state. Replicas are read until they report the same applied
+    index (background loops may still append an entry now and then; at most ``rounds`` tries)."""
+    ops = OperatorClient(list(endpoints), credentials.admin, timeout_s=10.0)
+    try:
+        deadline = time.monotonic() + timeout_s
+        target = _leader_commit(ops, deadline)
+        while time.monotonic() < deadline:
+            statuses = [_status(ops, ep) for ep in endpoints]
+            if all(s is not None and s.applied_index >= target for s in statuses):
+                break
+            time.sleep(0.2)
+        finals: list[ReplicaFinal] = []
+        for _ in range(rounds):
+            finals = [_export(ops, ep) for ep in endpoints]
+            indices = {f.applied_index for f in finals if f.state is not None}
+            if len(indices) == 1 and all(f.state is not None for f in finals):
+                break
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.25)
+        return finals
+    finally:
+        ops.close()
+
+
+def _status(ops: OperatorClient, endpoint: str) -> operator_pb2.StatusResponse | None:
+    try:
+        return ops.status(endpoint)
+    except OpsError:
+        return None
+
+
+def _leader_commit(ops: OperatorClient, deadline: float) -> int:
+    while time.monotonic() < deadline:
+        for ep in ops.endpoints:
+            st = _status(ops, ep)
+            if st is not None and st.role == "leader" and st.has_quorum:
+                return int(st.commit_index)
+        time.sleep(0.2)
+    return 0
+
+
+def _export(ops: OperatorClient, endpoint: str) -> ReplicaFinal:
+    final = ReplicaFinal(endpoint)
+    try:
+        st = ops.status(endpoint)
+        reply: operator_pb2.ExportStateResponse = ops.call(endpoint, "ExportState", operator_pb2.ExportStateRequest())
+    except OpsError as exc:
+        final.error = exc.one_line()
+        return final
+    final.node_id, final.commit_index = st.node_id, st.commit_index
+    final.applied_index, final.digest = reply.applied_index, reply.state_digest
+    try:
+        final.state = State.restore(reply.snapshot)
+    except Exception as exc:  # a snapshot the core cannot read is itself the finding
+        final.error = f"snapshot of {endpoint} does not restore: {exc}"
+    return final
+
+
+# == logical operations ============================================================================
+
+
+@dataclass
+class Logical:
+    """One operation as the checker sees it: every attempt with one request id merged."""
+
+    process: str
+    f: str
+    key: str | None
+    value: Any
+    first: Op
+    completion: Op | None
+    type: str
+    result: Any = None
+    call_ns: int = 0
+    ret_ns: float = lin.INF
+    request_id: str | None = None
+    resolved: str | None = None
+    """For an unknown write: ``applied`` or ``not_applied`` (from the final state), else None."""
+    had_unknown: bool = False
+    """Some attempt got no answer (info): counted as unknown, applied or not, however it resolved."""
+
+    @property
+    def ok(self) -> bool:
+        return self.type == OK
+
+    @property
+    def stale(self) -> bool:
+        return self.first.stale
+
+
+def logical_ops(history: History) -> list[Logical]:
+    """Invocations with their completions; attempts sharing a request id merge into one op whose
+    interval runs from the first invocation to the answer (ok first, then fail, else unknown)."""
+    groups: dict[str, list[tuple[Op, Op | None]]] = defaultdict(list)
+    singles: list[Logical] = []
+    for pair in history.pairs():
+        inv, done = pair.invoke, pair.completion
+        if inv.request_id:
+            groups[inv.request_id].append((inv, done))
+            continue
+        singles.append(_logical([(inv, done)]))
+    merged = [_logical(attempts) for attempts in groups.values()]
+    return sorted(singles + merged, key=lambda lo: lo.first.index)
+
+
+def _logical(attempts: list[tuple[Op, Op | None]]) -> Logical:
+    attempts.sort(key=lambda a: a[0].index)
+    first = attempts[0][0]
+    done = [d for _, d in attempts if d is not None]
+    chosen = next((d for d in done if d.type == OK), None) or next((d for d in done if d.type == FAIL), None)
+    type_ = chosen.type if chosen is not None else INFO
+    lo = Logical(first.process, first.f, first.key, first.value, first, chosen, type_, request_id=first.request_id)
+    lo.had_unknown = any(d is None or d.type == INFO for _, d in attempts)
+    lo.call_ns = first.time_ns
+    if chosen is not None:
+        lo.result = chosen.value
+        lo.ret_ns = chosen.time_ns
+    return lo
+
+
+# == the report ====================================================================================
+
+
+@dataclass
+class Violation:
+    invariant: str
+    message: str
+    ops: list[int] = field(default_factory=list)
+    """History indices that show it."""
+    key: str | None = None
+    expected: str = ""
+
+
+@dataclass
+class CheckReport:
+    invariants: dict[str, list[str]]
+    linearizability: dict[str, tuple[int, int]]
+    op_counts: dict[str, int]
+    ok: bool
+    excerpt: str
+    stats: dict[str, int] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+    undecided: dict[str, list[str]] = field(default_factory=dict)
+    """Per model, the histories whose search exhausted its budget (neither proven nor refuted)."""
+    lin_steps: dict[str, int] = field(default_factory=dict)
+    """Per model, the most search steps any one history took (against ``budget``)."""
+    budget: int = lin.DEFAULT_BUDGET
+
+    @property
+    def verdict(self) -> str:
+        """``pass``, ``fail`` (a violation) or ``undecided`` (no violation, some search exhausted)."""
+        if self.violations:
+            return "fail"
+        return "undecided" if any(self.undecided.values()) else "pass"
+
+    def summary(self) -> str:
+        lines = ["operations: " + ", ".join(f"{k} {v}" for k, v in self.op_counts.items())]
+        lines.append("cluster: " + ", ".join(f"{k} {v}" for k, v in sorted(self.stats.items())))
+        for name, (checked, good) in self.linearizability.items():
+            undecided = len(self.undecided.get(name, ()))
+            lines.append(f"linearizability {name}: {good}/{checked} histories linearizable, {undecided} undecided")
+        for name, found in self.invariants.items():
+            lines.append(f"invariant {name}: {len(found)} violation(s)")
+        lines.append("OK" if self.ok else "FAILED\n" + self.excerpt)
+        return "\n".join(lines)
+
+
+class _Check:
+    def __init__(self, history: History, finals: Sequence[ReplicaFinal], budget: int = lin.DEFAULT_BUDGET) -> None:
+        self.budget = budget
+        self.undecided: dict[str, list[str]] = {}
+        self.lin_steps: dict[str, int] = {}
+        self.h = history
+        self.finals = list(finals)
+        self.states = [f.state for f in finals if f.state is not None]
+        self.violations: list[Violation] = []
+        self.ops = logical_ops(history)
+        self.t_end = max([op.time_ns for op in history.ops] + [ob.time_ns for ob in history.observed] + [0]) + 1
+        self.counts = Counter[str]()
+        self.lin: dict[str, tuple[int, int]] = {}
+
+    def fail(
+        self, invariant: str, message: str, ops: Iterable[int] = (), key: str | None = None, expected: str = ""
+    ) -> None:
+        self.violations.append(Violation(invariant, message, sorted(set(ops)), key, expected))
+
+    # -- resolving unknown writes -----------------------------------------------------------------
+
+    def retained_from(self) -> float:
+        """The history index after which every applied write is still in every replica's
+        idempotency table (it evicts the oldest entries first, in log order): -1 while no table
+        was ever full; else just after the earliest retained write of ours completed (a write
+        invoked after that was applied after it); inf when that cannot be told."""
+        if not self.states:
+            return lin.INF
+        if all(len(st.idempotency) < st.limits.idempotency_capacity for st in self.states):
+            return -1.0
+        ours = {(actor_of(lo.process), lo.request_id): lo for lo in self.ops if lo.request_id is not None}
+        start = 0.0
+        for st in self.states:
+            first = next(
+                (ours[k] for k in st.idempotency if k in ours and ours[k].completion is not None),
+                None,
+            )
+            if first is None or first.completion is None:
+                return lin.INF
+            start = max(start, float(first.completion.index))
+        return start
+
+    def resolve(self) -> None:
+        tables = [st.idempotency for st in self.states]
+        retained = self.retained_from()
+        for lo in self.ops:
+            if lo.type == OK:
+                # A retry with the same request id answered: applied (by it or by the lost attempt).
+                self.counts["unknown_applied" if lo.had_unknown else "ok"] += 1
+            elif lo.type == FAIL:
+                # A rejection is never recorded, so an earlier lost attempt was not applied either.
+                self.counts["unknown_not_applied" if lo.had_unknown else "fail"] += 1
+            elif lo.request_id is None:
+                self.counts["unknown_reads"] += 1
+            else:
+                key = (actor_of(lo.process), lo.request_id)
+                found = next((t[key] for t in tables if key in t), None)
+                if found is not None:
+                    lo.resolved = "applied"
+                    outcome = found[1]
+                    lo.result = _outcome_result(outcome)
+                    lo.ret_ns = self.t_end  # it took effect before the final states were read
+                    self.counts["unknown_applied"] += 1
+                    self.counts["unknown_applied_from_state"] += 1
+                elif tables and lo.first.index > retained:
+                    lo.resolved = "not_applied"
+                    self.counts["unknown_not_applied"] += 1
+                    self.counts["unknown_not_applied_from_state"] += 1
+                else:
+                    self.counts["unknown_unresolved"] += 1
+
+    # -- linearizability --------------------------------------------------------------------------
+
+    def check_linearizable(self) -> None:
+        self._epoch_history()
+        self._cancel_histories()
+
+    def _epoch_history(self) -> None:
+        ops: list[lin.Operation] = []
+        for lo in self.ops:
+            if lo.f == "read_epoch" and lo.ok and not lo.stale:
+                ops.append(
+                    lin.Operation(
+                        len(ops), lo.process, lo.call_ns, lo.ret_ns, ("read",), lo.result["epoch"], lo.first.index
+                    )
+                )
+        final_epoch = max((st.recovery.epoch for st in self.states), default=0)
+        seen = _first_seen_epochs(self.h)
+        # Commit k is applied after the linearization point of every read that returned less, so
+        # after that read's invocation: a sound lower bound that keeps the pending set small.
+        below: dict[int, int] = {}
+        for o in ops:
+            below[o.output] = max(below.get(o.output, -1), int(o.call))
+        floor = -1
+        for k in range(1, final_epoch + 1):
+            floor = max(floor, below.get(k - 1, -1))
+            ret = seen.get(k, self.t_end)
+            ops.append(lin.Operation(len(ops), "cluster", min(floor, ret), ret, ("commit", k), None, None))
+        for f in self.finals:
+            if f.state is not None:
+                ops.append(
+                    lin.Operation(len(ops), f"final:{f.node_id}", self.t_end + 1, lin.INF, ("read",), f.epoch, None)
+                )
+        self._run_lin("epoch", lin.EpochModel(), ops, "epoch")
+
+    def _cancel_histories(self) -> None:
+        by_run: dict[str, list[Logical]] = defaultdict(list)
+        for lo in self.ops:
+            if lo.key is not None and lo.f in ("cancel_run", "read_cancel"):
+                by_run[lo.key].append(lo)
+        for run_id in sorted(by_run):
+            ops: list[lin.Operation] = []
+            for lo in by_run[run_id]:
+                if lo.f == "read_cancel":
+                    if lo.ok and not lo.stale:
+                        ops.append(
+                            lin.Operation(
+                                len(ops),
+                                lo.process,
+                                lo.call_ns,
+                                lo.ret_ns,
+                                ("read",),
+                                lo.result["generation"],
+                                lo.first.index,
+                            )
+                        )
+                    continue
+                output = _cancel_output(lo)
+                if output is _SKIP:
+                    continue
+                ops.append(
+                    lin.Operation(
+                        len(ops),
+                        lo.process,
+                        lo.call_ns,
+                        lo.ret_ns,
+                        ("cancel", lo.value["observed"]),
+                        output,
+                        lo.first.index,
+                    )
+                )
+            for f in self.finals:
+                if f.state is not None:
+                    ops.append(
+                        lin.Operation(
+                            len(ops),
+                            f"final:{f.node_id}",
+                            self.t_end + 1,
+                            lin.INF,
+                            ("read",),
+                            f.cancel_generation(run_id),
+                            None,
+                        )
+                    )
+            self._run_lin("cancel_generation", lin.CancelGenerationModel(), ops, run_id)
+
+    def _run_lin(self, name: str, model: lin.Model, ops: list[lin.Operation], key: str) -> None:
+        checked, good = self.lin.get(name, (0, 0))
+        result = lin.check(model, ops, self.budget)
+        self.lin[name] = (checked + 1, good + (1 if result.ok else 0))
+        self.lin_steps[name] = max(self.lin_steps.get(name, 0), result.steps)
+        self.undecided.setdefault(name, [])
+        if result.ok:
+            return
+        subject = model.name if key == model.name else f"{model.name} of {key}"
+        if result.exhausted:
+            self.undecided[name].append(
+                f"{subject}: search budget of {self.budget} steps exhausted over {len(ops)} operations"
+            )
+            return
+        stuck = result.stuck
+        what = "no linearization exists"
+        path = " -> ".join(model.describe(o.input, o.output) for o in result.prefix[-6:]) or "(nothing)"
+        detail = f"{subject}: {what}; longest linearization ends with {path}"
+        if stuck is not None:
+            detail += f"; then {model.describe(stuck.input, stuck.output)} by {stuck.process} cannot be placed"
+        refs = [o.ref for o in (*result.prefix[-4:], stuck) if o is not None and o.ref is not None]
+        self.fail(
+            f"linearizability:{name}",
+            detail,
+            refs,
+            key,
+            expected="a single order of these operations, consistent with real time, that the model accepts",
+        )
+
+    # -- invariants -------------------------------------------------------------------------------
+
+    def monotonic(self) -> None:
+        """Epochs and cancel generations never decrease: per process, across real time (fresh
+        reads), and along the applied index (any two reads of one log)."""
+        for name, f, field_, key_of in (
+            ("epoch_never_decreases", "read_epoch", "epoch", None),
+            ("cancel_generation_never_decreases", "read_cancel", "generation", "key"),
+        ):
+            reads = [lo for lo in self.ops if lo.f == f and lo.ok]
+            groups: dict[str | None, list[Logical]] = defaultdict(list)
+            for lo in reads:
+                groups[lo.key if key_of else None].append(lo)
+            for key, items in groups.items():
+                self._per_process(name, field_, items, key)
+                self._by_applied_index(name, field_, items, key)
+        # Write results count as what a session saw: a CancelRun that raised to n, then a fresh
+        # read of the same session returning less.
+        last_write: dict[tuple[str, str], Logical] = {}
+        for lo in self.ops:
+            if lo.key is None:
+                continue
+            if lo.f == "cancel_run" and lo.ok and isinstance(lo.result, dict) and "generation" in lo.result:
+                last_write[(lo.process, lo.key)] = lo
+            elif lo.f == "read_cancel" and lo.ok and not lo.stale:
+                w = last_write.get((lo.process, lo.key))
+                before = w is not None and w.completion is not None and w.completion.index < lo.first.index
+                if before and w is not None and lo.result["generation"] < w.result["generation"]:
+                    raised, got = w.result["generation"], lo.result["generation"]
+                    self.fail(
+                        "cancel_generation_never_decreases",
+                        f"{lo.process} raised {lo.key} to {raised}, then read {got}",
+                        [w.first.index, lo.first.index],
+                        lo.key,
+                        expected=f"a generation >= {w.result['generation']}",
+                    )
+        # The recovery log: epochs commit one by one, in order.
+        last = 0
+        for ob in self.h.observed:
+            if ob.kind == "Resync":
+                last = 0
+            elif ob.kind == "EpochCommitted":
+                epoch = int(ob.fields["epoch"])
+                if last and epoch != last + 1:
+                    self.fail(
+                        "epoch_never_decreases",
+                        f"EpochCommitted {epoch} followed EpochCommitted {last} (cursor {ob.cursor})",
+                        expected=f"epoch {last + 1}",
+                    )
+                last = epoch
+        for final in self.finals:
+            st = final.state
+            if st is None:
+                continue
+            epochs = [d.epoch for d in st.recovery.decisions.values() if d.epoch is not None]
+            if any(b <= a for a, b in itertools.pairwise(epochs)):
+                self.fail(
+                    "epoch_never_decreases", f"{final.node_id}: decision epochs not increasing in log order: {epochs}"
+                )
+            if epochs and st.recovery.epoch < epochs[-1]:
+                self.fail(
+                    "epoch_never_decreases",
+                    f"{final.node_id}: epoch {st.recovery.epoch} below its last decision's {epochs[-1]}",
+                )
+
+    def _per_process(self, name: str, field_: str, items: list[Logical], key: str | None) -> None:
+        last: dict[str, Logical] = {}
+        for lo in sorted(items, key=lambda x: x.first.index):
+            if lo.stale:
+                continue
+            prev = last.get(lo.process)
+            before = prev is not None and prev.completion is not None and prev.completion.index < lo.first.index
+            if before and prev is not None and lo.result[field_] < prev.result[field_]:
+                was, now = prev.result[field_], lo.result[field_]
+                self.fail(
+                    name,
+                    f"{lo.process} read {field_} {was} then {now} (same session, fresh reads)",
+                    [prev.first.index, lo.first.index],
+                    key if key is not None else lo.key,
+                    expected=f"{field_} >= {prev.result[field_]}",
+                )
+            last[lo.process] = lo
+
+    def _by_applied_index(self, name: str, field_: str, items: list[Logical], key: str | None) -> None:
+        rows = sorted(
+            (lo.result["applied_index"], lo.result[field_], lo.first.index)
+            for lo in items
+            if isinstance(lo.result, dict) and lo.result.get("applied_index", 0) > 0
+        )
+        best_value, best_at = -1, -1
+        best_op = -1
+        for applied, value, at in rows:
+            if value < best_value and applied >= best_at:
+                self.fail(
+                    name,
+                    f"{field_} {value} read at applied index {applied}, "
+                    f"but {best_value} was read at applied index {best_at}",
+                    [best_op, at],
+                    key if key is not None else self.h.ops[at].key,
+                    expected=f"{field_} >= {best_value} at any applied index >= {best_at} of the same log",
+                )
+                return
+            if value > best_value:
+                best_value, best_at, best_op = value, applied, at
+
+    def fresh_reads(self) -> None:
+        """A read served as fresh must say so, and must see everything completed before it began."""
+        committed_seen = _first_seen_epochs(self.h)
+        for f, field_ in (("read_epoch", "epoch"), ("read_cancel", "generation")):
+            by_key: dict[str | None, list[Logical]] = defaultdict(list)
+            for lo in self.ops:
+                if lo.f == f and lo.ok:
+                    by_key[lo.key].append(lo)
+            for key, items in by_key.items():
+                done = sorted(items, key=lambda lo: lo.ret_ns)
+                j, best, best_lo = 0, -1, None
+                for lo in sorted(items, key=lambda x: x.call_ns):
+                    while j < len(done) and done[j].ret_ns < lo.call_ns:
+                        if done[j].result[field_] > best:
+                            best, best_lo = done[j].result[field_], done[j]
+                        j += 1
+                    if lo.stale:
+                        continue
+                    if lo.result.get("stale"):
+                        self.fail(
+                            "fresh_read_not_stale",
+                            f"{lo.process}: a read asked fresh came back labelled stale",
+                            [lo.first.index],
+                            key,
+                        )
+                        continue
+                    if best_lo is not None and lo.result[field_] < best:
+                        self.fail(
+                            "fresh_read_not_stale",
+                            f"fresh read of {key} returned {field_} {lo.result[field_]} "
+                            f"after a read had returned {best}",
+                            [best_lo.first.index, lo.first.index],
+                            key,
+                            expected=f"{field_} >= {best}",
+                        )
+                    if f == "read_epoch":
+                        known = max((k for k, t in committed_seen.items() if t < lo.call_ns), default=0)
+                        if lo.result[field_] < known:
+                            self.fail(
+                                "fresh_read_not_stale",
+                                f"fresh read returned epoch {lo.result[field_]} "
+                                f"after epoch {known} had been seen committed",
+                                [lo.first.index],
+                                key,
+                                expected=f"epoch >= {known}",
+                            )
+
+    def decisions(self) -> None:
+        """One victim decision per digest; no commit without its votes; nothing released before the epoch."""
+        for f in self.finals:
+            st = f.state
+            if st is None:
+                continue
+            rb = st.recovery
+            per_digest = Counter(d.digest for d in rb.decisions.values())
+            for digest, n in sorted(per_digest.items()):
+                if n > 1:
+                    ids = [d.decision_id for d in rb.decisions.values() if d.digest == digest]
+                    self.fail(
+                        "one_decision_per_digest",
+                        f"{f.node_id}: digest {digest[:16]} has {n} decisions {ids}",
+                        expected="exactly one",
+                    )
+            voters, quorum = set(rb.config.voters), rb.config.quorum
+            for p in rb.proposals.values():
+                if p.status is ProposalStatus.COMMITTED:
+                    yes = sorted(set(p.approvals) & voters)
+                    if len(yes) < quorum:
+                        self.fail(
+                            "recovery_committed_with_votes",
+                            f"{f.node_id}: proposal {p.digest[:16]} committed with approvals {yes} (quorum {quorum})",
+                            expected=f"at least {quorum} approvals from {sorted(voters)}",
+                        )
+            for d in rb.decisions.values():
+                if d.released and d.epoch is None:
+                    self.fail(
+                        "no_release_before_epoch_commit",
+                        f"{f.node_id}: decision {d.decision_id} released {d.released} without committing an epoch",
+                    )
+                before = getattr(d, "epoch_before", None)
+                if d.released and d.epoch is not None and before is not None and before and d.epoch <= before:
+                    self.fail(
+                        "no_release_before_epoch_commit",
+                        f"{f.node_id}: decision {d.decision_id} released at epoch {d.epoch}, not above {before}",
+                    )
+        # The stream: per log entry, the epoch commit comes before any release of that recovery;
+        # votes reach the quorum before the commit; one VictimChosen per digest.
+        votes: dict[str, tuple[int, int]] = {}
+        proposed: set[str] = set()
+        chosen: dict[str, str] = {}
+        entry_epoch: dict[int, int] = {}
+        entry_victim: set[int] = set()
+        for ob in self.h.observed:
+            k = ob.kind
+            if k == "Resync":
+                votes.clear()
+                proposed.clear()
+            elif k == "RecoveryProposed":
+                proposed.add(ob.fields["digest"])
+            elif k == "VoteRecorded":
+                votes[ob.fields["digest"]] = (int(ob.fields["approvals"]), int(ob.fields["quorum"]))
+            elif k == "EpochCommitted":
+                entry_epoch.setdefault(ob.log_index, ob.cursor)
+                digest = ob.fields["digest"]
+                if digest in proposed:
+                    got = votes.get(digest)
+                    if got is None or got[0] < got[1]:
+                        self.fail(
+                            "recovery_committed_with_votes",
+                            f"epoch {ob.fields['epoch']} committed for {digest[:16]} "
+                            f"with votes {got} (approvals, quorum)",
+                            expected="approvals >= quorum before the commit",
+                        )
+            elif k == "VictimChosen":
+                if ob.fields.get("epoch") is not None:
+                    entry_victim.add(ob.log_index)
+                digest, did = ob.fields["digest"], ob.fields["decision_id"]
+                if chosen.setdefault(digest, did) != did:
+                    self.fail(
+                        "one_decision_per_digest",
+                        f"VictimChosen {did} for digest {digest[:16]}, which already had {chosen[digest]}",
+                        expected="one decision per digest",
+                    )
+            elif k == "Released" and ob.log_index in entry_victim | set(entry_epoch):
+                at = entry_epoch.get(ob.log_index)
+                if at is None or at > ob.cursor:
+                    self.fail(
+                        "no_release_before_epoch_commit",
+                        f"{ob.fields['target_id']} released by {ob.fields['execution_id']} at cursor {ob.cursor}, "
+                        f"before the entry's epoch commit ({at})",
+                        expected="EpochCommitted before every Released of the recovery",
+                    )
+
+    def cancelled_commits(self) -> None:
+        """No attempt asked to stop (cancelled run or rolled-back victim) ever commits."""
+        stopped: set[tuple[str, int]] = set()
+        for ob in self.h.observed:
+            if ob.kind == "ExecutionStateChanged":
+                key = (ob.fields["execution_id"], int(ob.fields["generation"]))
+                if ob.fields["after"] in _STOPPED:
+                    stopped.add(key)
+                elif ob.fields["after"] == ExecStatus.COMPLETED.value and key in stopped:
+                    self.fail(
+                        "no_cancelled_generation_commits",
+                        f"{key[0]} generation {key[1]} COMPLETED after it was asked to stop (cursor {ob.cursor})",
+                        [
+                            lo.first.index
+                            for lo in self.ops
+                            if lo.f.startswith("complete") and lo.key == key[0] and lo.ok
+                        ],
+                        key[0],
+                        expected="the commit refused (cancel_generation_mismatch / run_cancelled / stale generation)",
+                    )
+        for lo in self.ops:
+            if lo.f == "complete_cancelled" and lo.ok:
+                self.fail(
+                    "no_cancelled_generation_commits",
+                    f"{lo.key}: a commit presenting cancel generation 0 in a cancelled run was accepted",
+                    [lo.first.index],
+                    lo.key,
+                    expected="FAILED_PRECONDITION",
+                )
+        for f in self.finals:
+            st = f.state
+            if st is None:
+                continue
+            by_run: dict[str, list[Any]] = defaultdict(list)
+            for ex in st.executions.values():
+                by_run[ex.run_id].append(ex)
+            for run in st.runs.values():
+                if run.cancel_generation == 0:
+                    continue
+                scope = st.cancel.scopes.get(f"run:{run.run_id}")
+                if scope is None:
+                    continue
+                for ex in by_run[run.run_id]:
+                    if (
+                        ex.run_id == run.run_id
+                        and ex.status is ExecStatus.COMPLETED
+                        and ex.status_at_ms > scope.requested_at_ms
+                    ):
+                        self.fail(
+                            "no_cancelled_generation_commits",
+                            f"{f.node_id}: {ex.execution_id} of cancelled run {run.run_id} "
+                            f"COMPLETED at {ex.status_at_ms} ms, "
+                            f"after the cancel at {scope.requested_at_ms} ms",
+                        )
+
+    def edges(self) -> None:
+        """A close names the open edge's generation and version, or it is a recorded no-op."""
+        open_: dict[str, tuple[int, int]] = {}
+        for ob in self.h.observed:
+            if ob.kind == "Resync":
+                open_.clear()
+            elif ob.kind == "WaitRegistered":
+                open_[ob.fields["edge_id"]] = (int(ob.fields["waiter_generation"]), int(ob.fields["edge_version"]))
+            elif ob.kind == "WaitClosed":
+                edge = ob.fields["edge_id"]
+                closed = (int(ob.fields["waiter_generation"]), int(ob.fields["edge_version"]))
+                current = open_.pop(edge, None)
+                if current is not None and closed < current:
+                    self.fail(
+                        "no_edge_deleted_by_older_generation",
+                        f"{edge} open at (generation, version) {current} closed by {closed} (cursor {ob.cursor})",
+                        expected="a close from an older generation is a no-op",
+                    )
+        for lo in self.ops:
+            deleted = isinstance(lo.result, dict) and "WaitClosed" in lo.result.get("effects", ())
+            if lo.f == "close_wait_stale" and lo.ok and deleted:
+                self.fail(
+                    "no_edge_deleted_by_older_generation",
+                    f"{lo.key}: a close from generation {lo.value['waiter_generation']} closed an edge",
+                    [lo.first.index],
+                    lo.key,
+                    expected="NOOP (stale generation) or a rejection",
+                )
+
+    def replicas(self) -> None:
+        missing = [f for f in self.finals if f.state is None]
+        for f in missing:
+            self.fail("replicas_same_digest", f"{f.endpoint}: final state not read ({f.error})")
+        read = [f for f in self.finals if f.state is not None]
+        if len({f.applied_index for f in read}) > 1:
+            at = ", ".join(f"{f.node_id}@{f.applied_index}" for f in read)
+            self.fail("replicas_same_digest", f"replicas never reached one applied index after heal ({at})")
+            return
+        digests = {f.digest for f in read}
+        if len(digests) > 1:
+            at = ", ".join(f"{f.node_id}={f.digest[:16]}" for f in read)
+            self.fail(
+                "replicas_same_digest",
+                f"replicas at applied index {read[0].applied_index} differ: {at}",
+                expected="one digest",
+            )
+        for f in read:
+            assert f.state is not None
+            if f.state.digest() != f.digest:
+                self.fail("replicas_same_digest", f"{f.node_id}: snapshot digest differs from the state it restores to")
+
+    def lost_writes(self) -> None:
+        if not self.states:
+            return
+        retained = self.retained_from()
+        final_epoch = min(st.recovery.epoch for st in self.states)
+        for lo in self.ops:
+            if not lo.ok:
+                continue
+            if lo.request_id is not None and lo.first.index > retained:
+                key = (actor_of(lo.process), lo.request_id)
+                for f in self.finals:
+                    if f.state is not None and key not in f.state.idempotency:
+                        self.fail(
+                            "no_acknowledged_write_lost",
+                            f"{f.node_id}: acknowledged {lo.f} {lo.key} (request {lo.request_id}) "
+                            "is not in the final state",
+                            [lo.first.index],
+                            lo.key,
+                            expected="every acknowledged write in every replica's log",
+                        )
+                        break
+            if lo.f == "cancel_run" and isinstance(lo.result, dict) and "generation" in lo.result and lo.key:
+                for f in self.finals:
+                    if f.state is not None and f.cancel_generation(lo.key) < lo.result["generation"]:
+                        self.fail(
+                            "no_acknowledged_write_lost",
+                            f"{f.node_id}: {lo.key} ends at cancel generation {f.cancel_generation(lo.key)}, "
+                            f"but CancelRun acknowledged {lo.result['generation']}",
+                            [lo.first.index],
+                            lo.key,
+                            expected=f">= {lo.result['generation']}",
+                        )
+            if lo.f == "create" and lo.key:
+                for f in self.finals:
+                    if f.state is not None and lo.key not in f.state.executions:
+                        self.fail(
+                            "no_acknowledged_write_lost",
+                            f"{f.node_id}: acknowledged execution {lo.key} does not exist",
+                            [lo.first.index],
+                            lo.key,
+                        )
+            if lo.f == "read_epoch" and lo.result["epoch"] > final_epoch:
+                self.fail(
+                    "no_acknowledged_write_lost",
+                    f"epoch {lo.result['epoch']} was read, but the final epoch is {final_epoch}",
+                    [lo.first.index],
+                    "epoch",
+                    expected=f"<= {final_epoch}",
+                )
+        seen = _first_seen_epochs(self.h)
+        if seen and max(seen) > final_epoch:
+            self.fail(
+                "no_acknowledged_write_lost", f"epoch {max(seen)} was committed, but the final epoch is {final_epoch}"
+            )
+
+    def leaks(self) -> None:
+        for ob in self.h.observed:
+            if ob.kind == "CancellationStable" and int(ob.fields.get("leaked", 0)):
+                self.fail(
+                    "no_leaked_permit_after_cancelled_stable",
+                    f"{ob.fields['scope_id']} became CANCELLED_STABLE "
+                    f"releasing {ob.fields['leaked']} leaked holding(s)",
+                    expected="0 leaked",
+                )
+        for f in self.finals:
+            st = f.state
+            if st is None:
+                continue
+            leaked = st.counters.get("cancel.leaked_permits", 0)
+            if leaked:
+                self.fail("no_leaked_permit_after_cancelled_stable", f"{f.node_id}: cancel.leaked_permits = {leaked}")
+            by_run: dict[str, list[str]] = defaultdict(list)
+            for ex in st.executions.values():
+                by_run[ex.run_id].append(ex.execution_id)
+            for run_id, run in sorted(st.runs.items()):
+                if run.cancel_generation == 0 or cancel_state(st, run_id) is not CancelState.CANCELLED_STABLE:
+                    continue
+                for eid in sorted(by_run[run_id]):
+                    ex = st.executions[eid]
+                    held = sorted(t for t in st.satisfies.get(eid, ()) if eid in st.targets[t].holders)
+                    if ex.status in SETTLED and (held or eid in st.cancel.claims):
+                        self.fail(
+                            "no_leaked_permit_after_cancelled_stable",
+                            f"{f.node_id}: run {run_id} is CANCELLED_STABLE but {eid} still holds {held or 'a claim'}",
+                        )
+
+    def state_invariants(self) -> None:
+        for f in self.finals:
+            if f.state is not None:
+                for problem in core_invariants.check(f.state):
+                    self.fail("state_invariants", f"{f.node_id}: {problem}")
+
+    # -- the report -------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        st = self.states[0] if self.states else None
+        out = {
+            "cancels_applied": sum(
+                1
+                for lo in self.ops
+                if lo.f == "cancel_run" and lo.ok and isinstance(lo.result, dict) and "generation" in lo.result
+            ),
+            "epoch_reads": sum(1 for lo in self.ops if lo.f == "read_epoch" and lo.ok),
+            "cancel_reads": sum(1 for lo in self.ops if lo.f == "read_cancel" and lo.ok),
+            "observed_effects": len(self.h.observed),
+            # Unknown writes never answered, decided from the replicas' idempotency tables alone.
+            "unknown_applied_from_state": self.counts.get("unknown_applied_from_state", 0),
+            "unknown_not_applied_from_state": self.counts.get("unknown_not_applied_from_state", 0),
+        }
+        if st is not None:
+            rb = st.recovery
+            out["final_epoch"] = rb.epoch
+            out["recoveries_committed"] = sum(1 for d in rb.decisions.values() if d.epoch is not None)
+            out["decisions"] = len(rb.decisions)
+            out["runs_cancelled_stable"] = sum(
+                1
+                for r in st.runs
+                if st.runs[r].cancel_generation and cancel_state(st, r) is CancelState.CANCELLED_STABLE
+            )
+        return out
+
+    def report(self) -> CheckReport:
+        invariants: dict[str, list[str]] = {name: [] for name in INVARIANTS}
+        for v in self.violations:
+            invariants.setdefault(v.invariant, []).append(v.message)
+        # An undecided history is not a violation, and not a pass either.
+        ok = not self.violations and not any(self.undecided.values())
+        counts = {k: self.counts.get(k, 0) for k in ("ok", "fail", "unknown_applied", "unknown_not_applied")}
+        if self.counts.get("unknown_unresolved"):
+            counts["unknown_unresolved"] = self.counts["unknown_unresolved"]
+        return CheckReport(
+            {k: v for k, v in invariants.items() if not k.startswith("linearizability:")},
+            dict(self.lin),
+            counts,
+            ok,
+            self.excerpt(),
+            self.stats(),
+            list(self.violations),
+            {k: list(v) for k, v in self.undecided.items()},
+            dict(self.lin_steps),
+            self.budget,
+        )
+
+    def excerpt(self) -> str:
+        if not self.violations:
+            undecided = [m for found in self.undecided.values() for m in found]
+            if not undecided:
+                return ""
+            return "undecided (no violation found, none ruled out): " + "; ".join(undecided[:3])
+        with_ops = [v for v in self.violations if v.ops]
+        # The first to become visible in the history; of those, the one shown by the fewest entries.
+        first = min(with_ops, key=lambda v: (max(v.ops), len(v.ops))) if with_ops else self.violations[0]
+        lines = [f"first violation: {first.invariant}: {first.message}"]
+        if first.expected:
+            lines.append(f"expected: {first.expected}")
+        if first.ops:
+            lines.append(self.h.excerpt(first.ops, context=1, key=first.key))
+        more = len(self.violations) - 1
+        if more:
+            lines.append(f"({more} more violation(s))")
+        return "\n".join(lines)
+
+
+_SKIP = object()
+
+
+def _cancel_output(lo: Logical) -> Any:
+    """A CancelRun's output for the model, or _SKIP when it never took effect."""
+    if lo.type == FAIL or lo.resolved == "not_applied":
+        return _SKIP
+    if lo.type == INFO and lo.resolved is None:
+        return None
+    result = lo.result if isinstance(lo.result, dict) else {}
+    if result.get("result") == "APPLIED" and "generation" in result:
+        return ("applied", result["generation"])
+    if result.get("result") == "NOOP":
+        return ("noop",)
+    return None
+
+
+def actor_of(process: str) -> str:
+    """The actor the cluster recorded a process's writes under (its idempotency key)."""
+    from .workload import OPERATOR
+
+    return f"operator:{OPERATOR}" if process == OPERATOR else f"agent:{process}"
+
+
+def _outcome_result(outcome: Any) -> dict[str, Any]:
+    from .workload import outcome_value
+
+    return outcome_value(outcome)
+
+
+def _first_seen_epochs(history: History) -> dict[int, int]:
+    """epoch -> the first time (ns) anyone saw it committed (the observer's stream)."""
+    seen: dict[int, int] = {}
+    for ob in history.observed:
+        epoch: int | None = None
+        if ob.kind in ("EpochCommitted", "VictimChosen", "Yielded") and ob.fields.get("epoch") is not None:
+            epoch = int(ob.fields["epoch"])
+        if epoch is not None and epoch not in seen:
+            seen[epoch] = ob.time_ns
+    return seen
+
+
+def check(history: History, finals: Sequence[ReplicaFinal], budget: int = lin.DEFAULT_BUDGET) -> CheckReport:
+    """Every check over the history and the replicas' final states (``budget``: search steps per
+    linearizability history)."""
+    c = _Check(history, finals, budget)
+    c.resolve()
+    c.check_linearizable()
+    c.monotonic()
+    c.fresh_reads()
+    c.decisions()
+    c.cancelled_commits()
+    c.edges()
+    c.replicas()
+    c.lost_writes()
+    c.leaks()
+    c.state_invariants()
+    return c.report()
+
+
+__all__ = ["INVARIANTS", "CheckReport", "ReplicaFinal", "Violation", "check", "collect_final", "logical_ops"]

@@ -1,0 +1,481 @@
+"""One chaos run: a cluster in namespaces, the workload, the nemesis schedule, heal, check, table.
+
+    scripts/chaos --nodes 5 --duration 600 --seed 1 [--nemeses kill,pause] [--history-out h.jsonl]
+
+The run: build the lab (tests/chaos/net.py), start N real ``waitgraph serve`` processes in it
+(each with the wall-clock hook loaded, its Raft links through the proxies; the faketime nemeses
+restart a node under libfaketime and back, see tests/chaos/nemesis.py), wait for a leader, then run the
+workload (tests/chaos/workload.py) and the seeded schedule (tests/chaos/nemesis.py) side by side
+until the deadline; heal everything, wait until every replica has applied the same log, read the
+replicas' final states, check the history and the finals (tests/chaos/checker.py) and print a
+table. Liveness figures come from the history's timestamps and a Status poll of every node every
+quarter second; they are reported, never asserted. Exit 1 when an invariant is violated, a
+history is not linearizable, or the harness itself failed (a nemesis that could not act, a
+cluster that did not converge); the seed and the checker's shortest excerpt are printed. Exit 2
+(result UNDECIDED) when nothing failed but a linearizability search exhausted its step budget:
+that history is neither a violation nor a pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster.localcluster import Credentials, LocalCluster
+from cluster.opsclient import OperatorClient, OpsError
+
+from .nemesis import ALL_KINDS, FAKETIME_KINDS, ChaosEnv, Clocks, FaultRecord, Schedule, heal_everything, unavailable
+from .net import Lab
+
+BASE_PORT = 7000
+"""In namespaces every node has its own address, so every run can use the same ports."""
+POLL_S = 0.25
+CONVERGE_TIMEOUT_S = 120.0
+WORKLOAD_GRACE_S = 60.0
+"""How long after the deadline the workload may take to wind down before it is cancelled."""
+
+
+# -- Status monitor ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    t_ns: int
+    node_id: str
+    role: str
+    term: int
+    has_quorum: bool
+    applied_index: int
+
+
+class Monitor:
+    """Polls every node's Status (without a barrier) every :data:`POLL_S`, in parallel, so a paused
+    node does not hold up the others; keeps the timeline for the liveness figures."""
+
+    def __init__(self, endpoints: dict[str, str], token: str) -> None:
+        self.endpoints = endpoints
+        self.client = OperatorClient(list(endpoints.values()), token, timeout_s=min(0.8, POLL_S * 3))
+        self.samples: list[Sample] = []
+        self.latest: dict[str, Sample] = {}
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(len(endpoints), thread_name_prefix="chaos-monitor")
+        self._thread = threading.Thread(target=self._loop, name="chaos-monitor", daemon=True)
+        self._lock = threading.Lock()
+
+    def start(self) -> Monitor:
+        self._thread.start()
+        return self
+
+    def _poll(self, node_id: str, endpoint: str) -> Sample | None:
+        try:
+            s = self.client.status(endpoint)
+        except OpsError:
+            return None
+        return Sample(time.monotonic_ns(), node_id, s.role, s.term, s.has_quorum, s.applied_index)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            futures = [self._pool.submit(self._poll, n, e) for n, e in self.endpoints.items()]
+            for f in futures:
+                sample = f.result()
+                if sample is not None:
+                    with self._lock:
+                        self.samples.append(sample)
+                        self.latest[sample.node_id] = sample
+            self._stop.wait(max(0.0, POLL_S - (time.monotonic() - began)))
+
+    def leader(self) -> str | None:
+        """The node that most recently said it leads with a quorum (highest term wins)."""
+        horizon = time.monotonic_ns() - int(2e9)
+        with self._lock:
+            leaders = [s for s in self.latest.values() if s.t_ns >= horizon and s.role == "leader" and s.has_quorum]
+        return max(leaders, key=lambda s: s.term).node_id if leaders else None
+
+    def timeline(self) -> list[Sample]:
+        with self._lock:
+            return list(self.samples)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.client.close()
+
+
+# -- liveness ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Liveness:
+    new_leader_s: list[float] = field(default_factory=list)
+    no_new_leader: int = 0
+    first_write_after_heal_s: list[float] = field(default_factory=list)
+    no_write_after_heal: int = 0
+    recovery_under_fault_s: list[float] = field(default_factory=list)
+    no_write_during_fault: int = 0
+
+
+def _is_write(op: Any) -> bool:
+    return op.request_id is not None
+
+
+def liveness(
+    records: Sequence[FaultRecord], heals_ns: Sequence[int], samples: Sequence[Sample], history: Any
+) -> Liveness:
+    """The three figures, from the Status timeline and the history's monotonic timestamps."""
+    out = Liveness()
+    for r in records:
+        if not r.leader_cut:
+            continue
+        until = (r.end_ns or r.start_ns) + int(10e9)
+        new = next(
+            (
+                s.t_ns
+                for s in samples
+                if r.start_ns < s.t_ns <= until and s.role == "leader" and s.has_quorum and s.node_id != r.leader_before
+            ),
+            None,
+        )
+        if new is None:
+            out.no_new_leader += 1
+        else:
+            out.new_leader_s.append((new - r.start_ns) / 1e9)
+    pairs = [p for p in history.pairs() if _is_write(p.invoke) and p.completion is not None]
+    acked = sorted((p.invoke.time_ns, p.completion.time_ns) for p in pairs if p.completion.type == "ok")
+
+    def first_ok_after(t_ns: int, until_ns: int | None = None) -> float | None:
+        done = [c for i, c in acked if i >= t_ns and (until_ns is None or c <= until_ns)]
+        return (min(done) - t_ns) / 1e9 if done else None
+
+    for h in heals_ns:
+        dt = first_ok_after(h)
+        if dt is None:
+            out.no_write_after_heal += 1
+        else:
+            out.first_write_after_heal_s.append(dt)
+    for r in records:
+        dt = first_ok_after(r.start_ns, r.end_ns)
+        if dt is None:
+            out.no_write_during_fault += 1
+        else:
+            out.recovery_under_fault_s.append(dt)
+    return out
+
+
+# -- the run -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunConfig:
+    nodes: int = 3
+    duration_s: float = 60.0
+    seed: int = 1
+    kinds: Sequence[str] = ALL_KINDS
+    history_out: Path | None = None
+    loopback: bool = False
+    keep: bool = False
+    """Keep the run's directory (node logs, data) even when it passed."""
+
+
+@dataclass
+class RunResult:
+    config: RunConfig
+    ok: bool
+    table: str
+    excerpt: str = ""
+    records: list[FaultRecord] = field(default_factory=list)
+    harness_errors: list[str] = field(default_factory=list)
+    report: Any = None
+    directory: Path | None = None
+
+
+Factory = Callable[[list[str], Credentials, int, Any], Any]
+
+
+def _default_parts() -> tuple[Any, Factory, Callable[..., Any], Callable[..., Any]]:
+    from .checker import check, collect_final
+    from .history import History
+    from .workload import Workload
+
+    return History, Workload, collect_final, check
+
+
+def run_chaos(
+    cfg: RunConfig,
+    *,
+    parts: tuple[Any, Factory, Callable[..., Any], Callable[..., Any]] | None = None,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> RunResult:
+    """``parts`` = (History class, Workload factory, collect_final, check); the checker engineer's
+    modules by default (the harness tests give stand-ins)."""
+    history_cls, workload_cls, collect_final, check = parts or _default_parts()
+    unknown = [k for k in cfg.kinds if k not in ALL_KINDS]
+    if unknown:
+        raise ValueError(f"unknown nemeses {unknown}; known: {', '.join(ALL_KINDS)}")
+    root = Path(tempfile.mkdtemp(prefix="waitgraph-chaos-"))
+    harness_errors: list[str] = []
+    passed = False
+    try:
+        with contextlib.ExitStack() as stack:
+            lab = stack.enter_context(Lab(cfg.nodes, force_loopback=cfg.loopback, seed=cfg.seed))
+            node_ids = [m.node_id for m in lab.members]
+            clocks = Clocks(root / "clocks", node_ids)
+            stack.callback(clocks.close)
+            cluster = LocalCluster(
+                root=root / "cluster",
+                nodes=cfg.nodes,
+                mode="auto",
+                base_port=BASE_PORT if lab.network_faults else None,
+                hosts=lab.hosts,
+                command_prefix=lambda m: lab.command_prefix(m.node_id),
+                extra_env=lambda m: clocks.env(m.node_id),
+                # Off loopback the servers want TLS for bearer tokens; the lab's network is private.
+                serve_args=["--insecure"] if lab.network_faults else [],
+            )
+            cluster.prepare()
+            assert cluster.credentials is not None
+            lab.install_proxies({m.node_id: m.raft_address for m in cluster.members})
+            stack.callback(cluster.stop)
+            log(f"chaos: lab {lab.mode} {lab.prefix}; starting {cfg.nodes} nodes in {root}")
+            cluster.start(60)
+            cluster.wait_for_leader(60)
+            monitor = Monitor({m.node_id: m.grpc_address for m in cluster.members}, cluster.credentials.admin).start()
+            stack.callback(monitor.stop)
+            env = ChaosEnv(lab, cluster, clocks, monitor.leader)
+            stack.callback(lambda: heal_everything(env))
+            kinds = [k for k in cfg.kinds if unavailable(k, env) is None]
+            skipped = {k: unavailable(k, env) for k in cfg.kinds if k not in kinds}
+            for k, why in skipped.items():
+                log(f"chaos: nemesis {k} UNAVAILABLE here: {why}")
+            schedule = Schedule(env, kinds, cfg.seed, cfg.duration_s)
+            history = history_cls()
+            workload = workload_cls(cluster.endpoints, cluster.credentials, cfg.seed, history)
+            deadline = time.monotonic() + cfg.duration_s
+            nemeses = threading.Thread(target=schedule.run, args=(deadline,), name="chaos-nemeses")
+            log(f"chaos: running {cfg.duration_s:.0f} s, seed {cfg.seed}, nemeses {', '.join(kinds)}")
+            nemeses.start()
+            try:
+                asyncio.run(_run_workload(workload, deadline))
+            finally:
+                schedule.stop()
+                nemeses.join()
+            heal_everything(env)
+            harness_errors += schedule.errors
+            if set(kinds) - {r.kind for r in schedule.records}:
+                missing = sorted(set(kinds) - {r.kind for r in schedule.records})
+                harness_errors.append(f"nemeses never injected (run too short?): {', '.join(missing)}")
+            log("chaos: healed; waiting for the replicas to converge")
+            converge_error = _converge(cluster, monitor)
+            if converge_error:
+                harness_errors.append(converge_error)
+            finals = collect_final(cluster.endpoints, cluster.credentials)
+            monitor.stop()
+            if cfg.history_out is not None:
+                history.dump(cfg.history_out)
+            report = check(history, finals)
+            # Heals after the workload's deadline have no writes after them to measure.
+            heals = [h for h in schedule.heals_ns if h < int(deadline * 1e9)]
+            live = liveness(schedule.records, heals, monitor.timeline(), history)
+            passed = bool(report.ok) and not harness_errors
+            summary = workload.summary() if hasattr(workload, "summary") else {}
+            table = render(cfg, lab, schedule.records, skipped, report, live, harness_errors, passed, summary)
+            result = RunResult(
+                cfg,
+                passed,
+                table,
+                report.excerpt if not report.ok else "",
+                schedule.records,
+                harness_errors,
+                report,
+                root,
+            )
+            if not passed:
+                _save_logs(cluster, root)
+            return result
+    finally:
+        if passed and not cfg.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+async def _run_workload(workload: Any, deadline: float) -> None:
+    remaining = deadline - time.monotonic() + WORKLOAD_GRACE_S
+    try:
+        await asyncio.wait_for(workload.run(deadline), remaining)
+    except TimeoutError:
+        print(
+            f"chaos: the workload did not stop {WORKLOAD_GRACE_S:.0f} s after the deadline; cancelled", file=sys.stderr
+        )
+
+
+def _converge(cluster: LocalCluster, monitor: Monitor) -> str | None:
+    """Wait for one leader and every replica at the same applied index with the same digest."""
+    deadline = time.monotonic() + CONVERGE_TIMEOUT_S
+    last = "nothing yet"
+    with cluster.client(timeout_s=3) as ops:
+        try:
+            ops.wait_for_leader(CONVERGE_TIMEOUT_S / 2, recovery=False)
+        except OpsError as exc:
+            return f"no leader after heal: {exc.one_line()}"
+        while time.monotonic() < deadline:
+            try:
+                statuses = [ops.status(e, digest=True) for e in cluster.endpoints]
+            except OpsError as exc:
+                last = exc.one_line()
+            else:
+                applied = {s.applied_index for s in statuses}
+                digests = {s.state_digest for s in statuses}
+                if len(applied) == 1 and len(digests) == 1:
+                    return None
+                last = f"applied {sorted(applied)}, {len(digests)} digests"
+            time.sleep(0.5)
+    return f"replicas did not converge within {CONVERGE_TIMEOUT_S:.0f} s after heal ({last})"
+
+
+def _save_logs(cluster: LocalCluster, root: Path) -> None:
+    print(f"chaos: run directory kept: {root} (node logs: {root}/cluster/n*/node.log)", file=sys.stderr)
+
+
+# -- the table ---------------------------------------------------------------------------------------
+
+
+def _fmt(values: Sequence[float]) -> str:
+    if not values:
+        return f"{0:>4}  {'-':>7}  {'-':>7}  {'-':>7}"
+    return f"{len(values):>4}  {min(values):>6.2f}s  {statistics.median(values):>6.2f}s  {max(values):>6.2f}s"
+
+
+def render(
+    cfg: RunConfig,
+    lab: Lab,
+    records: Sequence[FaultRecord],
+    skipped: dict[str, str | None],
+    report: Any,
+    live: Liveness,
+    harness_errors: Sequence[str],
+    passed: bool,
+    workload: dict[str, int] | None = None,
+) -> str:
+    lines = [
+        f"chaos run: {cfg.nodes} nodes, {cfg.duration_s:.0f} s, seed {cfg.seed}, "
+        + (f"network namespaces ({lab.prefix})" if lab.network_faults else f"LOOPBACK ({lab.fallback_reason})"),
+        "",
+        f"{'faults injected':<46}{'count':>6}{'total s':>10}",
+    ]
+    for kind in cfg.kinds:
+        mine = [r for r in records if r.kind == kind]
+        if kind in skipped:
+            lines.append(f"  {kind:<44}{'n/a':>6}  unavailable: {skipped[kind]}")
+        else:
+            total = sum(r.duration_s() or 0.0 for r in mine)
+            lines.append(f"  {kind:<44}{len(mine):>6}{total:>10.1f}")
+            if kind in FAKETIME_KINDS:
+                lines += [f"      {r.detail}" for r in mine]
+    counts = report.op_counts
+    lines += [
+        "",
+        "operations",
+        f"  {'acknowledged (ok)':<44}{counts.get('ok', 0):>10}",
+        f"  {'failed':<44}{counts.get('fail', 0):>10}",
+        f"  {'unknown, applied':<44}{counts.get('unknown_applied', 0):>10}",
+        f"  {'unknown, not applied':<44}{counts.get('unknown_not_applied', 0):>10}",
+        f"  {'  of these, never answered: from final state':<44}"
+        f"{report.stats.get('unknown_applied_from_state', 0):>5} applied, "
+        f"{report.stats.get('unknown_not_applied_from_state', 0)} not applied",
+        *(
+            [f"  {'unknown, UNRESOLVED (idempotency table evicted)':<44}{counts['unknown_unresolved']:>10}"]
+            if counts.get("unknown_unresolved")
+            else []
+        ),
+        "",
+        f"{'invariants':<46}{'violations':>10}",
+    ]
+    for name, violations in report.invariants.items():
+        lines.append(f"  {name:<44}{len(violations):>10}")
+    if workload:
+        lines += ["", f"{'workload (what the scenarios saw)':<46}{'count':>10}"]
+        lines += [f"  {k:<44}{v:>10}" for k, v in workload.items()]
+    undecided = getattr(report, "undecided", {})
+    steps = getattr(report, "lin_steps", {})
+    budget = getattr(report, "budget", 0)
+    lines += [
+        "",
+        f"{'linearizability (search budget ' + format(budget, ',') + ' steps)':<46}{'checked':>10}"
+        f"{'linearizable':>14}{'undecided':>11}{'violated':>10}{'max steps':>11}",
+    ]
+    for model, (checked, good) in report.linearizability.items():
+        und = len(undecided.get(model, ()))
+        lines.append(
+            f"  {model:<44}{checked:>10}{good:>14}{und:>11}{checked - good - und:>10}{steps.get(model, 0):>11,}"
+        )
+    lines += [
+        "",
+        f"{'liveness (reported, not asserted)':<46}{'n':>4}  {'min':>7}  {'median':>7}  {'max':>7}",
+        f"  {'time to a new leader (leader-cutting faults)':<44}{_fmt(live.new_leader_s)}"
+        + (f"   ({live.no_new_leader} without one)" if live.no_new_leader else ""),
+        f"  {'time to the first acked write after heal':<44}{_fmt(live.first_write_after_heal_s)}"
+        + (f"   ({live.no_write_after_heal} without one)" if live.no_write_after_heal else ""),
+        f"  {'recovery under a fault (first acked write)':<44}{_fmt(live.recovery_under_fault_s)}"
+        + (f"   ({live.no_write_during_fault} faults without one)" if live.no_write_during_fault else ""),
+    ]
+    if harness_errors:
+        lines += ["", "harness errors"] + [f"  {e}" for e in harness_errors]
+    lines += ["", f"result: {verdict(report, passed, harness_errors)} (seed {cfg.seed})"]
+    return "\n".join(lines)
+
+
+def verdict(report: Any, passed: bool, harness_errors: Sequence[str]) -> str:
+    if passed:
+        return "PASS"
+    if not harness_errors and getattr(report, "verdict", "fail") == "undecided":
+        return "UNDECIDED"
+    return "FAIL"
+
+
+# -- command line ------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> RunConfig:
+    p = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--nodes", type=int, choices=(3, 5), default=3)
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of workload under faults")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--nemeses", default=",".join(ALL_KINDS), help=f"comma-separated subset of: {', '.join(ALL_KINDS)}")
+    p.add_argument("--history-out", type=Path, default=None, help="write the history here (JSON lines)")
+    p.add_argument("--loopback", action="store_true", help="do not use network namespaces (network faults unavailable)")
+    p.add_argument("--keep", action="store_true", help="keep the run directory (node logs) even when it passes")
+    a = p.parse_args(argv)
+    kinds = [k.strip() for k in a.nemeses.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in ALL_KINDS]
+    if bad:
+        p.error(f"unknown nemeses {bad}; known: {', '.join(ALL_KINDS)}")
+    return RunConfig(a.nodes, a.duration, a.seed, kinds, a.history_out, a.loopback, a.keep)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    result = run_chaos(cfg)
+    print(result.table)
+    undecided = not result.ok and verdict(result.report, False, result.harness_errors) == "UNDECIDED"
+    if not result.ok:
+        if result.excerpt:
+            print(f"\nshortest history excerpt showing it (seed {cfg.seed}):\n{result.excerpt}")
+        print(f"\nreproduce: scripts/chaos --nodes {cfg.nodes} --duration {cfg.duration_s:g} --seed {cfg.seed}")
+        return 2 if undecided else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
