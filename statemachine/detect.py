@@ -19,7 +19,9 @@ Rules kept here:
   generation itself, so a wait of an attempt that is over never becomes an edge.
 - A full pass over a million executions is dominated by reaching the state's objects at all, so
   it is written as bulk C-level iteration (map, zip, compress) over flat lists of node numbers,
-  with the cyclic garbage collector paused while it runs (it changes no result). The incremental
+  with the cyclic garbage collector paused while it runs (it changes no result). The SCC search
+  walks chains of one-successor nodes in a tight loop and handles each chain with list slices
+  (see :func:`_components`), and the canonical output sorts only the members. The incremental
   pass walks from what changed and is proportional to what it reaches.
 
 Canonical forms (what the recovery protocol compares and replicates):
@@ -41,11 +43,13 @@ Canonical forms (what the recovery protocol compares and replicates):
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain, compress, groupby, islice, repeat
-from operator import attrgetter, eq, is_, itemgetter, neg, not_
+from itertools import accumulate, chain, compress, islice, repeat
+from operator import add, and_, attrgetter, countOf, eq, is_, is_not, itemgetter, le, lt, ne, neg, not_, sub
+from typing import cast
 
 from .enums import TERMINAL, ExecStatus
 from .ids import Kind
@@ -69,17 +73,13 @@ DIGEST_VERSION = "wait-digest.v1"
 _WAITING = ExecStatus.WAITING
 _EXEC_PREFIX = "exec:"
 
-_status_generation = attrgetter("status", "generation")
-_edge_fields = attrgetter("waiter_generation", "target_id", "target_generation")
-_row_fields = attrgetter("waiter_id", "waiter_generation", "target_id", "edge_version")
-_first = itemgetter(0)
-_second = itemgetter(1)
-_third = itemgetter(2)
-_fourth = itemgetter(3)
+_status = attrgetter("status")
+_generation = attrgetter("generation")
+_waiter_generation = attrgetter("waiter_generation")
+_target_generation = attrgetter("target_generation")
+_edge_version = attrgetter("edge_version")
 _ROW = "{} {} {} {}\n"
 """One digest line: execution, generation, edge id, edge version."""
-_LINE = "{0} {1} {0}>{2} {3}\n"
-"""The same line from (waiter, generation, target, version): the edge id is ``waiter>target``."""
 
 
 # -- results ---------------------------------------------------------------------------------------
@@ -259,14 +259,19 @@ class _Rules:
 
 @dataclass(slots=True)
 class _Graph:
-    """Nodes are WAITING executions with open waits, numbered 0..n-1; ``n`` itself is a sentinel
-    that stands for "not a node" (done and labelled -1 forever, so the core ignores it).
+    """Nodes are WAITING executions with open waits, numbered 0..n-1; ``n`` and ``n + 1`` are
+    sentinels that are never nodes (finished from the start, so the core ignores them).
 
-    ``edges[starts[v]:starts[v + 1]]``: the open waits of node v (current generation). For each
-    edge k, ``hop[k]`` is the node an ``exec:`` wait points at when that execution is a node at
-    the generation the wait names, else ``n``; ``typed[k]``, for a wait on a typed target that is
-    hard and has satisfiers among the nodes: those nodes, and whether they are all of its
-    satisfiers. ``succ[v]``: v's successors (``n`` entries allowed; duplicates too).
+    ``edges[starts[v]:starts[v + 1]]``: the open waits of node v (current generation), and
+    ``tids`` their target ids; ``flat``: every node has exactly one, so edge k is node k's. For
+    each edge k, ``hop[k]`` is the node an ``exec:`` wait points at when that execution is a node
+    at the generation the wait names, else ``n``; ``typed[k]``, for a wait on a typed target that
+    is hard and has satisfiers among the nodes: those nodes, and whether they are all of its
+    satisfiers.
+
+    Successors, in the form the SCC core walks fastest: ``nxt[v]`` is v's only successor, or ``n``
+    when it has none, or ``n + 1`` when it has several, listed in ``several[v]`` (``n`` entries
+    and duplicates allowed). ``nxt`` has ``n + 2`` entries, both sentinels pointing at ``n``.
     ``multi``: for a node with a hard wait of two or more satisfiers (a pool), the exact list of
     its waits that could qualify, as node tuples; for every other node each successor comes from
     a one-satisfier wait, so "has a successor in S" is the whole rule.
@@ -274,42 +279,76 @@ class _Graph:
 
     ids: list[str]
     gens: list[int]
-    index: dict[str, int]
     edges: list[WaitEdge]
-    starts: list[int]
+    tids: list[str]
+    flat: bool
+    starts: Sequence[int]
     hop: list[int]
     typed: dict[int, tuple[tuple[int, ...], bool]]
-    succ: list[list[int]]
+    nxt: list[int]
+    several: dict[int, list[int]]
     multi: dict[int, list[tuple[int, ...]]]
 
 
-_IntRule = tuple[tuple[int, ...], bool, int, int] | None
+def _successors(succ: Sequence[list[int]], n: int) -> tuple[list[int], dict[int, list[int]]]:
+    """``nxt`` and ``several`` (see :class:`_Graph`) from successor lists that may hold ``n``."""
+    nxt = [n] * (n + 2)
+    several: dict[int, list[int]] = {}
+    for v, out in enumerate(succ):
+        real = [j for j in out if j != n]
+        if len(real) == 1:
+            nxt[v] = real[0]
+        elif real:
+            nxt[v] = n + 1
+            several[v] = real
+    return nxt, several
+
+
+_Typed = tuple[tuple[int, ...], bool]
+"""A typed wait's satisfiers that are nodes, and whether they are all of its satisfiers."""
+_Rule = tuple[_Typed, float, float, int]
+_IntRule = _Rule | None
+"""(satisfiers, lowest and highest target generation of a wait that is hard, the one node it leads
+to or -1 when it leads to several or the rule of several satisfiers applies)."""
+_LOWEST = float("-inf")  # exact against an int of any size
+_HIGHEST = float("inf")
 
 
 def _int_rule(state: State, t: Target, index: dict[str, int], gens: list[int]) -> _IntRule:
-    """:func:`_target_rule` in node numbers: (satisfiers that are nodes, whether that is all of
-    them, condition, value); None when the wait can give no edge. A lone satisfier that is not a
-    node gives no edge whether or not it is live, so its liveness is not even looked up."""
+    """:func:`_target_rule` in node numbers; None when the wait can give no edge. A lone
+    satisfier that is not a node gives no edge whether or not it is live, so its liveness is not
+    even looked up."""
     kind = t.kind
     if kind is Kind.ARTIFACT or kind is Kind.APPROVAL:
         sid = t.satisfier_id
         j = None if sid is None else index.get(sid)
         if j is None or gens[j] != t.satisfier_generation:
             return None
-        return (j,), True, _AT_MOST, t.satisfier_for
+        return ((j,), True), _LOWEST, t.satisfier_for, j
     holders = t.holders
     if len(holders) == 1 and (kind is Kind.RESOURCE or kind is Kind.RESERVATION or t.slots == 1):
         ((h, hg),) = holders.items()
         j = index.get(h)
         if j is None or gens[j] != hg:
             return None
-        return (j,), True, _NO_RULE if kind is Kind.POOL else _EXACTLY, t.version
+        if kind is Kind.POOL:
+            return ((j,), True), _LOWEST, _HIGHEST, j
+        return ((j,), True), t.version, t.version, j
     rule = _target_rule(state, t)
     if rule is None:
         return None
     sats, mode, value = rule
     js = tuple(j for j in map(index.get, sats) if j is not None)
-    return (js, len(js) == len(sats), mode, value) if js else None
+    if not js:
+        return None
+    lo, hi = (_LOWEST, value) if mode == _AT_MOST else (value, value) if mode == _EXACTLY else (_LOWEST, _HIGHEST)
+    return (js, len(js) == len(sats)), lo, hi, -1
+
+
+_rule_typed = itemgetter(0)
+_rule_lo = itemgetter(1)
+_rule_hi = itemgetter(2)
+_rule_only = itemgetter(3)
 
 
 def _project_all(state: State) -> _Graph:
@@ -317,71 +356,125 @@ def _project_all(state: State) -> _Graph:
 
     Built by C-level iteration (map, zip, compress, chain) wherever possible: a full pass over a
     million executions is dominated by this projection, and most of its cost is reaching the
-    state's objects at all, so each is reached as few times as possible.
+    state's objects at all (a million records lie far apart in memory), so each is reached as few
+    times as possible: an execution twice, a wait once; target ids are read off the keys of the
+    waiter's dict.
     """
     execs = state.executions
     by_waiter = state.waits_by_waiter
-    # Each object of the state is reached once: the fields needed are copied into fresh tuples
-    # (allocated side by side, so the later passes over them stay in cache).
+    waiting = list(by_waiter)
     try:
-        sg = list(map(_status_generation, map(execs.__getitem__, by_waiter)))
+        records = list(map(execs.__getitem__, waiting))
     except KeyError:
         return _careful(state)  # a wait without its execution
-    mask = list(map(is_, map(_first, sg), repeat(_WAITING)))
-    waiting = list(compress(by_waiter, mask))
+    wait_dicts: Iterable[dict[str, WaitEdge]]
+    if countOf(map(_status, records), _WAITING) == len(records):
+        wait_dicts = by_waiter.values()
+    else:
+        mask = list(map(is_, map(_status, records), repeat(_WAITING)))
+        waiting, wait_dicts = list(compress(waiting, mask)), list(compress(by_waiter.values(), mask))
+        records = list(compress(records, mask))
+        del mask
+    gens: list[int] = list(map(_generation, records))
+    del records
     n = len(waiting)
-    gens: list[int] = list(map(_second, compress(sg, mask)))
-    del sg
     index = dict(zip(waiting, range(n), strict=True))
-    wait_dicts = list(compress(by_waiter.values(), mask))
     counts = list(map(len, wait_dicts))
-    edges: list[WaitEdge] = list(chain.from_iterable(map(dict.values, wait_dicts)))
+    flat = counts.count(1) == n  # one wait per node: edge k is node k's
+    tids: list[str] = list(chain.from_iterable(wait_dicts))
+    edges: list[WaitEdge] = list(
+        map(dict.__getitem__, wait_dicts, tids) if flat else chain.from_iterable(map(dict.values, wait_dicts))
+    )
     del wait_dicts
-    fields = list(map(_edge_fields, edges))
-    srcs = list(chain.from_iterable(map(repeat, range(n), counts)))
-    if list(map(_first, fields)) != list(map(gens.__getitem__, srcs)):
+    m = len(edges)
+    if list(map(_waiter_generation, edges)) != (gens if flat else list(chain.from_iterable(map(repeat, gens, counts)))):
         # An edge of an older attempt: the machine closes those, so only a damaged or hand-made
         # state gets here; the careful path skips them.
         return _careful(state)
-    tids = list(map(_second, fields))
-    hop = list(map(index.get, tids, repeat(n)))
-    gens_or_none: list[int | None] = [*gens, None]
-    # An exec: wait on a node is an edge only at the generation it names (else it waits for an
-    # attempt that is over); compare in bulk, fix the rare mismatches one by one.
-    same = list(map(eq, map(gens_or_none.__getitem__, hop), map(_third, fields)))
-    del fields
-    if same.count(False) != hop.count(n):
-        hop = [j if ok else n for j, ok in zip(hop, same, strict=True)]
-    starts = [0, *accumulate(counts)]
-    succ = list(map(hop.__getitem__, map(slice, starts, islice(starts, 1, None))))
-    succ.append([])
-    typed: dict[int, tuple[tuple[int, ...], bool]] = {}
-    rules: dict[str, _IntRule] = {}
-    multi_nodes: set[int] = set()
     # Typed targets. Only a target some node produces, provides or holds can give an edge to a
     # node, and the state indexes those (``satisfies``: execution -> such targets), so the rules
     # run for the few waits on such targets, not for every wait on a running execution's lease.
-    reachable = set(chain.from_iterable(map(state.satisfies.get, waiting, repeat(()))))
-    others = list(compress(range(len(tids)), map(n.__eq__, hop))) if reachable else []
-    for k in compress(others, map(reachable.__contains__, map(tids.__getitem__, others))):
-        tid = tids[k]
-        if tid in rules:
-            rule = rules[tid]
-        else:
-            t = state.targets.get(tid)
-            rule = rules[tid] = None if t is None else _int_rule(state, t, index, gens)
-        if rule is None:
-            continue
-        js, whole, mode, value = rule
-        tg = edges[k].target_generation
-        if (mode == _AT_MOST and tg > value) or (mode == _EXACTLY and tg != value):
-            continue
-        typed[k] = (js, whole)
-        v = srcs[k]
-        succ[v] += js
-        if len(js) > 1 or not whole:
-            multi_nodes.add(v)
-    g = _Graph(waiting, gens, index, edges, starts, hop, typed, succ, {})
+    # The index maps such a target to ``n + 1`` for the one lookup per wait that finds both kinds
+    # (those entries are removed right after, so the set's order reaches nothing).
+    satisfies = state.satisfies
+    if len(satisfies) < n:
+        reachable = set(chain.from_iterable(map(satisfies.__getitem__, filter(index.__contains__, satisfies))))
+    else:
+        reachable = set(chain.from_iterable(map(satisfies.get, waiting, repeat(()))))
+    typed_mark = n + 1
+    marked = reachable.difference(index)
+    index.update(dict.fromkeys(marked, typed_mark))
+    hop = list(map(index.get, tids, repeat(n)))
+    deque(map(index.__delitem__, marked), maxlen=0)
+    del reachable, marked
+    gens_or_none: list[int | None] = [*gens, None, None]
+    # An exec: wait on a node is an edge only at the generation it names (else it waits for an
+    # attempt that is over); compare in bulk, fix the rare mismatches one by one.
+    if countOf(map(eq, map(gens_or_none.__getitem__, hop), map(_target_generation, edges)), False) != m - countOf(
+        map(lt, hop, repeat(n)), True
+    ):
+        same = map(eq, map(gens_or_none.__getitem__, hop), map(_target_generation, edges))
+        hop = [j if ok or j == typed_mark else n for j, ok in zip(hop, same, strict=True)]
+    del gens_or_none
+    starts: Sequence[int] = range(n + 1) if flat else [0, *accumulate(counts)]
+    typed: dict[int, _Typed] = {}
+    multi_nodes: set[int] = set()
+    lead = hop  # for each wait, the one node it leads to (or n); typed waits are added below
+    extra: dict[int, list[int]] = {}  # a node with a typed wait that leads to several nodes
+    ks = list(compress(range(m), map(eq, hop, repeat(typed_mark))))
+    if ks:
+        deque(map(hop.__setitem__, ks, repeat(n)), maxlen=0)
+        # In bulk: one rule per target, the waits whose target generation the rule accepts; only
+        # waits of several satisfiers (or of some satisfiers that are no node) one by one.
+        ktids = list(map(tids.__getitem__, ks))
+        targets = state.targets
+        rules: dict[str, _IntRule] = dict.fromkeys(ktids)
+        for tid in rules:
+            t = targets.get(tid)
+            rules[tid] = None if t is None else _int_rule(state, t, index, gens)
+        found = list(map(rules.__getitem__, ktids))
+        keep = list(map(is_not, found, repeat(None)))
+        ks, krules = list(compress(ks, keep)), cast(list[_Rule], list(compress(found, keep)))
+        tgs = list(map(_target_generation, map(edges.__getitem__, ks)))
+        keep = list(map(and_, map(le, map(_rule_lo, krules), tgs), map(le, tgs, map(_rule_hi, krules))))
+        ks, krules = list(compress(ks, keep)), list(compress(krules, keep))
+        del ktids, found, tgs, keep
+        typed = dict(zip(ks, map(_rule_typed, krules), strict=True))
+        lead = hop.copy()
+        only = list(map(_rule_only, krules))
+        simple = list(map(ne, only, repeat(-1)))
+        deque(map(lead.__setitem__, compress(ks, simple), compress(only, simple)), maxlen=0)
+        for k in compress(ks, map(not_, simple)):
+            js, whole = typed[k]
+            if len(js) == 1:
+                lead[k] = js[0]
+            if len(js) > 1 or not whole:
+                v = k if flat else bisect_right(starts, k) - 1
+                if len(js) > 1:
+                    extra.setdefault(v, []).extend(js)
+                multi_nodes.add(v)
+    # Successors: a node's first wait gives its one successor; a node with several waits takes
+    # the lowest node they lead to (n if none), which is its successor unless it has two or more.
+    several: dict[int, list[int]] = {}
+    if flat:
+        nxt = [*lead, n, n]
+    else:
+        nxt = [*map(lead.__getitem__, islice(starts, n)), n, n]
+        big = list(compress(range(n), map(lt, repeat(1), counts)))
+        ranges = list(map(slice, map(starts.__getitem__, big), map(starts.__getitem__, map(add, big, repeat(1)))))
+        leads = list(map(lead.__getitem__, ranges))
+        deque(map(nxt.__setitem__, big, map(min, leads)), maxlen=0)
+        reals = map(sub, map(len, leads), map(list.count, leads, repeat(n)))
+        for v, out in compress(zip(big, leads, strict=True), map(lt, repeat(1), reals)):
+            nxt[v] = n + 1
+            several[v] = [j for j in out if j != n]
+        del big, ranges, leads
+    del counts
+    for v in sorted(extra):
+        out = [j for j in lead[starts[v] : starts[v + 1]] if j != n] + extra[v]
+        nxt[v] = n + 1
+        several[v] = out
+    g = _Graph(waiting, gens, edges, tids, flat, starts, hop, typed, nxt, several, {})
     for v in sorted(multi_nodes):
         g.multi[v] = _qualifying(g, v)
     return g
@@ -472,8 +565,9 @@ def _project_from(state: State, seeds: Iterable[str], limit: int | None = None) 
         v += 1
     n = len(ids)
     hop = [n if j < 0 else j for j in hop]
-    succ.append([])
-    g = _Graph(ids, gens, index, edges, starts, hop, typed, succ, {})
+    nxt, several = _successors(succ, n)
+    tids = [e.target_id for e in edges]
+    g = _Graph(ids, gens, edges, tids, False, starts, hop, typed, nxt, several, {})
     for v in multi_nodes:
         g.multi[v] = _qualifying(g, v)
     return g
@@ -482,51 +576,121 @@ def _project_from(state: State, seeds: Iterable[str], limit: int | None = None) 
 # -- the SCC core ------------------------------------------------------------------------------
 
 
-def _components(succ: Sequence[list[int]], roots: Iterable[int], done: list[int]) -> list[list[int]]:
+def _components(
+    nxt: list[int], several: dict[int, list[int]], roots: Iterable[int], done: list[int]
+) -> list[list[int]]:
     """Strongly connected components reachable from ``roots`` that could hold a cycle: two or
     more nodes, or one node with an edge to itself.
 
-    Path-based (Gabow/Cheriyan-Mehlhorn), iterative: an explicit stack of nodes to visit and
-    ``~v`` markers for "v is finished"; a node's successors are pushed in one C-level extend.
-    ``done[v]``: 0 unvisited, > 0 position on the path stack plus one, -1 finished or excluded
-    (edges to it are ignored; that is how a recomputation is restricted to a subset).
+    Tarjan's algorithm, iterative, walking *runs*: from an unvisited node the search follows
+    one-successor nodes (``nxt``) in a tight loop for as long as they lead to unvisited nodes, so
+    a chain or a cycle of a million executions costs a few operations per node, and the run is
+    then numbered, closed and popped with list slices. Only a node with several successors opens a
+    frame that iterates them. Within a run the low-links need no per-node work: every node but the
+    last has the next one as its only successor, so low(v_i) = min(number(v_i), low(last)); the
+    nodes numbered at or below low(last) are the roots, the first of them (in the run's order) the
+    root of the component holding the rest of the run and everything above it on the stack, the
+    ones before it components of one node without a self-edge.
+
+    A node's number is its position on Tarjan's stack plus one, which never changes while it is
+    on the stack. ``done[v]``: 0 unvisited, > 0 on the stack (that number), < 0 finished or
+    excluded (edges to it are ignored; that is how a recomputation is restricted to a subset; the
+    sentinels ``n`` and ``n + 1`` must be < 0).
     """
+    n = len(nxt) - 2
+    many = n + 1
+    none = n + 2  # greater than every number: "no low-link from there"
     found: list[list[int]] = []
-    path: list[int] = []  # S: visited nodes not yet assigned to a component
-    bounds: list[int] = []  # P: boundaries of the components still open on the path
-    stack = list(roots)
-    pop = stack.pop
+    stack: list[int] = []
     push = stack.append
-    while stack:
-        v = pop()
-        if v < 0:
-            v = ~v
-            d = done[v] - 1
-            if bounds[-1] > d:
-                bounds.pop()
-                if len(path) - d == 1:
-                    path.pop()
-                    done[v] = -1
-                    if v in succ[v]:
-                        found.append([v])
+    mark = done.__setitem__
+    frames: list[tuple[int, Iterator[int]]] = []  # the run's base and the last node's successors
+    lows: list[int] = []  # low-link of each frame's last node so far
+    for v in roots:
+        if done[v]:
+            continue
+        while True:
+            # a run from the unvisited node v
+            base = len(stack)
+            while True:
+                done[v] = -2
+                push(v)
+                v = nxt[v]
+                if done[v]:
+                    break
+            top = len(stack)
+            low = done[v]
+            if v == many:
+                deque(map(mark, stack[base:], range(base + 1, top + 1)), maxlen=0)
+                frames.append((base, iter(several[stack[-1]])))
+                lows.append(top)
+                low = none
+            elif low == -1:
+                # the run ends in a finished node: each of its nodes is a component of its own
+                # without a self-edge (the commonest case by far: a wait on a running execution)
+                if top - base == 1:
+                    done[stack.pop()] = -1
                 else:
-                    comp = path[d:]
-                    del path[d:]
-                    for u in comp:
-                        done[u] = -1
-                    found.append(comp)
-        else:
-            dv = done[v]
-            if dv == 0:
-                path.append(v)
-                done[v] = len(path)
-                bounds.append(len(path))
-                push(~v)
-                stack += succ[v]
-            elif dv > 0:
-                while bounds[-1] > dv:
-                    bounds.pop()
+                    deque(map(mark, stack[base:], repeat(-1)), maxlen=0)
+                    del stack[base:]
+                low = none
+            elif low == -2:
+                # the run ends in itself: a cycle from v on, the nodes before it alone
+                _close(stack, base, stack.index(v, base), nxt, several, mark, found)
+                low = none
+            else:
+                # the run ends in a node lower on the stack: the run stays there, numbered, and
+                # that node's number is its low-link
+                deque(map(mark, stack[base:], range(base + 1, top + 1)), maxlen=0)
+            # back up through the open frames until one has an unvisited successor left
+            v = -1
+            while frames:
+                base, it = frames[-1]
+                flow = lows[-1]
+                if low < flow:
+                    flow = low
+                for w in it:
+                    d = done[w]
+                    if d == 0:
+                        v = w
+                        break
+                    if 0 < d < flow:
+                        flow = d
+                if v >= 0:
+                    lows[-1] = flow
+                    break
+                frames.pop()
+                lows.pop()
+                if flow > base:
+                    _close(stack, base, flow - 1, nxt, several, mark, found)
+                    low = none
+                else:
+                    low = flow
+            if v < 0:
+                break
     return found
+
+
+def _close(
+    stack: list[int],
+    base: int,
+    root: int,
+    nxt: list[int],
+    several: dict[int, list[int]],
+    mark: Callable[[int, int], None],
+    found: list[list[int]],
+) -> None:
+    """Finish the run that starts at ``stack[base]`` and whose first root is at ``root``: the
+    component is everything from the root up; the run's nodes before it are components of one."""
+    comp = stack[root:]
+    deque(map(mark, stack[base:], repeat(-1)), maxlen=0)
+    del stack[base:]
+    if len(comp) > 1:
+        found.append(comp)
+    else:
+        v = comp[0]
+        if nxt[v] == v or (v in several and v in several[v]):
+            found.append(comp)
 
 
 def _candidate_sets(g: _Graph) -> tuple[list[tuple[int, list[int]]], list[int]]:
@@ -534,14 +698,13 @@ def _candidate_sets(g: _Graph) -> tuple[list[tuple[int, list[int]]], list[int]]:
     what is left of that component, until stable. Pruning one component never affects another,
     so each is refined on its own. Returns (label, members) pairs and the labels by node."""
     n = len(g.ids)
-    succ = g.succ
+    nxt, several = g.nxt, g.several
     multi = g.multi
-    # A node all of whose successors are the sentinel is in no cycle: mark it finished before
-    # the search (in a typical graph most waiters wait on something that is running).
-    dead = list(map(eq, map(len, succ), map(list.count, succ, repeat(n))))
-    done = list(map(neg, dead))
+    # A node with no successor is in no cycle: finished before the search starts (in a typical
+    # graph most waiters wait on something that is running). The sentinels point at n too.
+    done = list(map(neg, map(eq, nxt, repeat(n))))
     label = [-1] * (n + 1)
-    work = _components(succ, compress(range(n), map(not_, dead)), done)
+    work = _components(nxt, several, compress(range(n), map(not_, done)), done)
     result: list[tuple[int, list[int]]] = []
     next_label = 0
     while work:
@@ -564,7 +727,7 @@ def _candidate_sets(g: _Graph) -> tuple[list[tuple[int, list[int]]], list[int]]:
             keep = [v for v in comp if v not in out]
             for v in keep:
                 done[v] = 0
-            work += _components(succ, keep, done)
+            work += _components(nxt, several, keep, done)
     return result, label
 
 
@@ -572,44 +735,79 @@ def _assemble(g: _Graph, sets: list[tuple[int, list[int]]], label: list[int]) ->
     """Candidates in canonical form: members sorted by id, edges inside the set in digest order,
     the digest and the signature.
 
-    The digest lines themselves are sorted: a space sorts before every character an id may hold,
-    so sorting the lines ``"{execution} {generation} {edge id} {version}"`` as strings is sorting
-    the tuples (an id is never compared with a longer id it prefixes the wrong way round). Members
-    come out of the sorted lines too: every member has at least one edge inside the set. Bulk
-    operations again: the one candidate of a million-long cycle has a million lines to format.
+    The digest's order is by waiter, then edge id: ids are unique and a space sorts before every
+    character an id may hold, so sorting the lines ``"{execution} {generation} {edge id}
+    {version}"`` as strings is sorting the members by id and each member's edges by target id
+    (one edge per waiter and target). So only the members are sorted, and only a member with
+    several waits has its edges inside the set picked and sorted; a member with one wait has
+    that wait inside (a member of a cycle has a successor inside). Bulk operations again: the one
+    candidate of a million-long cycle has a million lines to format.
     """
-    n = len(g.ids)
-    edges, starts, hop, typed = g.edges, g.starts, g.hop, g.typed
+    ids, gens, edges, tids, starts, hop, typed = g.ids, g.gens, g.edges, g.tids, g.starts, g.hop, g.typed
     out = []
+    n = len(ids)
     for lab, comp in sets:
         if len(comp) * 8 > n:
-            # a giant component: read it off the labels in node order (the order the edges lie
-            # in memory), rather than chase its members around in path order
+            # a giant component: read it off the labels in node order (the order its ids lie in
+            # memory), rather than in the order the search met them
             comp = list(compress(range(n), map(eq, label, repeat(lab))))
-        firsts = list(map(starts.__getitem__, comp))
-        lasts = list(map(starts.__getitem__, map((1).__add__, comp)))
-        ks = list(chain.from_iterable(map(range, firsts, lasts)))
-        inside = list(map(eq, map(label.__getitem__, map(hop.__getitem__, ks)), repeat(lab)))
-        if typed:
-            for i in compress(range(len(ks)), map(not_, inside)):
-                t = typed.get(ks[i])
-                inside[i] = t is not None and any(label[x] == lab for x in t[0])
-        fields = list(map(_row_fields, map(edges.__getitem__, compress(ks, inside))))
-        lines = list(map(_LINE.format, *zip(*fields, strict=True))) if fields else []
-        order = sorted(range(len(lines)), key=lines.__getitem__)
-        lines = list(map(lines.__getitem__, order))
-        fields = list(map(fields.__getitem__, order))
-        wids: list[str] = list(map(_first, fields))
-        eids: list[str] = list(map(str.__add__, map(str.__add__, wids, repeat(">")), map(_third, fields)))  # edge_id
-        members: tuple[tuple[str, int], ...] = tuple(zip(wids, map(_second, fields), strict=True))
-        if len(members) != len(comp):
-            members = tuple(k for k, _ in groupby(members))
-        mids: list[str] = list(map(_first, members))
+        order = sorted(comp, key=ids.__getitem__)
+        mids: list[str] = list(map(ids.__getitem__, order))
+        mgens: list[int] = list(map(gens.__getitem__, order))
+        ks: list[int]
+        if g.flat:
+            ks, wids, wgens = order, mids, mgens
+        else:
+            firsts = list(map(starts.__getitem__, order))
+            ends = list(map(starts.__getitem__, map(add, order, repeat(1))))
+            if sum(ends) - sum(firsts) == len(order):
+                ks, wids, wgens = firsts, mids, mgens  # one wait per member
+            else:
+                ks, wids, wgens = [], [], []
+                for w, wg, a, b in zip(mids, mgens, firsts, ends, strict=True):
+                    if b - a == 1:
+                        inside = [a]
+                    else:
+                        inside = [
+                            k
+                            for k in range(a, b)
+                            if label[hop[k]] == lab or (k in typed and any(label[x] == lab for x in typed[k][0]))
+                        ]
+                        inside.sort(key=tids.__getitem__)
+                    ks += inside
+                    wids += repeat(w, len(inside))
+                    wgens += repeat(wg, len(inside))
+        if len(ks) * 4 > len(edges):
+            # a giant component: read every version in memory order, then pick
+            vers: list[int] = list(map(list(map(_edge_version, edges)).__getitem__, ks))
+        else:
+            vers = list(map(_edge_version, map(edges.__getitem__, ks)))
+        # Edge ids ("waiter>target") made by one join and one split (no id holds a newline), then
+        # the digest text by one join: slice assignment interleaves the pieces at C speed.
+        e = len(ks)
+        parts: list[str] = ["\n"] * (4 * e)
+        parts[0::4] = wids
+        parts[1::4] = [">"] * e
+        parts[2::4] = list(map(tids.__getitem__, ks))
+        eids = "".join(parts).split("\n")
+        eids.pop()
+        if len(eids) != e:  # an id with a newline (never one the machine accepted)
+            eids = list(map(">".join, zip(wids, parts[2::4], strict=True)))
+        gsep = {x: f" {x} " for x in set(wgens)}
+        vsep = {x: f" {x}\n" for x in set(vers)}
+        parts[1::4] = list(map(gsep.__getitem__, wgens))
+        parts[2::4] = eids
+        parts[3::4] = list(map(vsep.__getitem__, vers))
+        text = "".join(parts)
+        del parts
+        h = hashlib.sha256(DIGEST_VERSION.encode() + b"\n")
+        h.update(text.encode())
+        del text
         out.append(
             Candidate(
-                members,
-                tuple(zip(eids, map(_fourth, fields), strict=True)),
-                _digest_rows(lines),
+                tuple(zip(mids, mgens, strict=True)),
+                tuple(zip(eids, vers, strict=True)),
+                h.hexdigest(),
                 hashlib.sha256("|".join(mids).encode()).hexdigest()[:16],
             )
         )
