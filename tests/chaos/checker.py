@@ -28,6 +28,7 @@ import itertools
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,9 @@ class ReplicaFinal:
     digest: str = ""
     state: State | None = None
     error: str | None = None
+    agreed: tuple[int, str] | None = None
+    """(applied index, digest) this replica reported in the one round of concurrent Status reads in
+    which every replica had applied the same index (see :func:`collect_final`)."""
 
     @property
     def epoch(self) -> int:
@@ -104,6 +108,7 @@ def collect_final(
             if all(s is not None and s.applied_index >= target for s in statuses):
                 break
             time.sleep(0.2)
+        agreed = _agree(ops, endpoints, deadline)
         finals: list[ReplicaFinal] = []
         for _ in range(rounds):
             finals = [_export(ops, ep) for ep in endpoints]
@@ -113,14 +118,36 @@ def collect_final(
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.25)
+        for f in finals:
+            f.agreed = agreed.get(f.endpoint)
         return finals
     finally:
         ops.close()
 
 
-def _status(ops: OperatorClient, endpoint: str) -> operator_pb2.StatusResponse | None:
+def _agree(ops: OperatorClient, endpoints: Sequence[str], deadline: float) -> dict[str, tuple[int, str]]:
+    """Every replica's (applied index, digest) from one round of concurrent Status reads in which
+    they all report the same applied index; {} if no round did before the deadline. The leader's
+    background loops keep appending now and then (re-emitted cancels, expiries), so whole-state
+    exports read one after the other rarely land on one index; a round of Status reads in
+    parallel takes milliseconds."""
+    with ThreadPoolExecutor(max_workers=len(endpoints)) as pool:
+        while True:
+            statuses = list(pool.map(lambda ep: _status(ops, ep, digest=True), endpoints))
+            if all(st is not None for st in statuses) and len({st.applied_index for st in statuses if st}) == 1:
+                return {
+                    ep: (int(st.applied_index), st.state_digest)
+                    for ep, st in zip(endpoints, statuses, strict=True)
+                    if st
+                }
+            if time.monotonic() >= deadline:
+                return {}
+            time.sleep(0.05)
+
+
+def _status(ops: OperatorClient, endpoint: str, digest: bool = False) -> operator_pb2.StatusResponse | None:
     try:
-        return ops.status(endpoint)
+        return ops.status(endpoint, digest=digest)
     except OpsError:
         return None
 
@@ -773,10 +800,27 @@ class _Check:
         for f in missing:
             self.fail("replicas_same_digest", f"{f.endpoint}: final state not read ({f.error})")
         read = [f for f in self.finals if f.state is not None]
-        if len({f.applied_index for f in read}) > 1:
+        if read and all(f.agreed is not None for f in read):
+            agreed = [(f, f.agreed) for f in read if f.agreed is not None]
+            if len({digest for _, (_, digest) in agreed}) > 1:
+                at = ", ".join(f"{f.node_id}={digest[:16]}" for f, (_, digest) in agreed)
+                self.fail(
+                    "replicas_same_digest",
+                    f"replicas at applied index {agreed[0][1][0]} differ: {at}",
+                    expected="one digest",
+                )
+        elif len({f.applied_index for f in read}) > 1:
             at = ", ".join(f"{f.node_id}@{f.applied_index}" for f in read)
             self.fail("replicas_same_digest", f"replicas never reached one applied index after heal ({at})")
             return
+        else:
+            self._same_export_digests(read)
+        for f in read:
+            assert f.state is not None
+            if f.state.digest() != f.digest:
+                self.fail("replicas_same_digest", f"{f.node_id}: snapshot digest differs from the state it restores to")
+
+    def _same_export_digests(self, read: list[ReplicaFinal]) -> None:
         digests = {f.digest for f in read}
         if len(digests) > 1:
             at = ", ".join(f"{f.node_id}={f.digest[:16]}" for f in read)

@@ -358,6 +358,25 @@ def test_a_digest_mismatch_between_replicas_is_caught() -> None:
     assert any("not read" in v for v in violations(report, "replicas_same_digest"))
 
 
+def test_digests_agreed_at_one_index_decide_even_when_the_exports_are_at_different_ones() -> None:
+    """The leader's loops keep appending after heal: the exports may be at different indexes; what
+    counts is the round of Status reads in which every replica reported the same index."""
+    w = world_with_recovery()
+    other = copy.deepcopy(w.st)
+    cancel_in(w, w.st.executions["exec:A"].run_id, "A", "one-entry-later")
+    finals = [*finals_of(other, applied=100), *finals_of(w.st, applied=101)]
+    for f in finals:
+        f.agreed = (100, other.digest())
+    assert violations(check(History(), finals), "replicas_same_digest") == []
+    finals[-1].agreed = (100, w.st.digest())
+    found = violations(check(History(), finals), "replicas_same_digest")
+    assert len(found) == 1 and "at applied index 100 differ" in found[0]
+    for f in finals:
+        f.agreed = None  # no round agreed: the exports' indexes decide, and they differ
+    found = violations(check(History(), finals), "replicas_same_digest")
+    assert len(found) == 1 and "never reached one applied index" in found[0]
+
+
 def test_a_commit_without_its_votes_is_caught() -> None:
     w = world_with_recovery()
     p = next(iter(w.st.recovery.proposals.values()))
