@@ -196,6 +196,14 @@ def _histogram(
     return fam
 
 
+def _by_generation(name: str, doc: str, values: dict[str, int]) -> GaugeMetricFamily:
+    """A gauge with one sample per generation bucket, every bucket present (0 when absent)."""
+    family = GaugeMetricFamily(name, doc, labels=["generation"])
+    for bucket in GENERATION_BUCKETS:
+        family.add_metric([bucket], values.get(bucket, 0))
+    return family
+
+
 def _grid(*vocabularies: Iterable[str]) -> list[Labels]:
     return list(itertools.product(*vocabularies))
 
@@ -298,15 +306,12 @@ class WaitgraphCollector(Collector):
             longest.add_metric(list(labels), 0.0 if oldest is None else max(0, now_ms - oldest) / 1000)
         yield edges
         yield longest
-        candidates = GaugeMetricFamily(
+        yield _by_generation(
             "waitgraph_candidate_cycles",
             "Candidate cycles proposed for recovery and still open (awaiting votes or confirmation), "
             "by the highest generation bucket of their members.",
-            labels=["generation"],
+            s.candidate_cycles,
         )
-        for bucket in gen:
-            candidates.add_metric([bucket], s.candidate_cycles.get(bucket, 0))
-        yield candidates
         yield lab.counter(
             "waitgraph_recovery_proposals",
             "Candidate cycles proposed for recovery (each then commits, is retracted or voted down).",
@@ -406,14 +411,11 @@ class WaitgraphCollector(Collector):
             "The replicated cancellation SLO (quarantine after it).",
             s.cancel_slo_ms / 1000,
         )
-        unknown = GaugeMetricFamily(
+        yield _by_generation(
             "waitgraph_unknown_side_effects",
             "Side effects whose outcome is UNKNOWN now (a human must reconcile them), by generation bucket.",
-            labels=["generation"],
+            s.unknown_side_effects,
         )
-        for bucket in gen:
-            unknown.add_metric([bucket], s.unknown_side_effects.get(bucket, 0))
-        yield unknown
         yield lab.counter(
             "waitgraph_unknown_side_effects_recorded",
             "Side effects that became UNKNOWN, by what made them so and their generation bucket.",
