@@ -1,4 +1,9 @@
-"""Hypothesis profiles for the whole suite.
+"""Hypothesis profiles for the whole suite, and gRPC's fork handlers off as in a node.
+
+In-process Raft nodes fork to write their log-compaction dumps (cluster/raft.py). ``waitgraph
+serve`` turns gRPC's fork handlers off before it imports grpc (cluster/cli.py); the test process
+must do the same, or a child forked while gRPC threads run gets them restarted by gRPC's atfork
+handler, closes their descriptors and aborts (seen in CI: the forked dump writer died of SIGABRT).
 
 ``ci`` (the default) keeps property tests quick and reproducible to report: no per-example
 deadline (a shared CI runner is noisy) and the failing example's blob printed. Choose another with
@@ -9,6 +14,8 @@ core's property tests (tests/strategies.py ``examples``).
 from __future__ import annotations
 
 import os
+
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # before anything imports grpc
 
 from hypothesis import HealthCheck, settings
 
