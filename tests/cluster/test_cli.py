@@ -66,6 +66,26 @@ def ok_table(cluster: LocalCluster, *args: str, **kw: Any) -> str:
     return str(out.stdout)
 
 
+def on_terminal(cluster: LocalCluster, args: list[str], columns: int = 160) -> tuple[int, str]:
+    """``waitgraph ARGS`` with stdout and stderr on a pseudo-terminal: (exit code, what it printed)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_") and k != "NO_COLOR"}
+    env.update(cluster.env(), PYTHONPATH=str(REPO), TERM="xterm-256color", COLUMNS=str(columns))
+    main, child = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", *args], cwd=REPO, env=env, stdout=child, stderr=child)
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO once the child has closed its side
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    return proc.wait(30), b"".join(chunks).decode()
+
+
 def assert_plain(text: str) -> None:
     assert "\x1b" not in text, "escape codes in piped output"
     assert not BOX & set(text), "box characters in piped output"
@@ -380,24 +400,7 @@ def test_errors_are_one_line_with_the_grpc_code(cluster: LocalCluster) -> None:
 
 @pytest.mark.timeout(60)
 def test_a_terminal_gets_boxes_and_colour_a_pipe_does_not(cluster: LocalCluster) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_") and k != "NO_COLOR"}
-    env.update(cluster.env(), PYTHONPATH=str(REPO), TERM="xterm-256color", COLUMNS="200")
-    main, child = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "status"], cwd=REPO, env=env, stdout=child, stderr=child
-    )
-    os.close(child)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(main)
-    assert proc.wait(30) == 0
-    text = b"".join(chunks).decode()
+    code, text = on_terminal(cluster, ["status"], columns=200)
+    assert code == 0
     assert "\x1b[" in text and BOX & set(text) and "leader" in text
     assert_plain(ok_table(cluster, "status"))

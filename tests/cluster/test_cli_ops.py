@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ from .test_cli import (
     build_cycle,
     ok_json,
     ok_table,
+    on_terminal,
     operator_voted_cluster,
     until,
     wg,
@@ -293,28 +293,7 @@ def test_cancel_wait_json_is_one_document_and_progress_goes_to_stderr(cluster: L
 def test_cancel_wait_on_a_terminal_draws_a_progress_bar(cluster: LocalCluster) -> None:
     (root,) = run_with_children(cluster, "run-p", 0)
     agent_do(cluster, "a", C.CompleteExecution(execution_id=root, generation=1, observed_cancel_generation=0))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_") and k != "NO_COLOR"}
-    env.update(cluster.env(), PYTHONPATH=str(REPO), TERM="xterm-256color", COLUMNS="160")
-    main, child = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "cancel", "run-p", "--wait"],
-        cwd=REPO,
-        env=env,
-        stdout=child,
-        stderr=child,
-    )
-    os.close(child)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(main)
-    assert proc.wait(30) == 0
-    text = b"".join(chunks).decode()
+    code, text = on_terminal(cluster, ["cancel", "run-p", "--wait"])
+    assert code == 0
     assert "\x1b[" in text and BOX & set(text)  # the outcome's table box and colour
     assert "━" in text and "1/1" in text and "CANCELLED_STABLE" in text  # the bar, done/total
