@@ -51,6 +51,13 @@ class OutcomeUnknown(ClusterError):
     applied_maybe = True
 
 
+class ReadFailed(ClusterError):
+    """A read could not be completed on this node (its forked reader failed); nothing changed."""
+
+    status = Status.INTERNAL
+    code = "read_failed"
+
+
 class Stopped(ClusterError):
     """The node is stopping or was never started."""
 

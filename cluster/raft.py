@@ -157,7 +157,7 @@ from statemachine.errors import InvariantViolation, Rejection, Status
 from statemachine.outcome import rejected
 
 from . import safe_pickle
-from .errors import ClusterError, Exhausted, NotLeader, OutcomeUnknown, Stopped
+from .errors import ClusterError, Exhausted, NotLeader, OutcomeUnknown, ReadFailed, Stopped
 
 safe_pickle.install()
 
@@ -372,6 +372,10 @@ LEADER_COMPACTION_FACTOR = 4
 _NEVER = 2**62
 
 
+MAX_IMAGE_READERS = 2
+"""Forked whole-state readers (:meth:`RaftNode.read_image`) one node runs at once."""
+
+
 def compaction_due(
     *,
     log_len: int,
@@ -418,26 +422,60 @@ def _dump_child(path: str, head: dict[str, Any], machine: StateMachine) -> None:
     """
     code = 1
     try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        _close_inherited_fds()
+        _enter_child()
         _write_dump_file(path, head, machine.snapshot())
         code = 0
     finally:
         os._exit(code)
 
 
-def _close_inherited_fds() -> None:
-    """Close every descriptor but stdin/out/err in a forked child: the parent's listening sockets
-    (gRPC, Raft) must not stay open in a child that outlives a killed parent, or the restarted
-    node could not bind its ports until the child is done."""
+def _image_child(fd: int, image: Callable[[StateMachine], bytes], machine: StateMachine) -> None:
+    """The forked reader of :meth:`RaftNode.read_image`: ``image`` of the state, written to the
+    pipe ``fd``, then exit; never returns. The same rules as :func:`_dump_child`."""
+    code = 1
+    try:
+        _enter_child(keep=fd)
+        view = memoryview(image(machine))
+        while view:
+            view = view[os.write(fd, view[: 1 << 20]) :]
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _enter_child(keep: int = -1) -> None:
+    """First steps of a forked child: SIGINT and SIGTERM are the parent's, and no descriptor but
+    stdin/out/err (and ``keep``) stays open."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    _close_inherited_fds(keep)
+
+
+def _close_inherited_fds(keep: int = -1) -> None:
+    """Close every descriptor but stdin/out/err (and ``keep``) in a forked child: the parent's
+    listening sockets (gRPC, Raft) must not stay open in a child that outlives a killed parent, or
+    the restarted node could not bind its ports until the child is done."""
     try:
         fds = [int(name) for name in os.listdir("/proc/self/fd")]
     except OSError:
         fds = list(range(3, 4096))
     for fd in fds:
-        if fd > 2:
+        if fd > 2 and fd != keep:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _collect_image(pid: int, fd: int) -> bytes:
+    """Read a forked reader's pipe to its end and reap it (an executor thread: blocking, GIL free)."""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+        _, wait_status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(wait_status) != 0:
+        raise ReadFailed(f"the forked reader failed (wait status {wait_status})")
+    return b"".join(chunks)
 
 
 class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
@@ -1033,6 +1071,7 @@ class RaftNode:
         self._in_flight: set[_Group] = set()
         self._ready = threading.Event()
         self._stopped = False
+        self._image_readers = asyncio.Semaphore(MAX_IMAGE_READERS)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -1286,6 +1325,57 @@ class RaftNode:
         await self.barrier()
         got = await self.read_local(fn)
         return Read(got.value, False, got.applied_index)
+
+    async def read_image(
+        self, fn: Callable[[StateMachine], T], image: Callable[[StateMachine], bytes], *, fresh: bool = False
+    ) -> Read[tuple[T, bytes]]:
+        """``fn`` as :meth:`read_local` (or :meth:`read_fresh`), and ``image`` of the very same
+        state, for reads that serialize all of it (a digest, an export: seconds at a million edges).
+
+        ``image`` runs in a child forked between two applies (a copy-on-write image of the state,
+        as a forked dump is), so the replica's lock is held only for ``fn`` and the fork, and the
+        tick thread keeps its GIL share while the child works: heartbeats and applies go on. With
+        ``fork_dumps`` off, ``image`` runs here under the lock. At most ``MAX_IMAGE_READERS`` run at
+        once per node; a caller that goes away kills its child. A failed child is
+        :class:`ReadFailed`.
+        """
+        if fresh:
+            await self.barrier()
+        if not self.cfg.fork_dumps:
+            got = await self.read_local(lambda m: (fn(m), image(m)))
+            return Read(got.value, not fresh, got.applied_index)
+        loop = asyncio.get_running_loop()
+        obj = self.obj
+        async with self._image_readers:
+
+            def fork() -> tuple[T, int, int, int]:
+                r, w = os.pipe()
+                try:
+
+                    def under_lock(m: StateMachine) -> tuple[T, int, int]:
+                        value = fn(m)
+                        pid = os.fork()
+                        if pid == 0:  # pragma: no cover - the child; coverage does not follow it
+                            _image_child(w, image, m)
+                        return value, pid, obj.raftLastApplied
+
+                    value, pid, applied = obj.read(under_lock)
+                except BaseException:
+                    os.close(r)
+                    raise
+                finally:
+                    os.close(w)
+                return value, pid, r, applied
+
+            value, pid, fd, applied = await loop.run_in_executor(None, fork)
+            collecting = loop.run_in_executor(None, _collect_image, pid, fd)
+            try:
+                data = await asyncio.shield(collecting)
+            except asyncio.CancelledError:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)  # the collector then reads EOF and reaps it
+                raise
+        return Read((value, data), not fresh, applied)
 
     # -- role and status --------------------------------------------------------------------------
 

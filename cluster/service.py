@@ -279,6 +279,13 @@ class Gateway:
             return await self.node.read_fresh(fn)
         return await self.node.read_local(fn)
 
+    async def read_image(
+        self, fn: Callable[[StateMachine], T], image: Callable[[StateMachine], bytes], fresh: bool
+    ) -> Read[tuple[T, bytes]]:
+        """:meth:`read`, plus ``image`` (a serialization of the whole state) taken at the same
+        applied index in a forked child, off the replica's lock (``RaftNode.read_image``)."""
+        return await self.node.read_image(fn, image, fresh=fresh)
+
 
 def _limit(requested: int) -> int:
     if requested == 0:
@@ -463,14 +470,21 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
                 open_proposals=len(set(rb.open_members.values())),
                 decisions=len(rb.decisions),
                 counters=counters,
-                state_digest=m.digest() if include_digest else "",
             )
 
-        got = await gw.read(look, request.fresh)
+        if include_digest:
+            # The digest serializes the whole state (seconds at a million edges): a forked child
+            # computes it from the same cut, so applies and heartbeats are not held up meanwhile.
+            imaged = await gw.read_image(look, lambda m: m.digest().encode(), request.fresh)
+            (values, digest), applied_index, stale = imaged.value, imaged.applied_index, imaged.stale
+            values["state_digest"] = digest.decode()
+        else:
+            got = await gw.read(look, request.fresh)
+            values, applied_index, stale = got.value, got.applied_index, got.stale
+            values["state_digest"] = ""
         raft = gw.node.status()
         hint = gw.leader_hint()
         head, horizon = gw.journal.position()
-        values = got.value
         mode = values.pop("mode")
         peers = []
         for p in gw.cfg.peers:
@@ -493,11 +507,11 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             leader_address=(hint.grpc_address or "") if hint else "",
             term=raft.term,
             commit_index=raft.commit_index,
-            applied_index=got.applied_index,
+            applied_index=applied_index,
             has_quorum=raft.has_quorum,
             ready=raft.ready,
             mode=cast(Any, convert.enum_number(mode)),
-            stale=got.stale,
+            stale=stale,
             peers=peers,
             event_head_cursor=head,
             event_horizon_cursor=horizon,
@@ -588,10 +602,11 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
     async def _exportstate(
         self, principal: Principal, request: operator_pb2.ExportStateRequest, context: grpc.aio.ServicerContext
     ) -> operator_pb2.ExportStateResponse:
-        got = await self.gw.read(lambda m: m.snapshot(), request.fresh)
+        got = await self.gw.read_image(lambda m: None, lambda m: m.snapshot(), request.fresh)
+        snapshot = got.value[1]
         return operator_pb2.ExportStateResponse(
-            snapshot=got.value,
-            state_digest=hashlib.sha256(got.value).hexdigest(),
+            snapshot=snapshot,
+            state_digest=hashlib.sha256(snapshot).hexdigest(),
             stale=got.stale,
             applied_index=got.applied_index,
         )

@@ -7,10 +7,12 @@ behaviour (forwarding, failover, catch-up) is in ``test_raft_cluster.py``.
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 
 import pytest
 
-from cluster.errors import Exhausted, NotLeader, Stopped
+from cluster.errors import Exhausted, NotLeader, ReadFailed, Stopped
 from cluster.raft import RaftConfig, RaftNode
 from statemachine.outcome import Result
 
@@ -84,5 +86,92 @@ async def test_without_a_leader_submit_is_not_leader_at_once(tmp_path):
         assert not err.value.applied_maybe and err.value.leader is None
         assert not node.is_leader() and not node.has_quorum()
         assert node.status().outstanding == 0
+    finally:
+        await node.stop()
+
+
+def _slow_image(pid_file):
+    """An image that records its process id, then takes far longer than any test waits."""
+
+    def image(m):
+        pid_file.write_text(str(os.getpid()))
+        time.sleep(60)
+        return b""
+
+    return image
+
+
+async def _pid_from(pid_file) -> int:
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            return int(pid_file.read_text())
+        await asyncio.sleep(0.01)
+    raise AssertionError("the forked reader never started")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("fork", [True, False])
+async def test_read_image_is_the_same_cut_as_the_read(tmp_path, fork):
+    node = await started(config(tmp_path, fork_dumps=fork))
+    try:
+        await asyncio.gather(*(node.submit(envelope(i)) for i in range(50)))
+        got = await node.read_image(lambda m: len(m.state.targets), lambda m: m.snapshot(), fresh=True)
+        count, snapshot = got.value
+        local = await node.read_local(lambda m: (len(m.state.targets), m.snapshot()))
+        assert got.stale is False and got.applied_index == local.applied_index
+        assert (count, snapshot) == local.value and count == 50
+        digest = (await node.read_local(lambda m: m.digest().encode())).value
+        stale = await node.read_image(lambda m: None, lambda m: m.digest().encode())
+        assert stale.stale is True and stale.value == (None, digest)
+    finally:
+        await node.stop()
+
+
+@pytest.mark.timeout(30)
+async def test_a_forked_image_does_not_hold_up_applies(tmp_path):
+    node = await started(config(tmp_path))
+    try:
+        pid_file = tmp_path / "reader.pid"
+        reading = asyncio.create_task(node.read_image(lambda m: None, _slow_image(pid_file)))
+        pid = await _pid_from(pid_file)
+        # The child is still working on its image: the replica applies and answers meanwhile.
+        outs = await asyncio.wait_for(asyncio.gather(*(node.submit(envelope(i)) for i in range(20))), 5)
+        assert [o.result for o in outs] == [Result.APPLIED] * 20
+        assert not reading.done() and not _gone(pid)
+        reading.cancel()  # the caller went away: its child is killed and reaped
+        with pytest.raises(asyncio.CancelledError):
+            await reading
+        for _ in range(200):
+            if _gone(pid):
+                break
+            await asyncio.sleep(0.01)
+        assert _gone(pid)
+    finally:
+        await node.stop()
+
+
+@pytest.mark.timeout(30)
+async def test_a_failed_forked_image_is_an_error_and_changes_nothing(tmp_path):
+    node = await started(config(tmp_path))
+    try:
+        await node.submit(envelope(1))
+        before = await node.read_local(lambda m: m.digest())
+
+        def broken(m):
+            raise RuntimeError("no image")
+
+        with pytest.raises(ReadFailed):
+            await node.read_image(lambda m: None, broken)
+        after = await node.read_local(lambda m: m.digest())
+        assert after.value == before.value
+        assert (await node.submit(envelope(2))).result is Result.APPLIED
     finally:
         await node.stop()
