@@ -537,13 +537,14 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
     ) -> operator_pb2.CyclesResponse:
         include_closed = request.include_closed
 
-        def look(m: StateMachine) -> operator_pb2.CyclesResponse:
-            return cycles_response(m.state, include_closed)
+        def image(m: StateMachine) -> bytes:
+            # A full detection pass over the replica: seconds on a big state, so in a forked child.
+            return cycles_response(m.state, include_closed).SerializeToString()
 
-        got = await self.gw.read(look, request.fresh)
-        got.value.stale = got.stale
-        got.value.applied_index = got.applied_index
-        return got.value
+        got = await self.gw.read_image(lambda m: None, image, request.fresh)
+        response = operator_pb2.CyclesResponse.FromString(got.value[1])
+        response.stale, response.applied_index = got.stale, got.applied_index
+        return response
 
     async def _explaindecision(
         self, principal: Principal, request: operator_pb2.ExplainDecisionRequest, context: grpc.aio.ServicerContext
@@ -590,11 +591,14 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
     async def _exportpending(
         self, principal: Principal, request: operator_pb2.ExportPendingRequest, context: grpc.aio.ServicerContext
     ) -> operator_pb2.ExportPendingResponse:
-        got = await self.gw.read(lambda m: export_pending(m.state), request.fresh)
+        def image(m: StateMachine) -> bytes:  # every open edge: in a forked child, like a digest
+            return json.dumps(export_pending(m.state), sort_keys=True, separators=(",", ":")).encode()
+
+        got = await self.gw.read_image(lambda m: None, image, request.fresh)
         return operator_pb2.ExportPendingResponse(
             format=EXPORT_FORMAT,
             version=EXPORT_VERSION,
-            document_json=json.dumps(got.value, sort_keys=True, separators=(",", ":")),
+            document_json=got.value[1].decode(),
             stale=got.stale,
             applied_index=got.applied_index,
         )
