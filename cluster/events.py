@@ -57,29 +57,41 @@ def cursor_of(log_index: int, ordinal: int) -> int:
     return (log_index << CURSOR_SHIFT) | ordinal
 
 
+_OWNER_FIELDS = ("execution_id", "satisfier_id", "edge_id", "members", "agent_id")
+_owner_fields: dict[type, tuple[str, ...]] = {}
+"""Effect class -> those of ``_OWNER_FIELDS`` it has. Effects are slotted dataclasses, so a field
+their class lacks is never on an instance; looking it up anyway costs an exception each time."""
+
+
+def _owner_fields_of(fx: Effect) -> tuple[str, ...]:
+    if hasattr(fx, "__dict__"):
+        return _OWNER_FIELDS
+    return tuple(name for name in _OWNER_FIELDS if hasattr(type(fx), name))
+
+
 def owners(state: State, fx: Effect) -> tuple[str, ...]:
     """Agents an effect concerns: the owners of the executions it names (``execution_id``, the
     waiter of ``edge_id``, an ``exec:`` ``satisfier_id``, recovery ``members``) and its ``agent_id``."""
-    agents: set[str] = set()
+    names = _owner_fields.get(type(fx))
+    if names is None:
+        names = _owner_fields[type(fx)] = _owner_fields_of(fx)
+    agents: list[str] = []
     execs = state.executions
-
-    def add_exec(eid: object) -> None:
-        if isinstance(eid, str):
-            ex = execs.get(eid)
-            if ex is not None:
-                agents.add(ex.agent_id)
-
-    add_exec(getattr(fx, "execution_id", None))
-    add_exec(getattr(fx, "satisfier_id", None))
-    edge = getattr(fx, "edge_id", None)
-    if isinstance(edge, str):
-        add_exec(edge.partition(">")[0])
-    for m in getattr(fx, "members", ()) or ():
-        add_exec(m)
-    agent = getattr(fx, "agent_id", None)
-    if isinstance(agent, str):
-        agents.add(agent)
-    return tuple(sorted(agents))
+    for name in names:
+        value = getattr(fx, name, None)
+        if name == "agent_id":
+            if isinstance(value, str):
+                agents.append(value)
+            continue
+        if name == "edge_id" and isinstance(value, str):
+            value = value.partition(">")[0]  # the waiter
+        for eid in (value or ()) if name == "members" else (value,):
+            if isinstance(eid, str):
+                ex = execs.get(eid)
+                if ex is not None:
+                    agents.append(ex.agent_id)
+    # Most effects name one agent: only several need sorting and deduplicating.
+    return tuple(agents) if len(agents) < 2 else tuple(sorted(set(agents)))
 
 
 class EventJournal:

@@ -208,11 +208,9 @@ class DecisionLog:
         self.log = logger if logger is not None else structlog.get_logger("waitgraph.decisions")
 
     def applied(self, env: Envelope, out: Outcome, state: State) -> None:
-        if out.duplicate:
-            return
+        if out.duplicate or DECISIONS.keys().isdisjoint(map(type, out.effects)):
+            return  # the common case, checked in C: this runs on every applied write
         decisions = [(DECISIONS[type(e)], e) for e in out.effects if type(e) in DECISIONS]
-        if not decisions:
-            return
         index = self.log_index()
         context: dict[str, Any] = {
             "term": self.term(),

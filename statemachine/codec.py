@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import operator
 import typing
 from collections.abc import Callable
 from enum import StrEnum
@@ -144,14 +145,31 @@ _UPGRADES: dict[tuple[str, int], Callable[[Any], Any]] = {}
 """(kind, old version) -> function turning the old command into the current one."""
 
 
+_LAYOUTS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+"""Message class -> its plain keys in sorted order and a getter of their values in that order
+(``kind`` and ``v`` read ``KIND`` and ``VERSION``): filled once per class, on first use. Every
+replica encodes the command of each write with a request id (its fingerprint), and calling
+``dataclasses.fields`` and sorting for each message were most of that."""
+
+
+def _layout(cls: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
+    layout = _LAYOUTS.get(cls)
+    if layout is None:
+        names = sorted([f.name for f in dataclasses.fields(cls)] + ["kind", "v"])
+        attrs = ["KIND" if n == "kind" else "VERSION" if n == "v" else n for n in names]
+        layout = _LAYOUTS[cls] = (tuple(names), operator.attrgetter(*attrs))
+    return layout
+
+
 def _to_plain(obj: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    items = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)]
-    items.append(("kind", obj.KIND))
-    items.append(("v", obj.VERSION))
-    for name, value in sorted(items):
-        out[name] = value.value if isinstance(value, StrEnum) else value
-    return out
+    names, values = _layout(type(obj))
+    return {
+        name: value.value if isinstance(value, StrEnum) else value
+        for name, value in zip(names, values(obj), strict=True)
+    }
+
+
+_ABSENT = object()
 
 
 def _from_plain(raw: Any, specs: dict[tuple[str, int], _Spec], what: str) -> Any:
@@ -167,9 +185,11 @@ def _from_plain(raw: Any, specs: dict[tuple[str, int], _Spec], what: str) -> Any
         extra = sorted(map(str, raw.keys() - spec.allowed))
         raise CodecError(f"{kind} has unknown fields {extra}", kind=kind)
     kwargs = {}
+    get = raw.get
     for name, check, required in spec.fields:
-        if name in raw:
-            kwargs[name] = check(raw[name], name)
+        value = get(name, _ABSENT)
+        if value is not _ABSENT:
+            kwargs[name] = check(value, name)
         elif required:
             raise CodecError(f"{kind} is missing field {name!r}", kind=kind, field=name)
     obj = spec.cls(**kwargs)
@@ -177,8 +197,11 @@ def _from_plain(raw: Any, specs: dict[tuple[str, int], _Spec], what: str) -> Any
     return upgrade(obj) if upgrade else obj
 
 
+_BYTES_TYPES = (bytes, bytearray, memoryview)
+
+
 def _unpack(data: bytes) -> Any:
-    if not isinstance(data, bytes | bytearray | memoryview):
+    if not isinstance(data, _BYTES_TYPES):
         raise CodecError("payload must be bytes")
     if len(data) > MAX_PAYLOAD_BYTES:
         raise CodecError(f"payload is {len(data)} bytes; the limit is {MAX_PAYLOAD_BYTES}")
@@ -220,8 +243,23 @@ def command_from_plain(raw: Any) -> Command:
     return _from_plain(raw, _COMMAND_SPECS, "command")  # type: ignore[no-any-return]
 
 
+_DECODED: tuple[Any, dict[str, Any]] = (None, {})
+"""The command :func:`decode_envelope` decoded last and the map it was decoded from (private to
+the decoder, never changed). A replica fingerprints each command right after decoding it; when
+that map already holds every key in canonical order, packing it again gives the command's
+canonical bytes (each value was checked to be exactly what the command holds, or an enum's
+value or a list where the command holds the member or a tuple, which pack to the same bytes).
+One entry, matched by identity: it can only return what the full encoding would."""
+
+
 def encode_command(cmd: Command) -> bytes:
-    return pack(_to_plain(cmd))
+    names, values = _layout(type(cmd))
+    decoded, plain = _DECODED
+    if decoded is cmd and tuple(plain) == names:
+        return pack(plain)
+    # pack(_to_plain(cmd)) without converting enum members: the encoder writes a StrEnum member
+    # as its value, which is what _to_plain converts it to, so the bytes are the same.
+    return pack(dict(zip(names, values(cmd), strict=True)))
 
 
 def decode_command(data: bytes) -> Command:
@@ -244,6 +282,7 @@ def envelope_to_plain(env: Envelope) -> dict[str, Any]:
     }
 
 
+_check_optional_str = _optional(_check_str)
 _ENVELOPE_KEYS = frozenset({"actor", "at_ms", "cmd", "kind", "request_id", "v"})
 
 
@@ -257,7 +296,7 @@ def envelope_from_plain(raw: Any) -> Envelope:
     return Envelope(
         actor=_check_str(raw["actor"], "actor"),
         at_ms=_check_int(raw["at_ms"], "at_ms"),
-        request_id=_optional(_check_str)(raw["request_id"], "request_id"),
+        request_id=_check_optional_str(raw["request_id"], "request_id"),
         command=command_from_plain(raw["cmd"]),
     )
 
@@ -267,7 +306,13 @@ def encode_envelope(env: Envelope) -> bytes:
 
 
 def decode_envelope(data: bytes) -> Envelope:
-    return envelope_from_plain(_unpack(data))
+    global _DECODED
+    raw = _unpack(data)
+    env = envelope_from_plain(raw)
+    plain = raw["cmd"]
+    if not _UPGRADES or (plain["kind"], plain["v"]) not in _UPGRADES:  # else not built from this map
+        _DECODED = (env.command, plain)
+    return env
 
 
 # -- effects and outcomes ----------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from typing import Any
 
 from .errors import invalid
 
@@ -70,9 +71,36 @@ def _split(value: object, field: str) -> tuple[str, str]:
     return prefix, name
 
 
+_MEMO_SIZE = 16_384
+_PREFIXES: dict[str, str] = {}
+"""Well-formed id -> its prefix. The same ids come back in nearly every command (an agent's
+actor, executions and targets) and the regular expression is most of a check. A memo of a pure
+function holding only ids that passed it (a bad id is checked again, with its own message each
+time), bounded by clearing it when full: it changes no result."""
+_NAMES: dict[str, None] = {}
+"""Valid bare names (:func:`validate_name`), kept the same way."""
+
+
+def _remember(memo: dict[str, Any], key: str, value: Any) -> None:
+    if len(memo) >= _MEMO_SIZE:
+        memo.clear()
+    memo[key] = value
+
+
+def _prefix(value: object, field: str) -> str:
+    """The prefix of a well-formed id (raises as :func:`_split` does)."""
+    if type(value) is not str:
+        return _split(value, field)[0]
+    prefix = _PREFIXES.get(value)
+    if prefix is None:
+        prefix = _split(value, field)[0]
+        _remember(_PREFIXES, value, prefix)
+    return prefix
+
+
 def id_kind(value: object, field: str, allowed: frozenset[Kind]) -> Kind:
     """Validate ``value`` as an id of one of ``allowed`` kinds and return its kind."""
-    prefix, _ = _split(value, field)
+    prefix = _prefix(value, field)
     kind = _KINDS.get(prefix)
     if kind is None or kind not in allowed:
         names = ", ".join(sorted(k.value + ":" for k in allowed))
@@ -86,7 +114,7 @@ def kind_of(value: str) -> Kind:
 
 
 def actor_kind(value: object) -> ActorKind:
-    prefix, _ = _split(value, "actor")
+    prefix = _prefix(value, "actor")
     kind = _ACTOR_KINDS.get(prefix)
     if kind is None:
         raise invalid("bad_actor", f"actor={value!r} must be agent:, operator: or node:", field="actor")
@@ -99,8 +127,12 @@ def agent_actor(agent_id: str) -> str:
 
 def validate_name(value: object, field: str) -> str:
     """A bare name (an agent id, a run id, an effect id): same alphabet as the part after ``:``."""
+    if type(value) is str and value in _NAMES:
+        return value
     if not isinstance(value, str):
         raise invalid("bad_name", f"{field} must be a string", field=field)
     if len(value) > MAX_ID_LEN or not _NAME.match(value):
         raise invalid("bad_name", f"{field}={value!r} is not a valid name", field=field)
+    if type(value) is str:
+        _remember(_NAMES, value, None)
     return value

@@ -51,8 +51,13 @@ def _clip(value: Any) -> Any:
     return value
 
 
+_APPLIED = Result.APPLIED
+"""Read once: every applied command makes an outcome, and a member read off its enum class is
+slow on Python 3.11 (EnumType defines __getattr__)."""
+
+
 def applied(effects: list[Effect] | tuple[Effect, ...]) -> Outcome:
-    return Outcome(Result.APPLIED, tuple(effects))
+    return Outcome(_APPLIED, tuple(effects))
 
 
 def noop(reason: str, message: str, **fields: Any) -> Outcome:

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
         ("bench_detect.py", ["--sizes", "2000", "--adds", "50"], "incr"),
         ("bench_cancel.py", ["--sizes", "200", "--repeat", "1"], "CancelRun"),
         ("bench_liveview.py", ["--sizes", "50", "--repeat", "1"], "under the lock"),
+        ("bench_apply.py", ["--rounds", "2", "--repeat", "1"], "RegisterWait (re-register)"),
     ],
 )
 def test_benchmark_script_runs(script: str, args: list[str], expect: str) -> None:

@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 from collections.abc import Callable
 from functools import cache
@@ -28,6 +30,7 @@ from hypothesis import strategies as st
 from statemachine import invariants
 from statemachine.codec import (
     MAX_PAYLOAD_BYTES,
+    command_fingerprint,
     command_to_plain,
     decode_command,
     decode_envelope,
@@ -182,6 +185,34 @@ def test_outcome_round_trip_is_canonical(out: Outcome) -> None:
     data = encode_outcome(out)
     assert decode_outcome(data) == out
     assert encode_outcome(decode_outcome(data)) == data
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(env=any_envelope(), data=st.data())
+def test_fingerprint_is_of_the_canonical_bytes_however_the_command_arrived(env: Any, data: st.DataObject) -> None:
+    """A replica fingerprints the command it has just decoded by packing the map it arrived in,
+    when that map holds every key in canonical order already (``codec._DECODED``). Whatever the
+    key order and whichever default fields were left out, the fingerprint is the digest of the
+    command's canonical bytes, as is the fingerprint of a command decoded before another."""
+    canonical = encode_command(env.command)
+    assert canonical == pack(command_to_plain(env.command))
+    expected = hashlib.blake2b(canonical, digest_size=8).digest()
+    plain = envelope_to_plain(env)
+    cmd = plain["cmd"]
+    defaults = [
+        f.name
+        for f in dataclasses.fields(env.command)
+        if f.default is not dataclasses.MISSING and getattr(env.command, f.name) == f.default
+    ]
+    dropped = data.draw(st.sets(st.sampled_from(defaults)) if defaults else st.just(set()))
+    keys = data.draw(st.permutations(sorted(cmd)) | st.just(sorted(cmd)))
+    plain["cmd"] = {k: cmd[k] for k in keys if k not in dropped}
+    first = decode_envelope(pack(plain))
+    assert first == env
+    assert command_fingerprint(first.command) == expected
+    second = decode_envelope(encode_envelope(env))
+    assert command_fingerprint(first.command) == command_fingerprint(second.command) == expected
+    assert command_fingerprint(env.command) == expected
 
 
 @settings(max_examples=examples(200), deadline=None)
