@@ -19,7 +19,11 @@ Rules kept here:
   generation itself, so a wait of an attempt that is over never becomes an edge.
 - A full pass over a million executions is dominated by reaching the state's objects at all, so
   it is written as bulk C-level iteration (map, zip, compress) over flat lists of node numbers,
-  with the cyclic garbage collector paused while it runs (it changes no result). The SCC search
+  with the cyclic garbage collector paused while it runs (it changes no result). It reads the
+  waits first and no execution record: the SCCs of that structural graph (every waiter, an edge
+  wherever a wait names a waiter or a typed target a waiter produces, provides or holds) hold
+  every candidate, and only their waiters are projected exactly (see :func:`_project_all`),
+  so a long chain that ends in a small cycle costs little more than its waits. The SCC search
   walks chains of one-successor nodes in a tight loop and handles each chain with list slices
   (see :func:`_components`), and the canonical output sorts only the members. The incremental
   pass walks from what changed and is proportional to what it reaches.
@@ -45,7 +49,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain, compress, islice, repeat
 from operator import add, and_, attrgetter, countOf, eq, is_, is_not, itemgetter, le, lt, ne, neg, not_, sub
@@ -288,6 +292,8 @@ class _Graph:
     nxt: list[int]
     several: dict[int, list[int]]
     multi: dict[int, list[tuple[int, ...]]]
+    sccs: _Sccs | None = None
+    """The SCCs of this very graph when they are already known (see :func:`_project`)."""
 
 
 def _successors(succ: Sequence[list[int]], n: int) -> tuple[list[int], dict[int, list[int]]]:
@@ -351,79 +357,202 @@ _rule_hi = itemgetter(2)
 _rule_only = itemgetter(3)
 
 
-def _project_all(state: State) -> _Graph:
-    """The whole hard graph among WAITING executions.
+@dataclass(slots=True)
+class _Waits:
+    """The waits of a list of waiters, read without any execution record.
 
-    Built by C-level iteration (map, zip, compress, chain) wherever possible: a full pass over a
-    million executions is dominated by this projection, and most of its cost is reaching the
-    state's objects at all (a million records lie far apart in memory), so each is reached as few
-    times as possible: an execution twice, a wait once; target ids are read off the keys of the
-    waiter's dict.
+    The waiters are numbered 0..n-1 in list order (``index``); ``tids`` are their waits' target
+    ids, ``counts`` and ``starts`` and ``flat`` as in :class:`_Graph`. ``hop[k]``: the waiter that
+    wait k names when its target is an execution among them (at whatever generation), else ``n``;
+    ``typed``: the positions of the waits on a typed target that one of them produces, provides or
+    holds (their ``hop`` is ``n``).
     """
-    execs = state.executions
-    by_waiter = state.waits_by_waiter
-    waiting = list(by_waiter)
-    try:
-        records = list(map(execs.__getitem__, waiting))
-    except KeyError:
-        return _careful(state)  # a wait without its execution
-    wait_dicts: Iterable[dict[str, WaitEdge]]
-    if countOf(map(_status, records), _WAITING) == len(records):
-        wait_dicts = by_waiter.values()
-    else:
-        mask = list(map(is_, map(_status, records), repeat(_WAITING)))
-        waiting, wait_dicts = list(compress(waiting, mask)), list(compress(by_waiter.values(), mask))
-        records = list(compress(records, mask))
-        del mask
-    gens: list[int] = list(map(_generation, records))
-    del records
+
+    ids: list[str]
+    index: dict[str, int]
+    wait_dicts: Collection[dict[str, WaitEdge]]
+    counts: list[int]
+    flat: bool
+    starts: Sequence[int]
+    tids: list[str]
+    hop: list[int]
+    typed: list[int]
+
+
+def _waits(state: State, waiting: list[str], wait_dicts: Collection[dict[str, WaitEdge]]) -> _Waits:
     n = len(waiting)
     index = dict(zip(waiting, range(n), strict=True))
     counts = list(map(len, wait_dicts))
-    flat = counts.count(1) == n  # one wait per node: edge k is node k's
+    flat = counts.count(1) == n  # one wait per waiter: wait k is waiter k's
     tids: list[str] = list(chain.from_iterable(wait_dicts))
-    edges: list[WaitEdge] = list(
-        map(dict.__getitem__, wait_dicts, tids) if flat else chain.from_iterable(map(dict.values, wait_dicts))
-    )
-    del wait_dicts
-    m = len(edges)
-    if list(map(_waiter_generation, edges)) != (gens if flat else list(chain.from_iterable(map(repeat, gens, counts)))):
-        # An edge of an older attempt: the machine closes those, so only a damaged or hand-made
-        # state gets here; the careful path skips them.
-        return _careful(state)
-    # Typed targets. Only a target some node produces, provides or holds can give an edge to a
-    # node, and the state indexes those (``satisfies``: execution -> such targets), so the rules
-    # run for the few waits on such targets, not for every wait on a running execution's lease.
-    # The index maps such a target to ``n + 1`` for the one lookup per wait that finds both kinds
+    # Typed targets. Only a target some waiter produces, provides or holds can lead to a waiter,
+    # and the state indexes those (``satisfies``: execution -> such targets), so the rules run
+    # for the few waits on such targets, not for every wait on a running execution's lease. The
+    # index maps such a target to ``n + 1`` for the one lookup per wait that finds both kinds
     # (those entries are removed right after, so the set's order reaches nothing).
     satisfies = state.satisfies
     if len(satisfies) < n:
         reachable = set(chain.from_iterable(map(satisfies.__getitem__, filter(index.__contains__, satisfies))))
     else:
         reachable = set(chain.from_iterable(map(satisfies.get, waiting, repeat(()))))
-    typed_mark = n + 1
     marked = reachable.difference(index)
-    index.update(dict.fromkeys(marked, typed_mark))
-    hop = list(map(index.get, tids, repeat(n)))
-    deque(map(index.__delitem__, marked), maxlen=0)
-    del reachable, marked
-    gens_or_none: list[int | None] = [*gens, None, None]
+    del reachable
+    typed: list[int] = []
+    if marked:
+        index.update(dict.fromkeys(marked, n + 1))
+        hop = list(map(index.get, tids, repeat(n)))
+        deque(map(index.__delitem__, marked), maxlen=0)
+        typed = list(compress(range(len(tids)), map(eq, hop, repeat(n + 1))))
+        deque(map(hop.__setitem__, typed, repeat(n)), maxlen=0)
+    else:
+        hop = list(map(index.get, tids, repeat(n)))
+    starts: Sequence[int] = range(n + 1) if flat else [0, *accumulate(counts)]
+    return _Waits(waiting, index, wait_dicts, counts, flat, starts, tids, hop, typed)
+
+
+_Sccs = tuple[list[list[int]], list[int]]
+"""Components that could hold a cycle (see :func:`_components`), and ``done`` after the search."""
+
+
+def _sccs(nxt: list[int], several: dict[int, list[int]]) -> _Sccs:
+    # A node with no successor is in no cycle: finished before the search starts (in a typical
+    # graph most waiters wait on something that is running). The sentinels point at n too.
+    n = len(nxt) - 2
+    done = list(map(neg, map(eq, nxt, repeat(n))))
+    return _components(nxt, several, compress(range(n), map(not_, done)), done), done
+
+
+def _successor_form(w: _Waits, lead: list[int], extra: dict[int, list[int]]) -> tuple[list[int], dict[int, list[int]]]:
+    """``nxt`` and ``several`` (see :class:`_Graph`) from the one node each wait leads to (``n``
+    for none) and, for a node with a wait that leads to several, those nodes."""
+    n = len(w.ids)
+    starts = w.starts
+    # A node's first wait gives its one successor; a node with several waits takes the lowest
+    # node they lead to (n if none), which is its successor unless it has two or more.
+    several: dict[int, list[int]] = {}
+    if w.flat:
+        nxt = [*lead, n, n]
+    else:
+        nxt = [*map(lead.__getitem__, islice(starts, n)), n, n]
+        big = list(compress(range(n), map(lt, repeat(1), w.counts)))
+        ranges = list(map(slice, map(starts.__getitem__, big), map(starts.__getitem__, map(add, big, repeat(1)))))
+        leads = list(map(lead.__getitem__, ranges))
+        deque(map(nxt.__setitem__, big, map(min, leads)), maxlen=0)
+        reals = map(sub, map(len, leads), map(list.count, leads, repeat(n)))
+        for v, out in compress(zip(big, leads, strict=True), map(lt, repeat(1), reals)):
+            nxt[v] = n + 1
+            several[v] = [j for j in out if j != n]
+        del big, ranges, leads
+    for v in sorted(extra):
+        nxt[v] = n + 1
+        several[v] = [j for j in lead[starts[v] : starts[v + 1]] if j != n] + extra[v]
+    return nxt, several
+
+
+def _structural(state: State, w: _Waits) -> tuple[list[int], dict[int, list[int]], _Sccs]:
+    """The structural graph of ``w``'s waiters and its SCCs: an edge from a waiter to every
+    waiter its wait names or that produces, provides or holds the typed target it waits on,
+    whatever their statuses, generations, versions and free slots. Every hard edge between
+    WAITING executions is one of these, so every candidate lies in one of these SCCs."""
+    lead = w.hop
+    extra: dict[int, list[int]] = {}
+    if w.typed:
+        lead = lead.copy()
+        index, targets = w.index, state.targets
+        ktids = list(map(w.tids.__getitem__, w.typed))
+        outs: dict[str, tuple[int, ...]] = dict.fromkeys(ktids, ())
+        for tid in outs:
+            t = targets.get(tid)
+            if t is not None:
+                names = [*t.holders] if t.satisfier_id is None else [*t.holders, t.satisfier_id]
+                outs[tid] = tuple(sorted({j for j in map(index.get, names) if j is not None}))
+        for k, js in zip(w.typed, map(outs.__getitem__, ktids), strict=True):
+            if len(js) == 1:
+                lead[k] = js[0]
+            elif js:
+                extra.setdefault(k if w.flat else bisect_right(w.starts, k) - 1, []).extend(js)
+    nxt, several = _successor_form(w, lead, extra)
+    return nxt, several, _sccs(nxt, several)
+
+
+def _project_all(state: State) -> _Graph:
+    """The hard graph among the WAITING executions that could be in a candidate.
+
+    Reaching a million scattered records is most of a full pass's cost, so the waits are read
+    first, without any execution record: the SCCs of the structural graph (:func:`_structural`),
+    a superset of the hard graph, hold every candidate. Only the waiters in those SCCs are
+    projected exactly (a long chain that ends in a small cycle costs the waits alone), all of
+    them when that is most (then the structural SCCs are reused when the hard graph is the same
+    graph, as in one long cycle of executions).
+
+    Restricted to a set of waiters that holds every candidate, the hard graph has the same
+    candidates with the same edges: a satisfier outside the set is in no candidate, so a wait
+    it satisfies can neither qualify a member nor be an edge inside one.
+    """
+    by_waiter = state.waits_by_waiter
+    w = _waits(state, list(by_waiter), by_waiter.values())
+    nxt, several, sccs = _structural(state, w)
+    if sum(map(len, sccs[0])) * 2 > len(w.ids):
+        return _project(state, w, (nxt, several, sccs))
+    ids = w.ids
+    suspects = list(map(ids.__getitem__, sorted(chain.from_iterable(sccs[0]))))
+    del w, ids, nxt, several, sccs
+    return _project(state, _waits(state, suspects, list(map(by_waiter.__getitem__, suspects))))
+
+
+def _project(
+    state: State, w: _Waits, structural: tuple[list[int], dict[int, list[int]], _Sccs] | None = None
+) -> _Graph:
+    """The hard graph among ``w``'s waiters that are WAITING, treating every other execution as
+    no node. ``structural``: :func:`_structural` of ``w``, whose SCCs are kept when the hard
+    graph turns out to be the same graph.
+
+    Built by C-level iteration (map, zip, compress, chain) wherever possible: most of the cost is
+    reaching the state's objects at all (a million records lie far apart in memory), so each is
+    reached as few times as possible: an execution twice, a wait once; target ids are read off
+    the keys of the waiter's dict.
+    """
+    execs = state.executions
+    waiting = w.ids
+    try:
+        records = list(map(execs.__getitem__, waiting))
+    except KeyError:
+        return _careful(state, waiting)  # a wait without its execution
+    if countOf(map(_status, records), _WAITING) != len(records):
+        mask = list(map(is_, map(_status, records), repeat(_WAITING)))
+        records = list(compress(records, mask))
+        w = _waits(state, list(compress(waiting, mask)), list(compress(w.wait_dicts, mask)))
+        structural = None
+        del mask
+    gens: list[int] = list(map(_generation, records))
+    del records
+    n = len(w.ids)
+    flat, tids, hop, starts, index, wait_dicts = w.flat, w.tids, w.hop, w.starts, w.index, w.wait_dicts
+    edges: list[WaitEdge] = list(
+        map(dict.__getitem__, wait_dicts, tids) if flat else chain.from_iterable(map(dict.values, wait_dicts))
+    )
+    m = len(edges)
+    if list(map(_waiter_generation, edges)) != (
+        gens if flat else list(chain.from_iterable(map(repeat, gens, w.counts)))
+    ):
+        # An edge of an older attempt: the machine closes those, so only a damaged or hand-made
+        # state gets here; the careful path skips them.
+        return _careful(state, waiting)
+    gens_or_none: list[int | None] = [*gens, None]
     # An exec: wait on a node is an edge only at the generation it names (else it waits for an
     # attempt that is over); compare in bulk, fix the rare mismatches one by one.
     if countOf(map(eq, map(gens_or_none.__getitem__, hop), map(_target_generation, edges)), False) != m - countOf(
         map(lt, hop, repeat(n)), True
     ):
         same = map(eq, map(gens_or_none.__getitem__, hop), map(_target_generation, edges))
-        hop = [j if ok or j == typed_mark else n for j, ok in zip(hop, same, strict=True)]
+        hop = [j if ok else n for j, ok in zip(hop, same, strict=True)]
     del gens_or_none
-    starts: Sequence[int] = range(n + 1) if flat else [0, *accumulate(counts)]
     typed: dict[int, _Typed] = {}
     multi_nodes: set[int] = set()
     lead = hop  # for each wait, the one node it leads to (or n); typed waits are added below
     extra: dict[int, list[int]] = {}  # a node with a typed wait that leads to several nodes
-    ks = list(compress(range(m), map(eq, hop, repeat(typed_mark))))
+    ks = w.typed
     if ks:
-        deque(map(hop.__setitem__, ks, repeat(n)), maxlen=0)
         # In bulk: one rule per target, the waits whose target generation the rule accepts; only
         # waits of several satisfiers (or of some satisfiers that are no node) one by one.
         ktids = list(map(tids.__getitem__, ks))
@@ -453,35 +582,17 @@ def _project_all(state: State) -> _Graph:
                 if len(js) > 1:
                     extra.setdefault(v, []).extend(js)
                 multi_nodes.add(v)
-    # Successors: a node's first wait gives its one successor; a node with several waits takes
-    # the lowest node they lead to (n if none), which is its successor unless it has two or more.
-    several: dict[int, list[int]] = {}
-    if flat:
-        nxt = [*lead, n, n]
-    else:
-        nxt = [*map(lead.__getitem__, islice(starts, n)), n, n]
-        big = list(compress(range(n), map(lt, repeat(1), counts)))
-        ranges = list(map(slice, map(starts.__getitem__, big), map(starts.__getitem__, map(add, big, repeat(1)))))
-        leads = list(map(lead.__getitem__, ranges))
-        deque(map(nxt.__setitem__, big, map(min, leads)), maxlen=0)
-        reals = map(sub, map(len, leads), map(list.count, leads, repeat(n)))
-        for v, out in compress(zip(big, leads, strict=True), map(lt, repeat(1), reals)):
-            nxt[v] = n + 1
-            several[v] = [j for j in out if j != n]
-        del big, ranges, leads
-    del counts
-    for v in sorted(extra):
-        out = [j for j in lead[starts[v] : starts[v + 1]] if j != n] + extra[v]
-        nxt[v] = n + 1
-        several[v] = out
-    g = _Graph(waiting, gens, edges, tids, flat, starts, hop, typed, nxt, several, {})
+    nxt, several = _successor_form(w, lead, extra)
+    g = _Graph(w.ids, gens, edges, tids, flat, starts, hop, typed, nxt, several, {})
+    if structural is not None and nxt == structural[0] and several == structural[1]:
+        g.sccs = structural[2]
     for v in sorted(multi_nodes):
         g.multi[v] = _qualifying(g, v)
     return g
 
 
-def _careful(state: State) -> _Graph:
-    g = _project_from(state, list(state.waits_by_waiter))
+def _careful(state: State, waiting: list[str]) -> _Graph:
+    g = _project_from(state, waiting)
     assert g is not None
     return g
 
@@ -700,11 +811,8 @@ def _candidate_sets(g: _Graph) -> tuple[list[tuple[int, list[int]]], list[int]]:
     n = len(g.ids)
     nxt, several = g.nxt, g.several
     multi = g.multi
-    # A node with no successor is in no cycle: finished before the search starts (in a typical
-    # graph most waiters wait on something that is running). The sentinels point at n too.
-    done = list(map(neg, map(eq, nxt, repeat(n))))
+    work, done = _sccs(nxt, several) if g.sccs is None else g.sccs
     label = [-1] * (n + 1)
-    work = _components(nxt, several, compress(range(n), map(not_, done)), done)
     result: list[tuple[int, list[int]]] = []
     next_label = 0
     while work:
