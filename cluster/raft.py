@@ -66,7 +66,10 @@ record that pysyncobj reads back as it is. Acknowledged entries were on disk bef
 
 **Configuration** (:func:`build_conf`): ``journalFile`` *and* ``fullDumpFile`` in the data
 directory (a journal without a dump loses the state after compaction), ``password`` (without it
-anyone reaching the Raft port can make every node unpickle arbitrary data: run code), tuned
+anyone reaching the Raft port can make every node unpickle arbitrary data: run code; every message
+is encrypted and authenticated with a key derived from it, by AES-256-GCM-SIV instead of
+pysyncobj's Fernet, ``WaitgraphSyncObj._SyncObj__encryptor``; the transport is
+:class:`~cluster.raft_wire.WaitgraphTransport`, whose frame is cheaper: ``cluster/raft_wire.py``), tuned
 timers (``leaderFallbackTimeout`` 1.5 s instead of 30 s, ``connectionRetryTime`` 0.5 s instead of
 5 s, ``appendEntriesUseBatch=False``: about 0.5 ms instead of ~100 ms per write at the leader),
 ``dynamicMembershipChange`` off, bound to the given Raft address, ``commandsWaitLeader=False``
@@ -126,6 +129,21 @@ as they were and the next try waits :data:`DUMP_RETRY_S`. The cost is memory: pa
 the child's reference counting) writes meanwhile are copied, up to the size of the state in the
 worst case.
 
+**Repeated acknowledgments** (``WaitgraphSyncObj._SyncObj__sendNextNodeIdx``). A follower answers
+every ``append_entries`` with ``next_node_idx``, also one that carries no entry, and with
+``appendEntriesUseBatch=False`` the leader sends such a message to every follower after each commit
+(to pass on the commit index): two more messages for the followers to send and two more for the
+leader to read and tick over, per write, on the leader thread every write waits for (about 10% of
+the leader's CPU per write). The leader's handler (``next_node_idx``) only raises its match index
+and records the time of the answer, so an answer that repeats the last success answer sent to that
+leader (same term, same next index) tells it nothing new. A follower skips it when it answers a
+message without entries and sent that same answer less than :data:`REPEATED_ACK_S` ago (counted
+in ``acks_skipped``). Never skipped: answers to messages with entries (they acknowledge the entries;
+the truncation guard's rewrites keep them answered), failures and resets, answers that move the
+index, and any answer when the last one is older than :data:`REPEATED_ACK_S`, so a leader still
+hears from every live follower at least once per heartbeat (``quorum_window_s`` and
+``leaderFallbackTimeout`` are ten times longer).
+
 **asyncio bridge, group commit, backpressure** (:class:`RaftNode`): see there.
 """
 
@@ -149,7 +167,6 @@ from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj.config import FAIL_REASON, SERIALIZER_STATE
 from pysyncobj.journal import FileJournal, MetaStorer
 from pysyncobj.syncobj import SyncObjExceptionWrongVer
-from pysyncobj.transport import TCPTransport
 
 from statemachine import Outcome, StateMachine
 from statemachine.codec import MAX_PAYLOAD_BYTES
@@ -158,6 +175,7 @@ from statemachine.outcome import rejected
 
 from . import safe_pickle
 from .errors import ClusterError, Exhausted, NotLeader, OutcomeUnknown, ReadFailed, Stopped
+from .raft_wire import RaftCipher, WaitgraphTransport
 
 safe_pickle.install()
 
@@ -188,7 +206,7 @@ class RaftConfig:
     """The other members' Raft addresses (this node's own address is dropped if listed)."""
     data_dir: Path
     password: str
-    """The cluster secret: pysyncobj encrypts every Raft message with a key derived from it."""
+    """The cluster secret: every Raft message is encrypted with a key derived from it (cluster/raft_wire.py)."""
     max_outstanding: int = 10_000
     """Envelopes accepted by :meth:`RaftNode.submit` and not yet answered; beyond it: Exhausted."""
     group_max_items: int = 256
@@ -350,6 +368,22 @@ class _JournalHook:
         obj.__dict__["_SyncObj__raftLog"] = journal
 
 
+class _EncryptorHook:
+    """Set-only descriptor for ``_SyncObj__encryptor``: sees the one assignment in ``SyncObj.__init__``.
+
+    pysyncobj builds a ``Fernet`` from ``conf.password`` there; it is replaced by
+    :class:`~cluster.raft_wire.RaftCipher` under the same password (AES-256-GCM-SIV, the same
+    key derivation: see ``cluster/raft_wire.py`` for why and what it guarantees). The transport
+    hands ``self.encryptor`` to every connection, so no message is ever sent with Fernet. No
+    ``__get__``: reads find the instance's own attribute.
+    """
+
+    def __set__(self, obj: WaitgraphSyncObj, encryptor: Any) -> None:
+        if encryptor is not None:
+            encryptor = RaftCipher(obj._SyncObj__conf.password)
+        obj.__dict__["_SyncObj__encryptor"] = encryptor
+
+
 # -- the replicated object (runs on pysyncobj's tick thread) ---------------------------------------
 
 
@@ -369,6 +403,9 @@ DUMP_RETRY_S = 5.0
 """After a forked dump failed, the next one (unless forced) waits this long."""
 LEADER_COMPACTION_FACTOR = 4
 """A leader compacts only once its log is this many times ``logCompactionMinEntries`` long."""
+REPEATED_ACK_S = 0.05
+"""A follower repeats an identical acknowledgment of an entry-less message at most this often
+(module docstring, "Repeated acknowledgments"); heartbeats are ``append_entries_period_s`` apart."""
 _NEVER = 2**62
 
 
@@ -492,7 +529,7 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
         conf: SyncObjConf,
         machine: StateMachine,
         *,
-        transport_class: type = TCPTransport,
+        transport_class: type = WaitgraphTransport,
         on_fatal: Callable[[str], None] = _exit_process,
         on_restored: Callable[[], None] | None = None,
         fsync: bool = False,
@@ -525,7 +562,10 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             "election_deadline_resets": 0,
             "tick_stalls": 0,
             "tick_gap_ms_max": 0,
+            "acks_skipped": 0,
         }
+        self._answering_entryless = False
+        self._last_ack: dict[Any, tuple[int, int, float]] = {}
         self._tick_started_at = 0.0
         conf.serializer = self._write_dump
         conf.deserializer = self._read_dump
@@ -550,12 +590,27 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
     # -- overrides of two private pysyncobj methods ----------------------------------------------
     # ``self.__x`` inside SyncObj is looked up as ``self._SyncObj__x``, so a subclass attribute of
     # that name replaces it everywhere, including the handler ``SyncObj.__init__`` registers with
-    # the transport before the tick thread starts. Both wrap the original and change nothing else.
+    # the transport before the tick thread starts. Both wrap the original and change nothing else
+    # (``__onMessageReceived`` also notes whether the message carried entries, for
+    # ``_repeated_ack``).
 
     _SyncObj__raftLog: Any = _JournalHook()
+    _SyncObj__encryptor: Any = _EncryptorHook()
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
-        self._guard_message(super()._SyncObj__onMessageReceived, node, message)
+        # Whether the message as the leader sent it (before the guard's rewrite) carries no entry:
+        # only its answer may be skipped as a repeat (``_SyncObj__sendNextNodeIdx``).
+        self._answering_entryless = (
+            type(message) is dict
+            and message.get("type") == "append_entries"
+            and "prevLogIdx" in message
+            and "transmission" not in message
+            and not message.get("entries")
+        )
+        try:
+            self._guard_message(super()._SyncObj__onMessageReceived, node, message)
+        finally:
+            self._answering_entryless = False
 
     def _SyncObj__doApplyCommand(self, command: bytes) -> Any:
         # Decoding a log entry (a pickle: function id and arguments) happens before our method
@@ -638,7 +693,8 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             self._SyncObj__raftElectionDeadline = time.monotonic() + self._SyncObj__generateRaftTimeout()
             self.counters["election_deadline_resets"] += 1
 
-    # -- the durability option: three more overrides, inert unless ``fsync`` is on -----------------
+    # -- the durability option: three more overrides, inert unless ``fsync`` is on (the answers
+    # of ``_SyncObj__sendNextNodeIdx`` also skip repeated acknowledgments, module docstring) -----
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
         started = time.monotonic()
@@ -657,14 +713,33 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
     def _SyncObj__sendNextNodeIdx(
         self, node: Any, reset: bool = False, nextNodeIdx: int | None = None, success: bool = False
     ) -> None:
+        if nextNodeIdx is None:  # pysyncobj's default, taken now rather than when the reply leaves
+            nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
+        if success and not reset and self._repeated_ack(node, nextNodeIdx):
+            self.counters["acks_skipped"] += 1
+            return
         if not self._fsync:
             super()._SyncObj__sendNextNodeIdx(node, reset, nextNodeIdx, success)
             return
-        if nextNodeIdx is None:  # pysyncobj's default, taken now rather than when the reply leaves
-            nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
         # Every reply is held, failures too, so that one peer's replies keep their order.
         self._held_replies.append((node, reset, nextNodeIdx, success))
         self.counters["replies_held"] += 1
+
+    def _repeated_ack(self, node: Any, next_index: int) -> bool:
+        """True when this success answer repeats, to an entry-less message, the one sent to ``node``
+        less than :data:`REPEATED_ACK_S` ago (module docstring, "Repeated acknowledgments"); records
+        the answer otherwise."""
+        term, now = int(self.raftCurrentTerm), time.monotonic()
+        last = self._last_ack.get(node)
+        if (
+            self._answering_entryless
+            and last is not None
+            and last[:2] == (term, next_index)
+            and now - last[2] < REPEATED_ACK_S
+        ):
+            return True
+        self._last_ack[node] = (term, next_index, now)
+        return False
 
     def _SyncObj__onBecomeLeader(self) -> None:
         super()._SyncObj__onBecomeLeader()
@@ -1041,11 +1116,11 @@ class RaftNode:
     - **Bridge.** pysyncobj runs its own tick thread; results come back through callbacks on it
       that only call ``loop.call_soon_threadsafe``. Nothing here blocks the loop: proposing is a
       non-blocking queue put plus a pipe write, reads run in the default executor.
-    - **Group commit.** Envelopes submitted while the node has no group in flight leave at the
-      next loop iteration (no added latency; everything submitted in the same iteration goes
-      together). While a group is in flight, new envelopes wait up to ``group_window_s`` or until
-      ``group_max_items`` / ``group_max_bytes``, then go as one log entry; each caller gets its
-      own Outcome, in order.
+    - **Group commit.** An envelope submitted while the node has no group in flight or waiting
+      is proposed at once (:meth:`submit`; those of one :meth:`submit_many` leave together at
+      the next loop iteration). While a group is in flight, new envelopes wait up to
+      ``group_window_s`` or until ``group_max_items`` / ``group_max_bytes``, then go as one log
+      entry; each caller gets its own Outcome, in order.
     - **Backpressure.** At most ``max_outstanding`` envelopes (and barriers) are between
       :meth:`submit` and their answer; one more raises :class:`~cluster.errors.Exhausted` at
       once. pysyncobj's queue is bounded by the same number.
@@ -1144,7 +1219,7 @@ class RaftNode:
         Raises :class:`~cluster.errors.Exhausted`, :class:`~cluster.errors.NotLeader` (not applied)
         or :class:`~cluster.errors.OutcomeUnknown` (maybe applied: retry with the same request id).
         """
-        got = self._enqueue(envelope)
+        got = self._enqueue(envelope, alone=True)
         return got if isinstance(got, Outcome) else await got
 
     async def submit_many(self, envelopes: list[bytes]) -> list[Outcome | ClusterError]:
@@ -1177,8 +1252,11 @@ class RaftNode:
                 raise failed
         return out
 
-    def _enqueue(self, envelope: bytes) -> Outcome | asyncio.Future[Outcome]:
-        """Buffer one envelope for the next group: its future, or at once the Outcome of an oversize one."""
+    def _enqueue(self, envelope: bytes, alone: bool = False) -> Outcome | asyncio.Future[Outcome]:
+        """Buffer one envelope for the next group: its future, or at once the Outcome of an oversize one.
+
+        ``alone``: the caller has no other envelope to add (:meth:`submit`); with nothing in flight
+        or waiting, it is proposed now rather than at the next loop iteration."""
         if not isinstance(envelope, bytes):
             raise TypeError("envelope must be bytes")
         if len(envelope) > MAX_PAYLOAD_BYTES:
@@ -1201,6 +1279,8 @@ class RaftNode:
         elif self._flush_handle is None:
             if self._in_flight:
                 self._flush_handle = loop.call_later(self.cfg.group_window_s, self._flush)
+            elif alone:
+                self._flush()
             else:
                 self._flush_handle = loop.call_soon(self._flush)
         return fut

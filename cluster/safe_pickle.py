@@ -3,8 +3,9 @@
 pysyncobj 0.3.17 pickles its Raft messages and its log entries. Three places unpickle data:
 
 - ``pysyncobj.tcp_connection.TcpConnection._TcpConnection__processParseMessage``: every network
-  message, ``pickle.loads(zlib.decompress(data))`` after the Fernet decryption when a password is
-  set (without the password the first frame already fails to decrypt and the peer is dropped);
+  message, ``pickle.loads(zlib.decompress(data))`` after the decryption when a password is set
+  (``cluster/raft_wire.py``; without the password the first frame already fails to decrypt and the
+  peer is dropped);
 - ``pysyncobj.syncobj.SyncObj._SyncObj__doApplyCommand`` / ``__parseChangeClusterRequest`` and the
   ``transmission == 'finish'`` branch of ``__onMessageReceived``: log entries, ``pickle.loads``;
 - ``pysyncobj.journal.MetaStorer.getMeta``: the journal's ``.meta`` file (term, vote, commit
@@ -19,10 +20,11 @@ pure-Python unpickler on *any* error; ours has no fallback.
 
 What pysyncobj's own messages contain (logged with :data:`SEEN` during a real 3-node run with
 ``--log-pickle-classes``, see ``tests/cluster/test_raft_security.py``): dicts, lists, tuples,
-str, int, float, bool, None, and bytes. Pickle protocol 2 (pysyncobj's) writes a non-empty
-``bytes`` as ``_codecs.encode(<latin-1 str>, 'latin1')`` and an empty one as ``bytes()``: those
-are the only two globals a pysyncobj peer ever needs. ``_codecs.encode`` is not handed out as is:
-the allowed callable only accepts ``(str, 'latin1')``. Every other global (``os.system``,
+str, int, float, bool, None, and bytes. Pickle protocol 2 (pysyncobj's, still used for log
+entries; our peers send messages in protocol 5, ``cluster/raft_wire.py``, which needs no global)
+writes a non-empty ``bytes`` as ``_codecs.encode(<latin-1 str>, 'latin1')`` and an empty one as
+``bytes()``: those are the only two globals a pysyncobj peer ever needs. ``_codecs.encode`` is not
+handed out as is: the allowed callable only accepts ``(str, 'latin1')``. Every other global (``os.system``,
 ``builtins.eval``, ``pysyncobj.node.TCPNode`` used only by dynamic membership, which is off) is
 refused with :class:`pickle.UnpicklingError`; the connection is dropped by pysyncobj's own error
 handling, and the refusal is counted in :data:`REFUSED`.

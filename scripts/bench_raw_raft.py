@@ -11,7 +11,8 @@ measures, in its own process (no client round trip):
 
 ``raw``: a SyncObj with one ``@replicated`` counter increment, called with a callback.
 ``wrapper``: :class:`cluster.raft.RaftNode` (restricted unpickler, truncation guard, group commit,
-asyncio bridge) applying a ``Tick`` envelope with a request id to the real state machine.
+asyncio bridge, and its own Raft wire, ``cluster/raft_wire.py``: AES-256-GCM-SIV instead of Fernet,
+cheaper framing) applying a ``Tick`` envelope with a request id to the real state machine.
 Both use ``cluster.raft.build_conf`` (password, journal and dump files, ``appendEntriesUseBatch=False``).
 ``--default-batching`` adds raw pysyncobj with its default ``appendEntriesUseBatch=True``
 (fewer samples: every write waits for the next append-entries period).

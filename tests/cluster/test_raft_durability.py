@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from pysyncobj.node import TCPNode
 
+from cluster import raft
 from cluster.raft import DurableFileJournal, RaftConfig, WaitgraphSyncObj, build_conf
 from statemachine import StateMachine
 
@@ -90,6 +91,26 @@ def test_a_follower_acknowledges_only_after_one_flush_per_tick(tmp_path: Path, f
     else:
         # Without the option pysyncobj replies at once and never flushes.
         assert events == [("ack", 4), ("ack", 6), ("ack", 7)]
+    obj.destroy()
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+def test_a_repeated_acknowledgment_is_skipped_before_it_is_held(
+    tmp_path: Path, fsync: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cluster/raft.py, "Repeated acknowledgments" (tests/cluster/test_raft_acks.py): with the
+    option, the skipped repeat is never held either; the held first answer leaves after the flush."""
+    monkeypatch.setattr(raft, "REPEATED_ACK_S", 3600.0)  # no answer ages out during the test
+    obj = node(tmp_path, [LEADER, OTHER], fsync=fsync)
+    t = transport(obj)
+    obj.doTick(0)
+    t.sent.clear()
+    t.deliver(LEADER, append_entries(1, 0, entries(2, 3), commit=1))
+    t.deliver(LEADER, append_entries(4, 1, [], commit=4))  # passes on the commit index: a repeat
+    obj.doTick(0)
+    assert acks(t.sent) == [("ack", 4)]
+    assert obj.counters["acks_skipped"] == 1
+    assert obj.counters["replies_held"] == (1 if fsync else 0)
     obj.destroy()
 
 

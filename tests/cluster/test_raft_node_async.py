@@ -62,6 +62,21 @@ async def test_submit_group_commit_and_reads(tmp_path):
 
 
 @pytest.mark.timeout(30)
+async def test_a_lone_write_is_proposed_at_once_and_a_batch_goes_as_one_entry(tmp_path):
+    node = await started(config(tmp_path))
+    try:
+        pending = node._enqueue(envelope(1), alone=True)
+        assert not node._buffer and len(node._in_flight) == 1  # proposed before the loop ran again
+        assert isinstance(pending, asyncio.Future) and (await pending).result is Result.APPLIED
+        before = node.status().counters["entries_applied"]  # counted before the result is handed over
+        outs = await node.submit_many([envelope(i) for i in range(2, 6)])
+        assert [o.result for o in outs] == [Result.APPLIED] * 4
+        assert node.status().counters["entries_applied"] == before + 1  # one log entry for the four
+    finally:
+        await node.stop()
+
+
+@pytest.mark.timeout(30)
 async def test_backpressure_fails_fast_and_recovers(tmp_path):
     node = await started(config(tmp_path, max_outstanding=10))
     try:

@@ -16,6 +16,7 @@ from pysyncobj.encryptor import getEncryptor
 
 import cluster.raft  # noqa: F401  (installs the restricted unpickler)
 from cluster import safe_pickle
+from cluster.raft_wire import RaftCipher
 
 from .harness import PASSWORD, Node, envelope, wait_for
 
@@ -93,13 +94,19 @@ def test_crafted_pickles_on_the_raft_port_are_refused(make_cluster, tmp_path):
     for node in cluster.nodes:
         # Without the secret: the frame does not decrypt, nothing is unpickled.
         assert _send_frame(node.raft, payload)
+        # pysyncobj's own Fernet under the right secret: not this cluster's cipher, not decrypted.
+        assert _send_frame(node.raft, getEncryptor(PASSWORD).encrypt_at_time(payload, int(time.monotonic())))
         # With the secret (an insider, a leaked password): decrypted, then refused by the unpickler.
-        token = getEncryptor(PASSWORD).encrypt_at_time(payload, int(time.monotonic()))
+        token = RaftCipher(PASSWORD).encrypt_at_time(payload, int(time.monotonic()))
+        # The same frame with one bit flipped (ciphertext, nonce, timestamp): fails authentication.
+        for pos in (len(token) - 1, 12, 3):
+            assert _send_frame(node.raft, token[:pos] + bytes([token[pos] ^ 1]) + token[pos + 1 :])
         assert _send_frame(node.raft, token)
     time.sleep(0.5)
     assert not marker.exists()
     for node in cluster.nodes:
         assert node.alive()
+        # Only the untouched insider frame reached the unpickler.
         assert node.call(op="pickle_seen")["refused"] == {"posix.system": 1}
     assert cluster.leader() is leader
     assert leader.submit(envelope(2)).ok
@@ -168,15 +175,17 @@ def test_only_expected_globals_cross_the_wire(make_cluster):
 def test_a_connection_claiming_a_peers_address_is_dropped_and_changes_nothing(make_cluster, tmp_path):
     """A stranger connects to each node's Raft port and claims to be another member (the first
     message pysyncobj expects on an incoming connection is the peer's address): in clear, under a
-    wrong secret, and with a crafted pickle in place of the address. Each is dropped; the members'
-    own connections, the leader, the term and the state digest stay as they were."""
+    wrong secret, under pysyncobj's Fernet with the right secret, and with a crafted pickle in place
+    of the address. Each is dropped; the members' own connections, the leader, the term and the
+    state digest stay as they were."""
     cluster = make_cluster()
     leader = cluster.leader()
     assert leader.submit(envelope(1)).ok
     before = cluster.converged_digest()
     term = leader.status()["term"]
     marker = tmp_path / "pwned"
-    wrong = getEncryptor("not-the-cluster-secret")
+    wrong = RaftCipher("not-the-cluster-secret")
+    fernet = getEncryptor(PASSWORD)  # pysyncobj's own cipher, right secret: not this cluster's
     for node in cluster.nodes:
         for other in cluster.nodes:
             if other is node:
@@ -184,6 +193,7 @@ def test_a_connection_claiming_a_peers_address_is_dropped_and_changes_nothing(ma
             claim = zlib.compress(pickle.dumps(other.raft, 2), 3)
             assert _send_frame(node.raft, claim)
             assert _send_frame(node.raft, wrong.encrypt_at_time(claim, int(time.monotonic())))
+            assert _send_frame(node.raft, fernet.encrypt_at_time(claim, int(time.monotonic())))
         assert _send_frame(node.raft, zlib.compress(crafted(marker), 3))
     time.sleep(1.0)  # several heartbeats: a replaced connection would show as a disconnected peer
     assert not marker.exists()
