@@ -476,6 +476,9 @@ def _image_child(fd: int, image: Callable[[StateMachine], bytes], machine: State
         while view:
             view = view[os.write(fd, view[: 1 << 20]) :]
         code = 0
+    except BaseException as exc:  # the parent sees only the exit status: say why on stderr
+        with contextlib.suppress(BaseException):
+            os.write(2, f"waitgraph: the forked reader failed: {exc!r}\n".encode())
     finally:
         os._exit(code)
 

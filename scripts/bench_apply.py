@@ -105,25 +105,22 @@ def _stream(rounds: int, at: int) -> list[tuple[str, list[bytes]]]:
         for i, a in enumerate(names):
             waiter, target = f"exec:W-{a}", f"resource:r-{names[(i + 1) % AGENTS]}"
             spare, free = f"exec:X-{a}", f"resource:q-{a}"
+
+            def register(version: int, waiter: str = waiter, target: str = target) -> C.RegisterWait:
+                return C.RegisterWait(
+                    waiter_id=waiter,
+                    waiter_generation=1,
+                    target_id=target,
+                    target_generation=1,
+                    reason="bench",
+                    edge_version=version,
+                )
+
             per_agent.append(
                 [
                     C.Heartbeat(agent_id=a),
-                    C.RegisterWait(
-                        waiter_id=waiter,
-                        waiter_generation=1,
-                        target_id=target,
-                        target_generation=1,
-                        reason="bench",
-                        edge_version=v,
-                    ),
-                    C.RegisterWait(
-                        waiter_id=waiter,
-                        waiter_generation=1,
-                        target_id=target,
-                        target_generation=1,
-                        reason="bench",
-                        edge_version=v + 1,
-                    ),
+                    register(v),
+                    register(v + 1),
                     C.CloseWait(
                         waiter_id=waiter, waiter_generation=1, target_id=target, edge_version=v + 1, reason="done"
                     ),
