@@ -6,7 +6,7 @@ Prints tables; asserts nothing. Usage: scripts/bench apply [--rounds 60] [--repe
 Every write of a 3-node cluster is applied by all three replicas on the same machine, so the
 state machine's per-write cost counts three times. This times ``apply_bytes`` of encoded
 envelopes, each with a request id (as the SDK sends them), per command kind, on two paths:
-"plain" is ``StateMachine``; "node" is ``cluster.events.EventfulMachine`` with the event journal
+"plain" is ``StateMachine``; "node" is ``waitgraph.node.events.EventfulMachine`` with the event journal
 and the decision-log hook, which is what a node runs.
 
 State: 64 agents, each with a session, a holder execution holding its own resource, a waiter
@@ -55,9 +55,9 @@ PATHS = ("plain", "node")
 
 
 def _machine(path: str) -> Any:
-    from cluster import logs
-    from cluster.events import EventfulMachine, EventJournal
-    from statemachine import StateMachine
+    from waitgraph.node import logs
+    from waitgraph.node.events import EventfulMachine, EventJournal
+    from waitgraph.statemachine import StateMachine
 
     if path == "plain":
         return StateMachine()
@@ -69,8 +69,8 @@ def _machine(path: str) -> Any:
 
 def _setup(m: Any) -> int:
     """Sessions, executions and targets; returns the logical time reached."""
-    from statemachine import Envelope
-    from statemachine import commands as C
+    from waitgraph.statemachine import Envelope
+    from waitgraph.statemachine import commands as C
 
     at = 1000
     for i in range(AGENTS):
@@ -92,10 +92,10 @@ def _setup(m: Any) -> int:
 
 def _stream(rounds: int, at: int) -> list[tuple[str, list[bytes]]]:
     """(kind, encoded envelopes) batches of every timed write, in apply order."""
-    from statemachine import Envelope
-    from statemachine import commands as C
-    from statemachine.codec import encode_envelope
-    from statemachine.commands import Command
+    from waitgraph.statemachine import Envelope
+    from waitgraph.statemachine import commands as C
+    from waitgraph.statemachine.codec import encode_envelope
+    from waitgraph.statemachine.commands import Command
 
     names = [f"t{i:02d}" for i in range(AGENTS)]
     out = []
@@ -169,7 +169,7 @@ def _timed(path: str, rounds: int, collector: bool) -> tuple[dict[str, int], dic
 def run_once(rounds: int) -> dict[str, Any]:
     """Per path: mean µs per write of each kind (collector paused), of all writes with the
     collector on (another fresh machine), and a hash of every outcome and the final snapshot."""
-    from statemachine.codec import encode_outcome
+    from waitgraph.statemachine.codec import encode_outcome
 
     result: dict[str, Any] = {}
     for path in PATHS:

@@ -25,12 +25,12 @@ import tracemalloc
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from statemachine import Envelope, StateMachine
-from statemachine.cancel import cancel_state
-from statemachine.codec import outcome_to_plain, pack
-from statemachine.commands import AckCancel, CancelRun, Command, CreateExecution, JoinSession, StartExecution
-from statemachine.enums import CancelState, EffectOutcome
-from statemachine.outcome import Outcome, Result
+from waitgraph.statemachine import Envelope, StateMachine
+from waitgraph.statemachine.cancel import cancel_state
+from waitgraph.statemachine.codec import outcome_to_plain, pack
+from waitgraph.statemachine.commands import AckCancel, CancelRun, Command, CreateExecution, JoinSession, StartExecution
+from waitgraph.statemachine.enums import CancelState, EffectOutcome
+from waitgraph.statemachine.outcome import Outcome, Result
 
 AGENTS = 100
 FANOUT = 10

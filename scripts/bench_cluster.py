@@ -6,7 +6,7 @@ side by side with raw pysyncobj (``scripts/bench_raw_raft.py``) in the same run.
 Prints markdown tables; asserts nothing, and never exits non-zero because a target is missed (it
 does exit 1 when a phase could not produce its figures at all, e.g. the cluster did not start).
 
-The cluster: 3 nodes (``python -m cluster.cli serve``, i.e. ``waitgraph serve``), free loopback
+The cluster: 3 nodes (``python -m waitgraph serve``, i.e. ``waitgraph serve``), free loopback
 ports, a temporary data directory, a generated cluster secret (``--secret-file``, mode 0600) and a
 generated tokens file (sha256 entries, one agent token per simulated agent, one operator token).
 Every node runs with the defaults (detection every 25 ms, confirmation window 500 ms) except
@@ -30,7 +30,7 @@ with one grpc.aio channel per node, every call carrying its agent's bearer token
    ``--seconds``; APPLIED RegisterWait per second of wall time. Also the per-call latency under
    that load, log entries per write (group commit), and the CPU each process used. Measured two
    ways, labelled: (2) as an agent runtime runs it, ``--sdk-procs`` processes (default 4,
-   ``--sdk-worker``) each hosting 64/N agents that share one ``cluster.sdk.Client``: every write
+   ``--sdk-worker``) each hosting 64/N agents that share one ``waitgraph.sdk.Client``: every write
    acts as its own agent's token and has its own request id, and the client coalesces the
    writes issued together into ``WriteBatch`` calls; (2u) one unary RPC per write, every agent
    in this one asyncio process on raw stubs (``--no-unary`` skips it).
@@ -69,7 +69,7 @@ measure in-process at the leader, without any client round trip, with the same `
 settings as the nodes (their ``max_outstanding`` is 100,000 instead of the node's 10,000).
 
 Durability: pysyncobj 0.3.17's journal is an mmap that is never flushed while running; with
-``--fsync`` the nodes run ``waitgraph serve --fsync`` (cluster/raft.py "Durability option": an
+``--fsync`` the nodes run ``waitgraph serve --fsync`` (cluster/node/raft.py "Durability option": an
 entry is acknowledged only once the journal is flushed, one flush per tick). Run the benchmark
 with and without it to compare; the output also shows what one flush of a dirty journal page
 costs on the data directory's file system. The nodes run with ``--rate-limit-per-s 0``: the
@@ -113,10 +113,9 @@ sys.path.insert(0, str(REPO))
 import grpc  # noqa: E402
 import psutil  # noqa: E402
 
-from cluster import convert  # noqa: E402
-from cluster.config import ServeConfig  # noqa: E402
-from cluster.localcluster import free_ports  # noqa: E402
-from proto.waitgraph.v1 import (  # noqa: E402
+from waitgraph.dev.localcluster import free_ports  # noqa: E402
+from waitgraph.node.config import ServeConfig  # noqa: E402
+from waitgraph.proto.v1 import (  # noqa: E402
     agent_pb2,
     agent_pb2_grpc,
     commands_pb2,
@@ -124,13 +123,14 @@ from proto.waitgraph.v1 import (  # noqa: E402
     operator_pb2_grpc,
     types_pb2,
 )
-from statemachine import commands as C  # noqa: E402
-from statemachine.enums import EffectOutcome  # noqa: E402
+from waitgraph.statemachine import commands as C  # noqa: E402
+from waitgraph.statemachine.enums import EffectOutcome  # noqa: E402
+from waitgraph.wire import convert  # noqa: E402
 
 LEASE_MS = 3_600_000
 AGENTS = 64
 WINDOW_MS: int = ServeConfig.__dataclass_fields__["recovery_confirmation_window_ms"].default  # type: ignore[assignment]
-"""The default confirmation window every node runs with here (cluster/config.py)."""
+"""The default confirmation window every node runs with here (cluster/node/config.py)."""
 DETECT_MS: int = ServeConfig.__dataclass_fields__["detect_interval_ms"].default  # type: ignore[assignment]
 """The default leader loop period (detection, votes, commits)."""
 APPLIED = types_pb2.RESULT_APPLIED
@@ -229,13 +229,13 @@ class Node:
     proc: subprocess.Popen[bytes] | None = None
 
     def spawn(self) -> None:
-        cmd = [sys.executable, "-m", "cluster.cli", "serve", *self.args]
+        cmd = [sys.executable, "-m", "waitgraph", "serve", *self.args]
         if NODE_SWITCH_INTERVAL_S is not None:
             # Experiment only (--node-switch-interval-ms): the same command with the interpreter's
             # GIL switch interval changed first.
             boot = (
                 f"import runpy, sys; sys.setswitchinterval({NODE_SWITCH_INTERVAL_S!r}); "
-                "sys.argv = ['waitgraph', *sys.argv[1:]]; runpy.run_module('cluster.cli', run_name='__main__')"
+                "sys.argv = ['waitgraph', *sys.argv[1:]]; runpy.run_module('waitgraph', run_name='__main__')"
             )
             cmd = [sys.executable, "-c", boot, "serve", *self.args]
         with open(self.log, "ab") as log:
@@ -600,7 +600,7 @@ async def drive_sdk(
 ) -> DriveResult:
     """The workload of :func:`drive` as an agent runtime runs it: ``procs`` processes
     (``--sdk-worker``), each hosting ``len(agents) / procs`` agents that share one
-    :class:`cluster.sdk.Client` (default batching: writes issued in the same loop iteration go as
+    :class:`waitgraph.sdk.Client` (default batching: writes issued in the same loop iteration go as
     one WriteBatch). Every write acts as its own agent's token and has its own request id."""
     res = DriveResult(seconds, 0, 0)
     leader = await cluster.leader()
@@ -667,7 +667,7 @@ async def drive_sdk(
 
 def sdk_worker() -> int:
     """``--sdk-worker``: one runtime process (spec as JSON on stdin, result as JSON on stdout)."""
-    from cluster.sdk import Client, RpcError
+    from waitgraph.sdk import Client, RpcError
 
     spec = json.loads(sys.stdin.read())
 
@@ -1503,7 +1503,7 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
             f"{', '.join(ms(s) for s in fo['leader_seen'])}; leader changes {fo['elected']}; write attempts per trial "
             f"{fo['attempts']}, refusals seen {fo['why']}; "
             f"restart of the killed node until caught up p50 {fo['restart_p50']:.1f}s. Raft timers: election timeout "
-            "0.5-1.0 s, heartbeat 0.1 s (cluster/raft.py RaftConfig)."
+            "0.5-1.0 s, heartbeat 0.1 s (cluster/node/raft.py RaftConfig)."
         )
     if soak:
         d = soak["drive"]

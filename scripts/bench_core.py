@@ -28,9 +28,9 @@ from collections.abc import Iterator
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from statemachine import Envelope, Limits, State, StateMachine
-from statemachine.codec import encode_envelope
-from statemachine.commands import (
+from waitgraph.statemachine import Envelope, Limits, State, StateMachine
+from waitgraph.statemachine.codec import encode_envelope
+from waitgraph.statemachine.commands import (
     Acquire,
     CloseWait,
     Command,

@@ -24,7 +24,7 @@ Columns:
 - ``full``, ``nx``, ``nx gc-off`` and ``kernel`` are each the best of 3 runs, interleaved (one
   run for the adversarial graphs at 1,000,000, to keep the whole benchmark within minutes): the
   machine is shared and timings are noisy.
-- ``kernel``: ``statemachine.detect``'s SCC core alone on that same whole graph as int lists
+- ``kernel``: ``waitgraph.statemachine.detect``'s SCC core alone on that same whole graph as int lists
   (in the core's own form: the one successor of a node, or its list when it has several; no
   projection from the State, no pruning, no canonical output), to compare like with like.
 - ``incr p50/p90``: ``IncrementalDetector.pass_`` right after one new wait is registered (edge
@@ -57,10 +57,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import networkx as nx
 
-from statemachine.detect import IncrementalDetector, _components, _successors, full_pass, wait_satisfiers
-from statemachine.enums import CancelMode, ExecStatus
-from statemachine.ids import Kind
-from statemachine.state import Execution, Limits, State, Target, WaitEdge
+from waitgraph.statemachine.detect import IncrementalDetector, _components, _successors, full_pass, wait_satisfiers
+from waitgraph.statemachine.enums import CancelMode, ExecStatus
+from waitgraph.statemachine.ids import Kind
+from waitgraph.statemachine.state import Execution, Limits, State, Target, WaitEdge
 
 W, R, P = ExecStatus.WAITING, ExecStatus.RUNNING, ExecStatus.PENDING
 COOP = CancelMode.COOPERATIVE

@@ -1,4 +1,4 @@
-"""Live view benchmark (cluster/liveview.py): what one refresh costs a node.
+"""Live view benchmark (cluster/ops/liveview.py): what one refresh costs a node.
 
 Prints a table; asserts nothing. Usage:
     scripts/bench liveview [--sizes 200,2000,10000] [--repeat 3]
@@ -9,7 +9,7 @@ so the waits close one ring through all n (one candidate of n members: the detec
 ``snapshot`` works on the whole graph), in shadow mode with the recovery decided.
 
 Columns (best of ``--repeat``, interleaved; the machine is shared and timings are noisy):
-- ``snapshot ms``: :func:`cluster.liveview.snapshot`, the part that runs under the machine lock
+- ``snapshot ms``: :func:`waitgraph.ops.liveview.snapshot`, the part that runs under the machine lock
   (applies wait meanwhile): a full detection pass (the Cycles RPC's), the decisions (converted
   once and kept, as the node does: the best of the repeats is the steady state), the picture's
   part of the graph (at most 60 executions and 60 targets converted), the pending-edges document.
@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cluster import liveview
-from statemachine.recovery_state import RolloutMode
 from tests.world import World
+from waitgraph.ops import liveview
+from waitgraph.statemachine.recovery_state import RolloutMode
 
 
 def build(n: int) -> World:

@@ -1,4 +1,4 @@
-"""Raw pysyncobj vs cluster.raft on a 3-node loopback cluster, with the same SyncObjConf.
+"""Raw pysyncobj vs waitgraph.node.raft on a 3-node loopback cluster, with the same SyncObjConf.
 
     .venv/bin/python scripts/bench_raw_raft.py [--samples 500] [--concurrency 64] [--seconds 3]
 
@@ -10,10 +10,10 @@ measures, in its own process (no client round trip):
   next, for ``--seconds``.
 
 ``raw``: a SyncObj with one ``@replicated`` counter increment, called with a callback.
-``wrapper``: :class:`cluster.raft.RaftNode` (restricted unpickler, truncation guard, group commit,
-asyncio bridge, and its own Raft wire, ``cluster/raft_wire.py``: AES-256-GCM-SIV instead of Fernet,
+``wrapper``: :class:`waitgraph.node.raft.RaftNode` (restricted unpickler, truncation guard, group commit,
+asyncio bridge, and its own Raft wire, ``cluster/node/raft_wire.py``: AES-256-GCM-SIV instead of Fernet,
 cheaper framing) applying a ``Tick`` envelope with a request id to the real state machine.
-Both use ``cluster.raft.build_conf`` (password, journal and dump files, ``appendEntriesUseBatch=False``).
+Both use ``waitgraph.node.raft.build_conf`` (password, journal and dump files, ``appendEntriesUseBatch=False``).
 ``--default-batching`` adds raw pysyncobj with its default ``appendEntriesUseBatch=True``
 (fewer samples: every write waits for the next append-entries period).
 """
@@ -59,7 +59,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from cluster.raft import RaftConfig
+    from waitgraph.node.raft import RaftConfig
 
     addrs = args.addrs.split(",")
     me = addrs[args.index]
@@ -77,9 +77,9 @@ def worker_raw(args: argparse.Namespace) -> None:
     import pysyncobj.pickle
 
     originals = (pysyncobj.pickle.loads, pysyncobj.pickle.load, pysyncobj.journal.loads)
-    from cluster.raft import build_conf
+    from waitgraph.node.raft import build_conf
 
-    # Raw means raw: undo the restricted unpickler that importing cluster.raft installed.
+    # Raw means raw: undo the restricted unpickler that importing waitgraph.node.raft installed.
     pysyncobj.pickle.loads, pysyncobj.pickle.load, pysyncobj.journal.loads = originals
     from pysyncobj import SyncObj, replicated
 
@@ -134,9 +134,9 @@ def worker_raw(args: argparse.Namespace) -> None:
 
 
 def worker_wrapper(args: argparse.Namespace) -> None:
-    from cluster.raft import RaftNode
-    from statemachine.codec import encode_envelope
-    from statemachine.commands import Envelope, Tick
+    from waitgraph.node.raft import RaftNode
+    from waitgraph.statemachine.codec import encode_envelope
+    from waitgraph.statemachine.commands import Envelope, Tick
 
     def env(i: int) -> bytes:
         return encode_envelope(Envelope(actor="operator:bench", at_ms=i, request_id=f"r{i}", command=Tick()))

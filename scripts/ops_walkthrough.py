@@ -30,10 +30,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cluster.opsclient import OperatorClient, OpsError  # noqa: E402
-from cluster.sdk import SyncClient  # noqa: E402
-from statemachine import commands as C  # noqa: E402
-from statemachine.enums import EffectOutcome  # noqa: E402
+from waitgraph.ops.opsclient import OperatorClient, OpsError  # noqa: E402
+from waitgraph.sdk import SyncClient  # noqa: E402
+from waitgraph.statemachine import commands as C  # noqa: E402
+from waitgraph.statemachine.enums import EffectOutcome  # noqa: E402
 
 LEASE_MS = 3_600_000
 HEADER = """\
@@ -202,7 +202,7 @@ def start_dev(guide: Guide) -> tuple[subprocess.Popen[str], list[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")}
     env["PYTHONPATH"] = str(REPO)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "dev", "--mode", "shadow"],
+        [sys.executable, "-m", "waitgraph", "dev", "--mode", "shadow"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

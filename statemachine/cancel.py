@@ -11,7 +11,7 @@ Rules kept here:
   (a higher generation takes over, and the old attempt's late commit finds itself superseded).
 - An execution is settled when it is in ``enums.SETTLED``; a scope (a whole run, or a recovery
   victim's subtree) is CANCELLED_STABLE when no execution of it is still asked to stop, and
-  every settled member holds no permit, lease, reservation or claim (``_end_attempt`` released
+  every settled member holds no permit, lease, reservation or claim (``end_attempt`` released
   them on the way; anything found still held is released and counted as leaked).
 - Committed side effects are facts: never deleted. A compensatable committed write gets one
   versioned compensation, queued after its commit is recorded. UNKNOWN goes to
@@ -41,6 +41,16 @@ from .commands import (
     RenewClaim,
     UnfreezeAdmission,
 )
+from .context import (
+    Ctx,
+    check_current,
+    check_nonneg,
+    check_open_execution_room,
+    check_reason,
+    owned_execution,
+    require_operator,
+    require_session,
+)
 from .effects import (
     AdmissionChanged,
     CancelAcknowledged,
@@ -49,7 +59,6 @@ from .effects import (
     CancellationStable,
     CancelRequested,
     CancelSloExceeded,
-    ClaimReleased,
     ClaimRenewed,
     CompensationQueued,
     QuarantineReleased,
@@ -61,23 +70,16 @@ from .effects import (
 )
 from .enums import SETTLED, CancelState, EffectOutcome, ExecStatus
 from .ids import ActorKind, Kind, id_kind, validate_name
-from .machine import (
+from .lifecycle import (
     TRANSITIONS,
     Event,
-    _Ctx,
-    _current,
-    _end_attempt,
-    _live,
-    _new_attempt,
-    _nonneg,
-    _owned,
-    _reason,
-    _release_holding,
-    _require_operator,
-    _require_session,
-    _set_status,
-    check_open_execution_room,
+    check_live,
+    end_attempt,
+    new_attempt,
     next_status,
+    release_claim,
+    release_holding,
+    set_status,
 )
 from .outcome import Outcome, applied, noop
 from .state import Execution, SideEffect, State, collector_paused
@@ -111,7 +113,7 @@ def victim_scope_id(execution_id: str, generation: int) -> str:
 def _fence(st: State, run_id: str, observed: int, action: str) -> None:
     """Refuse an action whose caller observed another cancel generation, or any action at all
     in a cancelled run: the run's cancel generation is the truth, whatever events were missed."""
-    _nonneg(observed, "observed_cancel_generation")
+    check_nonneg(observed, "observed_cancel_generation")
     run = st.runs.get(run_id)
     current = run.cancel_generation if run is not None else 0
     if observed > current:
@@ -156,7 +158,7 @@ def _admission(st: State, run_id: str | None, action: str) -> None:
         )
 
 
-def _check_claim(ctx: _Ctx, ex: Execution, action: str) -> None:
+def _check_claim(ctx: Ctx, ex: Execution, action: str) -> None:
     """A claimed attempt is acted on only by its claimant, and only while the claim is live."""
     claim = ctx.state.cancel.claims.get(ex.execution_id)
     agent = ctx.agent_id
@@ -178,7 +180,7 @@ def _check_claim(ctx: _Ctx, ex: Execution, action: str) -> None:
         )
 
 
-def admit_creation(ctx: _Ctx, cmd: CreateExecution) -> None:
+def admit_creation(ctx: Ctx, cmd: CreateExecution) -> None:
     """Fence for ``CreateExecution``; machine.py's handler does the rest."""
     st = ctx.state
     if cmd.parent_id is None:
@@ -188,7 +190,7 @@ def admit_creation(ctx: _Ctx, cmd: CreateExecution) -> None:
     _fence(st, cmd.run_id, cmd.observed_cancel_generation, "create an execution")
 
 
-def fence_execution(ctx: _Ctx, execution_id: str, generation: int, observed: int, action: str) -> None:
+def fence_execution(ctx: Ctx, execution_id: str, generation: int, observed: int, action: str) -> None:
     """Fence for activation and the canonical commit: the run's cancel generation, then the claim.
 
     An unknown execution is left to machine.py's handler to report; an older generation too (its
@@ -202,7 +204,7 @@ def fence_execution(ctx: _Ctx, execution_id: str, generation: int, observed: int
         _check_claim(ctx, ex, action)
 
 
-def check_retry(ctx: _Ctx, execution_id: str) -> None:
+def check_retry(ctx: Ctx, execution_id: str) -> None:
     """Cancellation forbids any new attempt of the run (a rolled-back victim of a live run may retry)."""
     ex = ctx.state.executions.get(execution_id)
     if ex is None:
@@ -217,7 +219,7 @@ def check_retry(ctx: _Ctx, execution_id: str) -> None:
         )
 
 
-def check_release(ctx: _Ctx, cmd: Release) -> None:
+def check_release(ctx: Ctx, cmd: Release) -> None:
     """A quarantined execution's resources stay isolated until an operator releases the quarantine."""
     ex = ctx.state.executions.get(cmd.execution_id)
     if ex is not None and ex.status is S.QUARANTINED and ctx.actor_kind is ActorKind.AGENT:
@@ -231,17 +233,6 @@ def check_release(ctx: _Ctx, cmd: Release) -> None:
 # -- cascades used by machine.py -----------------------------------------------------------------
 
 
-def release_claim(ctx: _Ctx, execution_id: str, reason: str) -> None:
-    """Part of ``_end_attempt``: an attempt that is over holds no claim."""
-    claim = ctx.state.cancel.claims.pop(execution_id, None)
-    if claim is not None:
-        ctx.fx.append(
-            ClaimReleased(
-                execution_id=execution_id, generation=claim.generation, agent_id=claim.agent_id, reason=reason
-            )
-        )
-
-
 def forget_tool_call(st: State, execution_id: str, effect_id: str) -> None:
     """Part of ``RecordSideEffect``: a tool call whose outcome is recorded is no longer in flight."""
     calls = st.cancel.tool_calls.get(execution_id)
@@ -249,7 +240,7 @@ def forget_tool_call(st: State, execution_id: str, effect_id: str) -> None:
         del st.cancel.tool_calls[execution_id]
 
 
-def on_session_expired(ctx: _Ctx, agent_id: str) -> None:
+def on_session_expired(ctx: Ctx, agent_id: str) -> None:
     """An agent that stopped heartbeating: what its executions had in flight is now UNKNOWN.
 
     Their cancel requests stay open (unacknowledged): the re-emission pass keeps asking, a
@@ -262,7 +253,7 @@ def on_session_expired(ctx: _Ctx, agent_id: str) -> None:
             _resolve_in_flight(ctx, ex, EffectOutcome.UNKNOWN, "session_expired")
 
 
-def _resolve_in_flight(ctx: _Ctx, ex: Execution, outcome: EffectOutcome, source: str) -> None:
+def _resolve_in_flight(ctx: Ctx, ex: Execution, outcome: EffectOutcome, source: str) -> None:
     """Record every accepted tool call of ``ex`` that has no recorded outcome as ``outcome``
     (``source``: the bounded code of what resolved them, a metrics label)."""
     st = ctx.state
@@ -303,7 +294,7 @@ def _subtree(st: State, root_id: str) -> list[str]:
     return out
 
 
-def _request_subtree(ctx: _Ctx, scope: CancelScope) -> None:
+def _request_subtree(ctx: Ctx, scope: CancelScope) -> None:
     """Ask every unsettled execution of the scope's subtree to stop at its cancel generation:
     CANCEL_REQUESTED (the table's CANCEL row), an open request, one CancelRequested.v1 each.
 
@@ -317,7 +308,7 @@ def _request_subtree(ctx: _Ctx, scope: CancelScope) -> None:
         _stabilize(ctx, scope)
 
 
-def _request_each(ctx: _Ctx, scope: CancelScope) -> None:
+def _request_each(ctx: Ctx, scope: CancelScope) -> None:
     st = ctx.state
     book = st.cancel
     executions, requests, pending, fx = st.executions, book.requests, scope.pending, ctx.fx
@@ -339,7 +330,7 @@ def _request_each(ctx: _Ctx, scope: CancelScope) -> None:
                 continue
             # Every unsettled status has a row; a status added without one is a bug.
             raise E.InvariantViolation(f"{eid} is {ex.status.value} and has no cancel transition")
-        _set_status(ctx, ex, nxt, "cancel_requested")
+        set_status(ctx, ex, nxt, "cancel_requested")
         req = requests.get(eid)
         if req is None:
             req = CancelRequest(eid, scope.run_id, ex.generation, cgen, reason, now, now, 1, only_this)
@@ -369,17 +360,17 @@ def _request_each(ctx: _Ctx, scope: CancelScope) -> None:
     st.bump("cancel.requested", requested)
 
 
-def cancel_run(ctx: _Ctx, cmd: CancelRun) -> Outcome:
+def cancel_run(ctx: Ctx, cmd: CancelRun) -> Outcome:
     """Raise the run's cancel generation and ask every unsettled execution of it to stop."""
     st = ctx.state
     validate_name(cmd.run_id, "run_id")
-    _reason(ctx, cmd.reason)
+    check_reason(ctx, cmd.reason)
     run = st.runs.get(cmd.run_id)
     if run is None:
         raise E.not_found("no_run", f"run {cmd.run_id} does not exist", run_id=cmd.run_id)
     agent = ctx.agent_id
     if agent is not None:
-        _require_session(ctx)
+        require_session(ctx)
         if st.executions[run.root_id].agent_id != agent:
             raise E.denied(
                 "not_owner", f"run {cmd.run_id} is cancelled by its root's agent, an operator or a cluster node"
@@ -415,11 +406,11 @@ def cancel_run(ctx: _Ctx, cmd: CancelRun) -> Outcome:
     return applied(ctx.fx)
 
 
-def cancel_subtree(ctx: _Ctx, execution: Execution, reason: str, cause: str) -> CancelScope:
+def cancel_subtree(ctx: Ctx, execution: Execution, reason: str, cause: str) -> CancelScope:
     """Cancel a deadlock victim's current attempt and every unsettled descendant (recovery's step).
 
     The caller has already moved ``execution`` WAITING -> CANCELLING (its CAS at the generation)
-    and releases its holdings afterwards with ``machine._end_attempt``. This emits
+    and releases its holdings afterwards with ``lifecycle.end_attempt``. This emits
     ``CancelRequested.v1`` for the victim and each descendant and tracks their acks like
     ``CancelRun`` does; the run's cancel generation is not raised, so the victim may later be
     retried at a new generation (unless its run gets cancelled).
@@ -454,7 +445,7 @@ def count_unknown(st: State, source: str, generation: int) -> None:
     telemetry.bump(st, "cancel.side_effects_unknown", source=source, generation=telemetry.generation_bucket(generation))
 
 
-def _queue_compensations(ctx: _Ctx, ex: Execution) -> None:
+def _queue_compensations(ctx: Ctx, ex: Execution) -> None:
     """One compensation per committed compensatable write, queued after the commit is recorded."""
     book = ctx.state.cancel
     for effect_id in sorted(ex.side_effects):
@@ -469,15 +460,15 @@ def _queue_compensations(ctx: _Ctx, ex: Execution) -> None:
             )
 
 
-def _settle(ctx: _Ctx, ex: Execution, req: CancelRequest, settled: Event, cause: str, end_reason: str) -> None:
+def _settle(ctx: Ctx, ex: Execution, req: CancelRequest, settled: Event, cause: str, end_reason: str) -> None:
     """The execution stopped: CANCELLED (``settled``), or NEEDS_RECONCILIATION if anything it did
     is UNKNOWN. Its attempt ends (waits closed, holdings and claim released) in the same apply."""
     st = ctx.state
     unknown = any(se.outcome is EffectOutcome.UNKNOWN for se in ex.side_effects.values())
     nxt = next_status(ex, Event.RECONCILE if unknown else settled)
     _queue_compensations(ctx, ex)
-    _end_attempt(ctx, ex, end_reason)
-    _set_status(ctx, ex, nxt, cause)
+    end_attempt(ctx, ex, end_reason)
+    set_status(ctx, ex, nxt, cause)
     if unknown:
         open_reconciliation(ctx, ex, cause)
     del st.cancel.requests[ex.execution_id]
@@ -488,7 +479,7 @@ def _settle(ctx: _Ctx, ex: Execution, req: CancelRequest, settled: Event, cause:
             _stabilize(ctx, scope)
 
 
-def open_reconciliation(ctx: _Ctx, ex: Execution, cause: str) -> None:
+def open_reconciliation(ctx: Ctx, ex: Execution, cause: str) -> None:
     """Open a human reconciliation item for the UNKNOWN side effects of ``ex`` (once per attempt).
 
     Used when a cancelled execution settles with UNKNOWN effects, and by recovery when a deadlock
@@ -513,7 +504,7 @@ def open_reconciliation(ctx: _Ctx, ex: Execution, cause: str) -> None:
     )
 
 
-def _stabilize(ctx: _Ctx, scope: CancelScope) -> None:
+def _stabilize(ctx: Ctx, scope: CancelScope) -> None:
     """No member is asked to stop any more: check (and, if a bug left any, release and count)
     the holdings of its settled members, then declare the scope CANCELLED_STABLE."""
     st = ctx.state
@@ -524,7 +515,7 @@ def _stabilize(ctx: _Ctx, scope: CancelScope) -> None:
         for target_id in sorted(st.satisfies.get(eid, ())):
             t = st.targets[target_id]
             if eid in t.holders:
-                _release_holding(ctx, t, eid, "leaked")
+                release_holding(ctx, t, eid, "leaked")
                 leaked += 1
         if eid in st.cancel.claims:
             release_claim(ctx, eid, "leaked")
@@ -554,14 +545,14 @@ def _stabilize(ctx: _Ctx, scope: CancelScope) -> None:
     )
 
 
-def ack_cancel(ctx: _Ctx, cmd: AckCancel) -> Outcome:
+def ack_cancel(ctx: Ctx, cmd: AckCancel) -> Outcome:
     """The execution stopped; ``side_effects`` is the outcome of its tool calls still in flight
     (record known outcomes one by one with RecordSideEffect first)."""
     st = ctx.state
-    ex = _owned(ctx, cmd.execution_id)
+    ex = owned_execution(ctx, cmd.execution_id)
     if cmd.generation < ex.generation:
         return noop("stale_generation", f"g{cmd.generation} of {ex.execution_id} is an old attempt")
-    _current(ex, cmd.generation)
+    check_current(ex, cmd.generation)
     req = st.cancel.requests.get(ex.execution_id)
     if req is None:
         if ex.status in SETTLED:
@@ -607,9 +598,9 @@ def ack_cancel(ctx: _Ctx, cmd: AckCancel) -> Outcome:
     return applied(ctx.fx)
 
 
-def _quarantine(ctx: _Ctx, ex: Execution, req: CancelRequest) -> None:
+def _quarantine(ctx: Ctx, ex: Execution, req: CancelRequest) -> None:
     st = ctx.state
-    _set_status(ctx, ex, next_status(ex, Event.QUARANTINE), "cancel_slo_exceeded")
+    set_status(ctx, ex, next_status(ex, Event.QUARANTINE), "cancel_slo_exceeded")
     req.quarantined_at_ms = ctx.now
     st.bump("cancel.quarantined")
     ctx.fx.append(
@@ -631,10 +622,10 @@ def _quarantine(ctx: _Ctx, ex: Execution, req: CancelRequest) -> None:
             )
 
 
-def reemit_cancels(ctx: _Ctx, cmd: ReemitCancels) -> Outcome:
+def reemit_cancels(ctx: Ctx, cmd: ReemitCancels) -> Outcome:
     """The leader's periodic convergence pass: quarantine what is past the cancellation SLO, then
     ask again every execution that has not acknowledged its cancel generation for an interval."""
-    _require_operator(ctx, "ReemitCancels")
+    require_operator(ctx, "ReemitCancels")
     if not 0 < cmd.max_emissions <= 1_000_000:
         raise E.invalid("bad_max_emissions", "max_emissions must be 1..1000000")
     st = ctx.state
@@ -680,13 +671,13 @@ def reemit_cancels(ctx: _Ctx, cmd: ReemitCancels) -> Outcome:
     return applied(ctx.fx)
 
 
-def release_quarantine(ctx: _Ctx, cmd: ReleaseQuarantine) -> Outcome:
+def release_quarantine(ctx: Ctx, cmd: ReleaseQuarantine) -> Outcome:
     """An operator has isolated what the quarantined execution touched: settle it and hand its
     resources back. ``side_effects`` is what the operator established for its calls still in flight."""
-    _require_operator(ctx, "ReleaseQuarantine")
-    ex = _owned(ctx, cmd.execution_id)
-    _reason(ctx, cmd.reason)
-    _current(ex, cmd.generation)
+    require_operator(ctx, "ReleaseQuarantine")
+    ex = owned_execution(ctx, cmd.execution_id)
+    check_reason(ctx, cmd.reason)
+    check_current(ex, cmd.generation)
     if ex.status is not S.QUARANTINED:
         raise E.precondition(
             "not_quarantined", f"{ex.execution_id} is {ex.status.value}, not QUARANTINED", execution_id=ex.execution_id
@@ -701,7 +692,7 @@ def release_quarantine(ctx: _Ctx, cmd: ReleaseQuarantine) -> Outcome:
 # -- claims and tool calls ----------------------------------------------------------------------
 
 
-def _execution(ctx: _Ctx, execution_id: str) -> Execution:
+def _execution(ctx: Ctx, execution_id: str) -> Execution:
     id_kind(execution_id, "execution_id", frozenset({Kind.EXEC}))
     ex = ctx.state.executions.get(execution_id)
     if ex is None:
@@ -709,15 +700,15 @@ def _execution(ctx: _Ctx, execution_id: str) -> Execution:
     return ex
 
 
-def _claimant(ctx: _Ctx) -> str:
+def _claimant(ctx: Ctx) -> str:
     agent = ctx.agent_id
     if agent is None:
         raise E.denied("agents_only", "a task is claimed by the agent that runs it, not by an operator or node")
-    _require_session(ctx)
+    require_session(ctx)
     return agent
 
 
-def claim_task(ctx: _Ctx, cmd: ClaimTask) -> Outcome:
+def claim_task(ctx: Ctx, cmd: ClaimTask) -> Outcome:
     """Claim the execution's current attempt for ``lease_ms`` of logical time.
 
     An unclaimed execution is claimed by its own agent. An expired claim may be taken over by any
@@ -731,8 +722,8 @@ def claim_task(ctx: _Ctx, cmd: ClaimTask) -> Outcome:
         raise E.invalid("bad_lease", f"lease_ms must be 1..{st.limits.max_lease_ms}")
     _admission(st, ex.run_id, "claim a task")
     _fence(st, ex.run_id, cmd.observed_cancel_generation, "claim a task")
-    _current(ex, cmd.generation)
-    _live(ex, "be claimed")
+    check_current(ex, cmd.generation)
+    check_live(ex, "be claimed")
     claim = st.cancel.claims.get(ex.execution_id)
     took_over = claim is not None
     if claim is not None and ctx.now < claim.expires_at_ms:
@@ -757,7 +748,7 @@ def claim_task(ctx: _Ctx, cmd: ClaimTask) -> Outcome:
         # The old worker is presumed gone: what its attempt had in flight is UNKNOWN until someone
         # records what really happened (UNKNOWN -> COMMITTED / NONE stay allowed).
         _resolve_in_flight(ctx, ex, EffectOutcome.UNKNOWN, "claim_taken_over")
-        _new_attempt(ctx, ex, next_status(ex, Event.RETRY), "claim_taken_over", "claim_expired")
+        new_attempt(ctx, ex, next_status(ex, Event.RETRY), "claim_taken_over", "claim_expired")
         # The open execution changes hands; its attempt ended above, so it has no open wait to move.
         st.count_open_execution(ex.agent_id, -1)
         st.count_open_execution(agent, 1)
@@ -776,20 +767,20 @@ def claim_task(ctx: _Ctx, cmd: ClaimTask) -> Outcome:
     return applied(ctx.fx)
 
 
-def renew_claim(ctx: _Ctx, cmd: RenewClaim) -> Outcome:
+def renew_claim(ctx: Ctx, cmd: RenewClaim) -> Outcome:
     """Extend a live claim by its lease; an expired, superseded or cancelled claim is not renewed."""
     st = ctx.state
     ex = _execution(ctx, cmd.execution_id)
     agent = _claimant(ctx)
     _fence(st, ex.run_id, cmd.observed_cancel_generation, "renew a claim")
-    _current(ex, cmd.generation)
+    check_current(ex, cmd.generation)
     claim = st.cancel.claims.get(ex.execution_id)
     if claim is None or claim.agent_id != agent:
         raise E.precondition(
             "not_claimed", f"{agent} holds no claim on {ex.execution_id} g{ex.generation}", execution_id=ex.execution_id
         )
     _check_claim(ctx, ex, "renew it")
-    _live(ex, "renew its claim")
+    check_live(ex, "renew its claim")
     claim.expires_at_ms = ctx.now + claim.lease_ms
     return applied(
         [
@@ -803,14 +794,14 @@ def renew_claim(ctx: _Ctx, cmd: RenewClaim) -> Outcome:
     )
 
 
-def accept_tool_call(ctx: _Ctx, cmd: AcceptToolCall) -> Outcome:
+def accept_tool_call(ctx: Ctx, cmd: AcceptToolCall) -> Outcome:
     """Admit one tool call of a RUNNING attempt; it stays in flight until its outcome is recorded
     (RecordSideEffect, the cancel ack, or UNKNOWN when the agent's session expires)."""
     st = ctx.state
-    ex = _owned(ctx, cmd.execution_id)
+    ex = owned_execution(ctx, cmd.execution_id)
     validate_name(cmd.effect_id, "effect_id")
     _fence(st, ex.run_id, cmd.observed_cancel_generation, "accept a tool call")
-    _current(ex, cmd.generation)
+    check_current(ex, cmd.generation)
     _check_claim(ctx, ex, "accept a tool call")
     if ex.status is not S.RUNNING:
         raise E.precondition(
@@ -846,13 +837,13 @@ def accept_tool_call(ctx: _Ctx, cmd: AcceptToolCall) -> Outcome:
 # -- admission and configuration ------------------------------------------------------------------
 
 
-def freeze_admission(ctx: _Ctx, cmd: FreezeAdmission) -> Outcome:
+def freeze_admission(ctx: Ctx, cmd: FreezeAdmission) -> Outcome:
     """Stop new delegations (child creation, claims) for one run or, without ``run_id``, the cluster.
 
     Nothing already admitted is touched: the graph is never cleared as a shortcut.
     """
-    _require_operator(ctx, "FreezeAdmission")
-    _reason(ctx, cmd.reason)
+    require_operator(ctx, "FreezeAdmission")
+    check_reason(ctx, cmd.reason)
     book = ctx.state.cancel
     if cmd.run_id is None:
         if book.cluster_frozen == cmd.reason:
@@ -868,7 +859,7 @@ def freeze_admission(ctx: _Ctx, cmd: FreezeAdmission) -> Outcome:
     return applied([AdmissionChanged(run_id=None, frozen=True, reason=cmd.reason)])
 
 
-def freeze_run(ctx: _Ctx, run_id: str, reason: str) -> None:
+def freeze_run(ctx: Ctx, run_id: str, reason: str) -> None:
     """Freeze one run's admission inside an apply (FreezeAdmission; recovery's escalation)."""
     book = ctx.state.cancel
     if book.frozen_runs.get(run_id) == reason:
@@ -878,9 +869,9 @@ def freeze_run(ctx: _Ctx, run_id: str, reason: str) -> None:
     ctx.fx.append(AdmissionChanged(run_id=run_id, frozen=True, reason=reason))
 
 
-def unfreeze_admission(ctx: _Ctx, cmd: UnfreezeAdmission) -> Outcome:
-    _require_operator(ctx, "UnfreezeAdmission")
-    _reason(ctx, cmd.reason)
+def unfreeze_admission(ctx: Ctx, cmd: UnfreezeAdmission) -> Outcome:
+    require_operator(ctx, "UnfreezeAdmission")
+    check_reason(ctx, cmd.reason)
     book = ctx.state.cancel
     if cmd.run_id is None:
         if book.cluster_frozen is None:
@@ -893,14 +884,14 @@ def unfreeze_admission(ctx: _Ctx, cmd: UnfreezeAdmission) -> Outcome:
     return applied([AdmissionChanged(run_id=cmd.run_id, frozen=False, reason=cmd.reason)])
 
 
-def _known_run(ctx: _Ctx, run_id: str) -> None:
+def _known_run(ctx: Ctx, run_id: str) -> None:
     validate_name(run_id, "run_id")
     if run_id not in ctx.state.runs:
         raise E.not_found("no_run", f"run {run_id} does not exist", run_id=run_id)
 
 
-def configure(ctx: _Ctx, cmd: ConfigureCancellation) -> Outcome:
-    _require_operator(ctx, "ConfigureCancellation")
+def configure(ctx: Ctx, cmd: ConfigureCancellation) -> Outcome:
+    require_operator(ctx, "ConfigureCancellation")
     limit = ctx.state.limits.max_lease_ms
     if not 0 < cmd.slo_ms <= limit:
         raise E.invalid("bad_slo", f"slo_ms must be 1..{limit}")

@@ -6,7 +6,7 @@ Rules kept here:
 - Every collection is written sorted (ids, then numbers), never in hash order. Timers hand out due
   executions in (logical ms, execution id) order, so a replica that restored a snapshot handles
   them in the same order as one that never did.
-- No logic lives here beyond bookkeeping; :mod:`statemachine.cancel` decides what happens.
+- No logic lives here beyond bookkeeping; :mod:`waitgraph.statemachine.cancel` decides what happens.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Structural invariants of a :class:`~statemachine.state.State`, as a list of violations.
+"""Structural invariants of a :class:`~waitgraph.statemachine.state.State`, as a list of violations.
 
 Rules kept here:
 - Pure and read-only: ``check`` never mutates the state and never raises for a violation; it

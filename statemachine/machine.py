@@ -15,9 +15,8 @@ Rules kept here:
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
-from enum import StrEnum
 
+from . import cancel as _cancel
 from . import errors as E
 from . import recovery
 from .codec import command_fingerprint, decode_envelope
@@ -60,25 +59,28 @@ from .commands import (
     UnfreezeAdmission,
     VoteRecovery,
 )
+from .context import (
+    Ctx,
+    check_current,
+    check_nonneg,
+    check_open_execution_room,
+    check_reason,
+    owned_execution,
+    require_operator,
+    require_session,
+)
 from .effects import (
     Acquired,
     ApprovalDecided,
     ArtifactProduced,
     CostRecorded,
-    Effect,
     ExecutionCreated,
-    ExecutionStateChanged,
-    GenerationAdvanced,
-    Released,
-    SatisfierClosed,
     SatisfierDeclared,
     SessionEnded,
     SessionJoined,
     SessionRenewed,
     SideEffectRecorded,
     TargetCreated,
-    WaitClosed,
-    WaitRegistered,
 )
 from .enums import SETTLED, TERMINAL, EffectOutcome, ExecStatus, Relation, SessionStatus
 from .errors import CodecError, Rejection
@@ -88,12 +90,25 @@ from .ids import (
     HELD_KINDS,
     OUTSIDE_KINDS,
     TARGET_KINDS,
-    ActorKind,
     Kind,
     actor_kind,
     id_kind,
     kind_of,
     validate_name,
+)
+from .lifecycle import (
+    Event,
+    check_live,
+    close_satisfier,
+    close_wait,
+    end_attempt,
+    new_attempt,
+    next_status,
+    open_edge,
+    release_holding,
+    set_status,
+    touch_waiters,
+    wake_waiters,
 )
 from .outcome import Outcome, Result, applied, noop, rejected
 from .state import Execution, Limits, Run, Session, SideEffect, State, Target, WaitEdge, edge_id
@@ -101,110 +116,12 @@ from .state import Execution, Limits, Run, Session, SideEffect, State, Target, W
 # -- the execution lifecycle as a table ----------------------------------------------------------
 
 
-class Event(StrEnum):
-    """What moves an execution; named after the command (or cascade) that causes it."""
-
-    START = "StartExecution"
-    BLOCK = "RegisterWait"
-    RESUME = "ResumeExecution"
-    WAITS_CLEARED = "WaitsCleared"
-    COMPLETE = "CompleteExecution"
-    FAIL = "FailExecution"
-    RETRY = "RetryExecution"
-    CANCEL = "CancelRun"
-    CANCEL_ACK = "AckCancel"
-    RECONCILE = "SideEffectsUnknown"
-    QUARANTINE = "CancelSloExceeded"
-    RELEASE_QUARANTINE = "ReleaseQuarantine"
-    VICTIM = "CommitRecovery"
-    """A recovery decision's CAS: only a WAITING execution can be a deadlock victim."""
-
-
-S = ExecStatus
-TRANSITIONS: dict[tuple[ExecStatus, Event], ExecStatus] = {
-    (S.PENDING, Event.START): S.RUNNING,
-    (S.PENDING, Event.BLOCK): S.WAITING,
-    (S.RUNNING, Event.BLOCK): S.WAITING,
-    (S.WAITING, Event.BLOCK): S.WAITING,
-    (S.WAITING, Event.RESUME): S.RUNNING,
-    (S.WAITING, Event.WAITS_CLEARED): S.RUNNING,
-    (S.WAITING, Event.VICTIM): S.CANCELLING,
-    (S.RUNNING, Event.COMPLETE): S.COMPLETED,
-    (S.WAITING, Event.COMPLETE): S.COMPLETED,
-    (S.PENDING, Event.FAIL): S.FAILED,
-    (S.RUNNING, Event.FAIL): S.FAILED,
-    (S.WAITING, Event.FAIL): S.FAILED,
-    (S.PENDING, Event.RETRY): S.PENDING,
-    (S.RUNNING, Event.RETRY): S.PENDING,
-    (S.WAITING, Event.RETRY): S.PENDING,
-    (S.FAILED, Event.RETRY): S.PENDING,
-    # Cancellation (statemachine/cancel.py): asked to stop, then settled by the execution's ack, by
-    # the SLO (quarantine) and an operator's release; anything UNKNOWN goes to reconciliation.
-    (S.PENDING, Event.CANCEL): S.CANCEL_REQUESTED,
-    (S.RUNNING, Event.CANCEL): S.CANCEL_REQUESTED,
-    (S.WAITING, Event.CANCEL): S.CANCEL_REQUESTED,
-    (S.CANCEL_REQUESTED, Event.CANCEL): S.CANCEL_REQUESTED,
-    (S.CANCELLING, Event.CANCEL): S.CANCELLING,
-    (S.QUARANTINED, Event.CANCEL): S.QUARANTINED,
-    (S.CANCEL_REQUESTED, Event.CANCEL_ACK): S.CANCELLED,
-    (S.CANCELLING, Event.CANCEL_ACK): S.CANCELLED,
-    (S.CANCEL_REQUESTED, Event.RECONCILE): S.NEEDS_RECONCILIATION,
-    (S.CANCELLING, Event.RECONCILE): S.NEEDS_RECONCILIATION,
-    (S.QUARANTINED, Event.RECONCILE): S.NEEDS_RECONCILIATION,
-    (S.CANCEL_REQUESTED, Event.QUARANTINE): S.QUARANTINED,
-    (S.CANCELLING, Event.QUARANTINE): S.QUARANTINED,
-    (S.QUARANTINED, Event.RELEASE_QUARANTINE): S.CANCELLED,
-    (S.CANCELLED, Event.RETRY): S.PENDING,
-}
-"""(state, event) -> next state. A missing pair is an illegal transition."""
-
-LIVE = frozenset({S.PENDING, S.RUNNING, S.WAITING})
-"""States in which an execution may acquire, wait, and be waited for."""
-
-
-def next_status(ex: Execution, event: Event) -> ExecStatus:
-    nxt = TRANSITIONS.get((ex.status, event))
-    if nxt is None:
-        raise E.precondition(
-            "illegal_transition",
-            f"{ex.execution_id} is {ex.status.value}; {event.value} is not allowed there",
-            execution_id=ex.execution_id,
-            state=ex.status.value,
-            command=event.value,
-        )
-    return nxt
-
-
 # -- the machine ----------------------------------------------------------------------------------
 
-# Members compared on every apply, read once here: reading a member off its enum class takes the
-# metaclass's slow attribute path on Python 3.11 (EnumType defines __getattr__), ~60 ns a time.
-_AGENT = ActorKind.AGENT
-_ACTIVE = SessionStatus.ACTIVE
 _NOOP = Result.NOOP
-
-
-@dataclass(slots=True, init=False)
-class _Ctx:
-    """One apply in progress: who, when, and the effects accumulated so far."""
-
-    state: State
-    actor: str
-    actor_kind: ActorKind
-    now: int
-    fx: list[Effect]
-    agent_id: str | None
-    """The sending agent's id (None for operators and nodes), read by most handlers."""
-
-    def __init__(self, state: State, actor: str, actor_kind: ActorKind, now: int) -> None:
-        # Written out: one is made per apply, and the generated __init__ with a default factory
-        # and a __post_init__ cost twice as much.
-        self.state = state
-        self.actor = actor
-        self.actor_kind = actor_kind
-        self.now = now
-        self.fx = []
-        self.agent_id = actor.partition(":")[2] if actor_kind is _AGENT else None
+_ACTIVE = SessionStatus.ACTIVE
+_EXEC_ONLY = frozenset({Kind.EXEC})
+S = ExecStatus
 
 
 class StateMachine:
@@ -247,7 +164,7 @@ class StateMachine:
                     )
                 first = seen[1]
                 return Outcome(first.result, first.effects, first.code, first.status, first.message, first.fields, True)
-        ctx = _Ctx(st, env.actor, kind, max(st.now_ms, env.at_ms))
+        ctx = Ctx(st, env.actor, kind, max(st.now_ms, env.at_ms))
         try:
             out = _dispatch(ctx, env.command)
         except Rejection as rej:
@@ -272,7 +189,7 @@ class StateMachine:
         return self.state.digest()
 
 
-def _dispatch(ctx: _Ctx, cmd: Command) -> Outcome:
+def _dispatch(ctx: Ctx, cmd: Command) -> Outcome:
     # Each case is a class check in turn: the most frequent writes come first.
     match cmd:
         case RegisterWait():
@@ -302,7 +219,7 @@ def _dispatch(ctx: _Ctx, cmd: Command) -> Outcome:
             _cancel.fence_execution(ctx, cmd.execution_id, cmd.generation, cmd.observed_cancel_generation, "commit")
             return _lifecycle(ctx, cmd.execution_id, cmd.generation, Event.COMPLETE, "completed")
         case FailExecution():
-            _reason(ctx, cmd.reason)
+            check_reason(ctx, cmd.reason)
             return _lifecycle(ctx, cmd.execution_id, cmd.generation, Event.FAIL, cmd.reason)
         case RetryExecution():
             _cancel.check_retry(ctx, cmd.execution_id)
@@ -357,89 +274,7 @@ def _dispatch(ctx: _Ctx, cmd: Command) -> Outcome:
 # -- shared checks --------------------------------------------------------------------------------
 
 
-def _reason(ctx: _Ctx, reason: str) -> None:
-    if not reason or len(reason) > ctx.state.limits.max_reason_len:
-        raise E.invalid("bad_reason", f"reason must be 1..{ctx.state.limits.max_reason_len} characters")
-
-
-def _nonneg(value: int, name: str) -> None:
-    if value < 0:
-        raise E.invalid("negative", f"{name} must not be negative", field=name)
-
-
-def _require_session(ctx: _Ctx) -> None:
-    agent = ctx.agent_id
-    if agent is None:
-        return
-    s = ctx.state.sessions.get(agent)
-    if s is None or s.status is not _ACTIVE:
-        raise E.precondition("no_session", f"agent {agent} has no active session; join first", agent_id=agent)
-
-
-def _require_operator(ctx: _Ctx, what: str) -> None:
-    if ctx.actor_kind is ActorKind.AGENT:
-        raise E.denied("operator_only", f"{what} is for operators and cluster nodes, not agents")
-
-
-_EXEC_ONLY = frozenset({Kind.EXEC})
-
-
-def _owned(ctx: _Ctx, execution_id: str) -> Execution:
-    """The execution, checked to belong to the sending agent (operators and nodes may act on any)."""
-    id_kind(execution_id, "execution_id", _EXEC_ONLY)
-    ex = ctx.state.executions.get(execution_id)
-    if ex is None:
-        raise E.not_found("no_execution", f"{execution_id} does not exist", execution_id=execution_id)
-    agent = ctx.agent_id
-    if agent is not None and ex.agent_id != agent:
-        raise E.denied("not_owner", f"{execution_id} belongs to another agent's session", execution_id=execution_id)
-    _require_session(ctx)
-    return ex
-
-
-def _current(ex: Execution, generation: int) -> None:
-    """Acting under a generation other than the current one is refused."""
-    if generation < ex.generation:
-        raise E.precondition(
-            "stale_generation",
-            f"{ex.execution_id} is at generation {ex.generation}; g{generation} is an old attempt",
-            execution_id=ex.execution_id,
-            current=ex.generation,
-        )
-    if generation > ex.generation:
-        raise E.invalid(
-            "future_generation",
-            f"{ex.execution_id} is at generation {ex.generation}; g{generation} does not exist yet",
-            execution_id=ex.execution_id,
-            current=ex.generation,
-        )
-
-
-def _live(ex: Execution, what: str) -> None:
-    if ex.status not in LIVE:
-        raise E.precondition(
-            "not_live",
-            f"{ex.execution_id} is {ex.status.value}; it cannot {what}",
-            execution_id=ex.execution_id,
-            state=ex.status.value,
-        )
-
-
-def check_open_execution_room(st: State, agent_id: str) -> None:
-    """Refuse one more unsettled execution for ``agent_id`` (a creation, a retry of a settled
-    execution, a claim takeover) when it already has its share."""
-    limit = st.limits.max_open_executions_per_agent
-    if st.open_executions_by_agent.get(agent_id, 0) >= limit:
-        raise E.exhausted(
-            "agent_execution_limit",
-            f"agent {agent_id} already has {limit} open executions (max_open_executions_per_agent); "
-            "finish, fail or cancel some first",
-            agent_id=agent_id,
-            limit=limit,
-        )
-
-
-def _target(ctx: _Ctx, target_id: str, allowed: frozenset[Kind], field_name: str = "target_id") -> Target:
+def _target(ctx: Ctx, target_id: str, allowed: frozenset[Kind], field_name: str = "target_id") -> Target:
     id_kind(target_id, field_name, allowed)
     t = ctx.state.targets.get(target_id)
     if t is None:
@@ -450,131 +285,17 @@ def _target(ctx: _Ctx, target_id: str, allowed: frozenset[Kind], field_name: str
 # -- cascades (run only after every check has passed) -------------------------------------------
 
 
-def _set_status(ctx: _Ctx, ex: Execution, nxt: ExecStatus, cause: str) -> None:
-    if ex.status is nxt:
-        return
-    ctx.fx.append(
-        ExecutionStateChanged(
-            execution_id=ex.execution_id, generation=ex.generation, before=ex.status, after=nxt, cause=cause
-        )
-    )
-    was_settled = ex.status in SETTLED
-    if was_settled is not (nxt in SETTLED):
-        ctx.state.count_open_execution(ex.agent_id, 1 if was_settled else -1)
-    ex.status = nxt
-    ex.status_at_ms = ctx.now
-    ctx.state.touch(ex.execution_id)
-
-
-def open_edge(ctx: _Ctx, ex: Execution, edge: WaitEdge) -> None:
-    """Add a checked edge of ``ex``'s current attempt (an agent's RegisterWait, or an edge the
-    coordinator registers itself, like a tie-break loser waiting behind the winner)."""
-    ctx.state.add_wait(edge)
-    ex.edge_hwm[edge.target_id] = edge.edge_version
-    ctx.state.touch(ex.execution_id)
-    ctx.fx.append(
-        WaitRegistered(
-            edge_id=edge.edge_id,
-            waiter_generation=edge.waiter_generation,
-            target_generation=edge.target_generation,
-            edge_version=edge.edge_version,
-            deadline_ms=edge.deadline_ms,
-            cancel_mode=edge.cancel_mode,
-        )
-    )
-
-
-def _close_wait(ctx: _Ctx, edge: WaitEdge, reason: str, wake: bool = True) -> None:
-    """Close one edge; with ``wake`` a waiter whose last wait closed goes WAITING -> RUNNING."""
-    st = ctx.state
-    st.remove_wait(edge)
-    st.touch(edge.waiter_id)
-    ctx.fx.append(
-        WaitClosed(
-            edge_id=edge.edge_id,
-            waiter_generation=edge.waiter_generation,
-            edge_version=edge.edge_version,
-            reason=reason,
-        )
-    )
-    waiter = st.executions[edge.waiter_id]
-    if wake and waiter.status is S.WAITING and edge.waiter_id not in st.waits_by_waiter:
-        _set_status(ctx, waiter, TRANSITIONS[(S.WAITING, Event.WAITS_CLEARED)], "waits_cleared")
-
-
-def _wake_waiters(ctx: _Ctx, target_id: str, reason: str, up_to: int | None = None) -> None:
-    """Close the waits a target event resolves (all, or those for generations <= ``up_to``)."""
-    for edge in ctx.state.waits_on(target_id):
-        if up_to is None or edge.target_generation <= up_to:
-            _close_wait(ctx, edge, reason)
-
-
-def _touch_waiters(ctx: _Ctx, target_id: str) -> None:
-    """The target's satisfiers changed: its waiters' wait-for edges changed with them."""
-    for edge in ctx.state.waits_on(target_id):
-        ctx.state.touch(edge.waiter_id)
-
-
-def _release_holding(ctx: _Ctx, t: Target, execution_id: str, reason: str) -> None:
-    st = ctx.state
-    gen = t.holders.pop(execution_id)
-    st.drop_satisfies(execution_id, t.target_id)
-    ctx.fx.append(
-        Released(target_id=t.target_id, execution_id=execution_id, generation=gen, lease=t.version, reason=reason)
-    )
-    _wake_waiters(ctx, t.target_id, "target_released")
-
-
-def _close_satisfier(ctx: _Ctx, t: Target, reason: str) -> None:
-    assert t.satisfier_id is not None
-    if t.satisfier_id.startswith("exec:"):
-        ctx.state.drop_satisfies(t.satisfier_id, t.target_id)
-    ctx.fx.append(
-        SatisfierClosed(
-            target_id=t.target_id,
-            satisfier_id=t.satisfier_id,
-            satisfier_generation=t.satisfier_generation,
-            reason=reason,
-        )
-    )
-    t.satisfier_id, t.satisfier_generation, t.satisfier_for = None, 0, 0
-    _touch_waiters(ctx, t.target_id)
-
-
-def _end_attempt(ctx: _Ctx, ex: Execution, reason: str) -> None:
-    """The current attempt is over (finished, failed or superseded): close everything it had.
-
-    Its own waits close, its holdings are released (waking their waiters), satisfier edges that
-    name it close, and waits on ``exec:<it>`` at this generation close.
-    """
-    st = ctx.state
-    # No wake-up: the attempt moves straight to its next state (WAITING -> COMPLETED, not via
-    # RUNNING), so the effects show the transition the table names.
-    for edge in st.waits_of(ex.execution_id):
-        _close_wait(ctx, edge, reason, wake=False)
-    for target_id in sorted(st.satisfies.get(ex.execution_id, ())):
-        t = st.targets[target_id]
-        if ex.execution_id in t.holders:
-            _release_holding(ctx, t, ex.execution_id, reason)
-        if t.satisfier_id == ex.execution_id:
-            _close_satisfier(ctx, t, reason)
-    for edge in st.waits_on(ex.execution_id):
-        if edge.target_generation <= ex.generation:
-            _close_wait(ctx, edge, "target_" + reason)
-    _cancel.release_claim(ctx, ex.execution_id, reason)
-
-
 # -- sessions -------------------------------------------------------------------------------------
 
 
-def _session_agent(ctx: _Ctx, agent_id: str) -> str:
+def _session_agent(ctx: Ctx, agent_id: str) -> str:
     validate_name(agent_id, "agent_id")
     if ctx.agent_id is not None and ctx.agent_id != agent_id:
         raise E.denied("not_owner", f"an agent may only manage its own session, not {agent_id}")
     return agent_id
 
 
-def _join(ctx: _Ctx, cmd: JoinSession) -> Outcome:
+def _join(ctx: Ctx, cmd: JoinSession) -> Outcome:
     st = ctx.state
     agent = _session_agent(ctx, cmd.agent_id)
     if not 0 < cmd.lease_ms <= st.limits.max_lease_ms:
@@ -595,7 +316,7 @@ def _join(ctx: _Ctx, cmd: JoinSession) -> Outcome:
     return applied([SessionJoined(agent_id=agent, incarnation=incarnation, expires_at_ms=expires)])
 
 
-def _heartbeat(ctx: _Ctx, cmd: Heartbeat) -> Outcome:
+def _heartbeat(ctx: Ctx, cmd: Heartbeat) -> Outcome:
     st = ctx.state
     agent = _session_agent(ctx, cmd.agent_id)
     s = st.sessions.get(agent)
@@ -606,7 +327,7 @@ def _heartbeat(ctx: _Ctx, cmd: Heartbeat) -> Outcome:
     return applied([SessionRenewed(agent_id=agent, expires_at_ms=s.expires_at_ms)])
 
 
-def _leave(ctx: _Ctx, cmd: LeaveSession) -> Outcome:
+def _leave(ctx: Ctx, cmd: LeaveSession) -> Outcome:
     agent = _session_agent(ctx, cmd.agent_id)
     s = ctx.state.sessions.get(agent)
     if s is None or s.status is not SessionStatus.ACTIVE:
@@ -618,11 +339,11 @@ def _leave(ctx: _Ctx, cmd: LeaveSession) -> Outcome:
 # -- executions -----------------------------------------------------------------------------------
 
 
-def _create_execution(ctx: _Ctx, cmd: CreateExecution) -> Outcome:
+def _create_execution(ctx: Ctx, cmd: CreateExecution) -> Outcome:
     st = ctx.state
     id_kind(cmd.execution_id, "execution_id", _EXEC_ONLY)
     validate_name(cmd.run_id, "run_id")
-    _require_session(ctx)
+    require_session(ctx)
     if cmd.execution_id in st.executions:
         raise E.exists("execution_exists", f"{cmd.execution_id} already exists", execution_id=cmd.execution_id)
     if len(st.executions) >= st.limits.max_executions:
@@ -642,7 +363,7 @@ def _create_execution(ctx: _Ctx, cmd: CreateExecution) -> Outcome:
             raise E.not_found("no_execution", f"parent {cmd.parent_id} does not exist", execution_id=cmd.parent_id)
         if parent.run_id != cmd.run_id:
             raise E.invalid("wrong_run", f"parent {cmd.parent_id} belongs to run {parent.run_id}, not {cmd.run_id}")
-        _live(parent, "create children")
+        check_live(parent, "create children")
     # An agent adds children only under its own executions (a child widens the parent's cancel
     # scope), and hands one to another agent only that way: delegation.
     if ctx.agent_id is not None and parent is not None and parent.agent_id != ctx.agent_id:
@@ -678,50 +399,35 @@ def _create_execution(ctx: _Ctx, cmd: CreateExecution) -> Outcome:
     return applied([ExecutionCreated(execution_id=ex.execution_id, run_id=ex.run_id, agent_id=owner, generation=1)])
 
 
-def _lifecycle(ctx: _Ctx, execution_id: str, generation: int, event: Event, cause: str) -> Outcome:
-    ex = _owned(ctx, execution_id)
+def _lifecycle(ctx: Ctx, execution_id: str, generation: int, event: Event, cause: str) -> Outcome:
+    ex = owned_execution(ctx, execution_id)
     if generation < ex.generation and event in (Event.COMPLETE, Event.FAIL):
         return noop("stale_generation", f"g{generation} of {execution_id} is an old attempt; nothing to finish")
-    _current(ex, generation)
+    check_current(ex, generation)
     nxt = next_status(ex, event)
     if nxt in TERMINAL:
-        _end_attempt(ctx, ex, "waiter_finished" if nxt is S.COMPLETED else "waiter_failed")
-    _set_status(ctx, ex, nxt, cause)
+        end_attempt(ctx, ex, "waiter_finished" if nxt is S.COMPLETED else "waiter_failed")
+    set_status(ctx, ex, nxt, cause)
     return applied(ctx.fx)
 
 
-def _retry(ctx: _Ctx, cmd: RetryExecution) -> Outcome:
-    ex = _owned(ctx, cmd.execution_id)
-    _current(ex, cmd.generation)
+def _retry(ctx: Ctx, cmd: RetryExecution) -> Outcome:
+    ex = owned_execution(ctx, cmd.execution_id)
+    check_current(ex, cmd.generation)
     nxt = next_status(ex, Event.RETRY)
     if ex.status in SETTLED:
         check_open_execution_room(ctx.state, ex.agent_id)
-    _new_attempt(ctx, ex, nxt, "retried")
+    new_attempt(ctx, ex, nxt, "retried")
     return applied(ctx.fx)
-
-
-def _new_attempt(ctx: _Ctx, ex: Execution, nxt: ExecStatus, cause: str, end_reason: str = "generation_changed") -> None:
-    """End the current attempt and start generation + 1 in state ``nxt`` (a retry, a claim takeover)."""
-    _end_attempt(ctx, ex, end_reason)
-    before = ex.generation
-    ex.generation += 1
-    # Edge versions count per generation (``Execution.edge_hwm``): cleared here, when the generation
-    # changes, and not when an attempt merely ends, so that a late close or re-register of an
-    # edge the finished attempt had is still recognised as stale (a no-op, not "never registered").
-    ex.edge_hwm.clear()
-    ctx.fx.append(GenerationAdvanced(execution_id=ex.execution_id, before=before, after=ex.generation))
-    if ex.status is nxt:
-        ctx.state.touch(ex.execution_id)
-    _set_status(ctx, ex, nxt, cause)
 
 
 # -- targets, satisfiers, holdings ----------------------------------------------------------------
 
 
-def _create_target(ctx: _Ctx, cmd: CreateTarget) -> Outcome:
+def _create_target(ctx: Ctx, cmd: CreateTarget) -> Outcome:
     st = ctx.state
     kind = id_kind(cmd.target_id, "target_id", CREATED_TARGET_KINDS)
-    _require_session(ctx)
+    require_session(ctx)
     if kind is Kind.POOL:
         if not 0 < cmd.slots <= st.limits.max_pool_slots:
             raise E.invalid("bad_slots", f"a pool needs 1..{st.limits.max_pool_slots} slots")
@@ -735,11 +441,11 @@ def _create_target(ctx: _Ctx, cmd: CreateTarget) -> Outcome:
     return applied([TargetCreated(target_id=cmd.target_id, slots=cmd.slots)])
 
 
-def _declare_satisfier(ctx: _Ctx, cmd: DeclareSatisfier) -> Outcome:
+def _declare_satisfier(ctx: Ctx, cmd: DeclareSatisfier) -> Outcome:
     st = ctx.state
     t = _target(ctx, cmd.target_id, DECLARED_KINDS)
     skind = id_kind(cmd.satisfier_id, "satisfier_id", frozenset({Kind.EXEC}) | OUTSIDE_KINDS)
-    _require_session(ctx)
+    require_session(ctx)
     if cmd.target_generation < 1:
         raise E.invalid("bad_generation", "target_generation must be at least 1")
     if cmd.target_generation <= t.version:
@@ -747,9 +453,9 @@ def _declare_satisfier(ctx: _Ctx, cmd: DeclareSatisfier) -> Outcome:
             "already_satisfied", f"{t.target_id} is already at version {t.version}", target_id=t.target_id
         )
     if skind is Kind.EXEC:
-        producer = _owned(ctx, cmd.satisfier_id)
-        _current(producer, cmd.satisfier_generation)
-        _live(producer, "satisfy a target")
+        producer = owned_execution(ctx, cmd.satisfier_id)
+        check_current(producer, cmd.satisfier_generation)
+        check_live(producer, "satisfy a target")
     elif cmd.satisfier_generation != 0:
         raise E.invalid("bad_generation", "an outside satisfier has no generation; use 0")
     if (t.satisfier_id, t.satisfier_generation, t.satisfier_for) == (
@@ -759,7 +465,7 @@ def _declare_satisfier(ctx: _Ctx, cmd: DeclareSatisfier) -> Outcome:
     ):
         return noop("already_declared", f"{t.target_id} already has this satisfier")
     if t.satisfier_id is not None:
-        _close_satisfier(ctx, t, "replaced")
+        close_satisfier(ctx, t, "replaced")
     t.satisfier_id, t.satisfier_generation, t.satisfier_for = (
         cmd.satisfier_id,
         cmd.satisfier_generation,
@@ -767,7 +473,7 @@ def _declare_satisfier(ctx: _Ctx, cmd: DeclareSatisfier) -> Outcome:
     )
     if skind is Kind.EXEC:
         st.add_satisfies(cmd.satisfier_id, t.target_id)
-    _touch_waiters(ctx, t.target_id)
+    touch_waiters(ctx, t.target_id)
     relation = Relation.PRODUCED_BY if t.kind is Kind.ARTIFACT else Relation.PROVIDED_BY
     ctx.fx.append(
         SatisfierDeclared(
@@ -781,12 +487,12 @@ def _declare_satisfier(ctx: _Ctx, cmd: DeclareSatisfier) -> Outcome:
     return applied(ctx.fx)
 
 
-def _acquire(ctx: _Ctx, cmd: Acquire) -> Outcome:
+def _acquire(ctx: Ctx, cmd: Acquire) -> Outcome:
     st = ctx.state
     t = _target(ctx, cmd.target_id, HELD_KINDS)
-    ex = _owned(ctx, cmd.execution_id)
-    _current(ex, cmd.generation)
-    _live(ex, "acquire")
+    ex = owned_execution(ctx, cmd.execution_id)
+    check_current(ex, cmd.generation)
+    check_live(ex, "acquire")
     recovery.check_fence(ctx.state, ex.execution_id, cmd.observed_epoch)
     if ex.execution_id in t.holders:
         return noop("already_held", f"{ex.execution_id} already holds {t.target_id}")
@@ -802,29 +508,29 @@ def _acquire(ctx: _Ctx, cmd: Acquire) -> Outcome:
     t.version += 1
     t.holders[ex.execution_id] = ex.generation
     st.add_satisfies(ex.execution_id, t.target_id)
-    _touch_waiters(ctx, t.target_id)
+    touch_waiters(ctx, t.target_id)
     ctx.fx.append(
         Acquired(target_id=t.target_id, execution_id=ex.execution_id, generation=ex.generation, lease=t.version)
     )
     return applied(ctx.fx)
 
 
-def _release(ctx: _Ctx, cmd: Release) -> Outcome:
+def _release(ctx: Ctx, cmd: Release) -> Outcome:
     t = _target(ctx, cmd.target_id, HELD_KINDS)
-    ex = _owned(ctx, cmd.execution_id)
+    ex = owned_execution(ctx, cmd.execution_id)
     if cmd.generation < ex.generation:
         return noop("stale_generation", f"g{cmd.generation} of {ex.execution_id} holds nothing any more")
-    _current(ex, cmd.generation)
+    check_current(ex, cmd.generation)
     if ex.execution_id not in t.holders:
         return noop("not_held", f"{ex.execution_id} does not hold {t.target_id}")
-    _release_holding(ctx, t, ex.execution_id, "released")
+    release_holding(ctx, t, ex.execution_id, "released")
     return applied(ctx.fx)
 
 
 # -- wait edges -----------------------------------------------------------------------------------
 
 
-def _check_wait_target(ctx: _Ctx, cmd: RegisterWait, kind: Kind) -> str:
+def _check_wait_target(ctx: Ctx, cmd: RegisterWait, kind: Kind) -> str:
     """Refuse a wait whose resolving event already happened or that names a stale target state.
 
     Returns the target's id as the state already stores it, so the new edge shares that string
@@ -878,16 +584,16 @@ def _check_wait_target(ctx: _Ctx, cmd: RegisterWait, kind: Kind) -> str:
     return t.target_id
 
 
-def _register_wait(ctx: _Ctx, cmd: RegisterWait) -> Outcome:
+def _register_wait(ctx: Ctx, cmd: RegisterWait) -> Outcome:
     st = ctx.state
     kind = id_kind(cmd.target_id, "target_id", TARGET_KINDS)
-    ex = _owned(ctx, cmd.waiter_id)
-    _reason(ctx, cmd.reason)
+    ex = owned_execution(ctx, cmd.waiter_id)
+    check_reason(ctx, cmd.reason)
     if cmd.edge_version < 1:
         raise E.invalid("bad_edge_version", "edge_version must be at least 1")
     if cmd.deadline_ms is not None and cmd.deadline_ms <= ctx.now:
         raise E.invalid("deadline_passed", f"deadline_ms {cmd.deadline_ms} is not after now ({ctx.now})")
-    _current(ex, cmd.waiter_generation)
+    check_current(ex, cmd.waiter_generation)
     existing = st.wait(ex.execution_id, cmd.target_id)
     hwm = ex.edge_hwm.get(cmd.target_id, 0)
     if cmd.edge_version <= hwm:
@@ -923,18 +629,18 @@ def _register_wait(ctx: _Ctx, cmd: RegisterWait) -> Outcome:
         ctx.now,
     )
     open_edge(ctx, ex, edge)
-    _set_status(ctx, ex, nxt, "waiting")
+    set_status(ctx, ex, nxt, "waiting")
     return applied(ctx.fx)
 
 
-def _close_wait_cmd(ctx: _Ctx, cmd: CloseWait) -> Outcome:
+def _close_wait_cmd(ctx: Ctx, cmd: CloseWait) -> Outcome:
     st = ctx.state
     id_kind(cmd.target_id, "target_id", TARGET_KINDS)
-    ex = _owned(ctx, cmd.waiter_id)
-    _reason(ctx, cmd.reason)
+    ex = owned_execution(ctx, cmd.waiter_id)
+    check_reason(ctx, cmd.reason)
     if cmd.waiter_generation < ex.generation:
         return noop("stale_generation", f"g{cmd.waiter_generation} of {ex.execution_id} is an old attempt")
-    _current(ex, cmd.waiter_generation)
+    check_current(ex, cmd.waiter_generation)
     edge = st.wait(ex.execution_id, cmd.target_id)
     if edge is None:
         if cmd.edge_version <= ex.edge_hwm.get(cmd.target_id, 0):
@@ -944,14 +650,14 @@ def _close_wait_cmd(ctx: _Ctx, cmd: CloseWait) -> Outcome:
         return noop("stale_edge_version", f"edge version {cmd.edge_version} < open version {edge.edge_version}")
     if cmd.edge_version > edge.edge_version:
         raise E.invalid("future_edge_version", f"the open edge is at version {edge.edge_version}")
-    _close_wait(ctx, edge, cmd.reason)
+    close_wait(ctx, edge, cmd.reason)
     return applied(ctx.fx)
 
 
 # -- target events --------------------------------------------------------------------------------
 
 
-def _check_satisfier_actor(ctx: _Ctx, t: Target) -> None:
+def _check_satisfier_actor(ctx: Ctx, t: Target) -> None:
     """Only the declared producing/providing execution's agent (or an operator) may resolve it."""
     agent = ctx.agent_id
     if agent is None or t.satisfier_id is None or kind_of(t.satisfier_id) is not Kind.EXEC:
@@ -960,37 +666,37 @@ def _check_satisfier_actor(ctx: _Ctx, t: Target) -> None:
         raise E.denied("not_satisfier", f"{t.target_id} is satisfied by {t.satisfier_id}, not by agent {agent}")
 
 
-def _produce(ctx: _Ctx, cmd: ProduceArtifact) -> Outcome:
+def _produce(ctx: Ctx, cmd: ProduceArtifact) -> Outcome:
     t = _target(ctx, cmd.artifact_id, frozenset({Kind.ARTIFACT}), "artifact_id")
-    _require_session(ctx)
+    require_session(ctx)
     _check_satisfier_actor(ctx, t)
     if cmd.version <= t.version:
         return noop("stale_version", f"{t.target_id} is already at version {t.version}")
     t.version = cmd.version
     ctx.fx.append(ArtifactProduced(artifact_id=t.target_id, version=cmd.version))
     if t.satisfier_id is not None and t.satisfier_for <= cmd.version:
-        _close_satisfier(ctx, t, "produced")
-    _wake_waiters(ctx, t.target_id, "target_produced", up_to=cmd.version)
+        close_satisfier(ctx, t, "produced")
+    wake_waiters(ctx, t.target_id, "target_produced", up_to=cmd.version)
     return applied(ctx.fx)
 
 
-def _decide(ctx: _Ctx, cmd: DecideApproval) -> Outcome:
+def _decide(ctx: Ctx, cmd: DecideApproval) -> Outcome:
     t = _target(ctx, cmd.approval_id, frozenset({Kind.APPROVAL}), "approval_id")
-    _require_session(ctx)
+    require_session(ctx)
     _check_satisfier_actor(ctx, t)
     if cmd.version <= t.version:
         return noop("stale_version", f"{t.target_id} is already decided at version {t.version}")
     t.version, t.approved = cmd.version, cmd.approved
     ctx.fx.append(ApprovalDecided(approval_id=t.target_id, version=cmd.version, approved=cmd.approved))
     if t.satisfier_id is not None and t.satisfier_for <= cmd.version:
-        _close_satisfier(ctx, t, "decided")
-    _wake_waiters(ctx, t.target_id, "approval_granted" if cmd.approved else "approval_denied", up_to=cmd.version)
+        close_satisfier(ctx, t, "decided")
+    wake_waiters(ctx, t.target_id, "approval_granted" if cmd.approved else "approval_denied", up_to=cmd.version)
     return applied(ctx.fx)
 
 
-def _tick(ctx: _Ctx) -> Outcome:
+def _tick(ctx: Ctx) -> Outcome:
     """Expire sessions and deadlines up to ``now``; a timeout is a failure, never progress."""
-    _require_operator(ctx, "Tick")
+    require_operator(ctx, "Tick")
     st = ctx.state
     while st.session_expiry and st.session_expiry[0][0] <= ctx.now:
         expires, agent = heapq.heappop(st.session_expiry)
@@ -1003,7 +709,7 @@ def _tick(ctx: _Ctx) -> Outcome:
         deadline, waiter, target, version = heapq.heappop(st.deadlines)
         edge = st.wait(waiter, target)
         if edge is not None and edge.edge_version == version and edge.deadline_ms == deadline:
-            _close_wait(ctx, edge, "deadline_exceeded")
+            close_wait(ctx, edge, "deadline_exceeded")
     return applied(ctx.fx)
 
 
@@ -1018,12 +724,12 @@ _EFFECT_STEPS = {
 """Allowed changes of a recorded side effect; COMMITTED is a fact and never changes."""
 
 
-def _record_side_effect(ctx: _Ctx, cmd: RecordSideEffect) -> Outcome:
-    ex = _owned(ctx, cmd.execution_id)
+def _record_side_effect(ctx: Ctx, cmd: RecordSideEffect) -> Outcome:
+    ex = owned_execution(ctx, cmd.execution_id)
     validate_name(cmd.effect_id, "effect_id")
     if cmd.generation > ex.generation:
         raise E.invalid("future_generation", f"{ex.execution_id} has no generation {cmd.generation} yet")
-    _nonneg(cmd.generation, "generation")
+    check_nonneg(cmd.generation, "generation")
     # An old attempt's effect is still a fact of the world: it is recorded, never dropped.
     prior = ex.side_effects.get(cmd.effect_id)
     if prior is None:
@@ -1055,9 +761,9 @@ def _record_side_effect(ctx: _Ctx, cmd: RecordSideEffect) -> Outcome:
     )
 
 
-def _record_cost(ctx: _Ctx, cmd: RecordCost) -> Outcome:
-    ex = _owned(ctx, cmd.execution_id)
-    _nonneg(cmd.cost, "cost")
+def _record_cost(ctx: Ctx, cmd: RecordCost) -> Outcome:
+    ex = owned_execution(ctx, cmd.execution_id)
+    check_nonneg(cmd.cost, "cost")
     if cmd.generation > ex.generation:
         raise E.invalid("future_generation", f"{ex.execution_id} has no generation {cmd.generation} yet")
     ex.cost_consumed = min(ex.cost_consumed + cmd.cost, 2**63 - 1)
@@ -1066,4 +772,3 @@ def _record_cost(ctx: _Ctx, cmd: RecordCost) -> Outcome:
 
 # The cancellation protocol (statemachine/cancel.py) is built on this module's helpers, so it is
 # imported last, once everything it uses here is defined.
-from . import cancel as _cancel  # noqa: E402

@@ -18,11 +18,10 @@ tie-break (lowest id wins) instead of another speculative rollback.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from . import cancel
 from . import errors as E
-from . import machine as M
 from .commands import CommitRecovery, ConfigureRecovery, ProposeRecovery, SetMode, VoteRecovery
+from .context import Ctx, require_operator, require_session
 from .detect import Candidate, still_deadlocked, wait_satisfiers
 from .effects import (
     EpochCommitted,
@@ -39,6 +38,7 @@ from .effects import (
 )
 from .enums import CancelMode, EffectOutcome, ExecStatus
 from .ids import ActorKind, Kind, actor_kind, id_kind, kind_of, validate_name
+from .lifecycle import Event, end_attempt, next_status, open_edge, release_holding, set_status
 from .outcome import Outcome, applied, noop
 from .recovery_state import (
     POLICY_VERSION,
@@ -57,9 +57,6 @@ from .telemetry import COST_BOUNDS, generation_bucket
 from .telemetry import bump as bump_labelled
 from .telemetry import observe as observe_labelled
 
-if TYPE_CHECKING:
-    from .machine import _Ctx
-
 _EXTERNAL = frozenset({EffectOutcome.COMMITTED, EffectOutcome.UNKNOWN})
 _NOT_ACTING = frozenset({DecisionKind.SHADOW, DecisionKind.RECONCILIATION, DecisionKind.ESCALATION})
 
@@ -71,8 +68,8 @@ def book(state: State) -> RecoveryBook:
 # -- configuration ------------------------------------------------------------------------------
 
 
-def configure(ctx: _Ctx, cmd: ConfigureRecovery) -> Outcome:
-    M._require_operator(ctx, "ConfigureRecovery")
+def configure(ctx: Ctx, cmd: ConfigureRecovery) -> Outcome:
+    require_operator(ctx, "ConfigureRecovery")
     if not cmd.voters:
         raise E.invalid("no_voters", "the voter set must not be empty")
     for v in cmd.voters:
@@ -105,8 +102,8 @@ def configure(ctx: _Ctx, cmd: ConfigureRecovery) -> Outcome:
     return applied([RecoveryConfigured(voters=voters, quorum=cmd.quorum, max_rollback=cmd.max_rollback)])
 
 
-def set_mode(ctx: _Ctx, cmd: SetMode) -> Outcome:
-    M._require_operator(ctx, "SetMode")
+def set_mode(ctx: Ctx, cmd: SetMode) -> Outcome:
+    require_operator(ctx, "SetMode")
     rb = book(ctx.state)
     if cmd.run_id is None:
         if cmd.mode is None or cmd.side_effect_free is not None:
@@ -191,15 +188,15 @@ def _count_outcome(st: State, mode: RolloutMode, outcome: str) -> None:
     bump_labelled(st, "recovery.outcome", mode=mode.value, outcome=outcome)
 
 
-def _retract(ctx: _Ctx, p: Proposal, reason: str) -> None:
+def _retract(ctx: Ctx, p: Proposal, reason: str) -> None:
     book(ctx.state).close_proposal(p, ProposalStatus.RETRACTED, ctx.now, reason)
     ctx.state.bump("recovery.retracted")
     bump_labelled(ctx.state, "recovery.retracted", reason=reason, generation=_generation(p.members))
     ctx.fx.append(RecoveryRetracted(digest=p.digest, reason=reason))
 
 
-def propose(ctx: _Ctx, cmd: ProposeRecovery) -> Outcome:
-    M._require_operator(ctx, "ProposeRecovery")
+def propose(ctx: Ctx, cmd: ProposeRecovery) -> Outcome:
+    require_operator(ctx, "ProposeRecovery")
     st, rb = ctx.state, book(ctx.state)
     c = _candidate(cmd)
     if not rb.config.voters:
@@ -245,7 +242,7 @@ def propose(ctx: _Ctx, cmd: ProposeRecovery) -> Outcome:
 # -- votes --------------------------------------------------------------------------------------
 
 
-def vote(ctx: _Ctx, cmd: VoteRecovery) -> Outcome:
+def vote(ctx: Ctx, cmd: VoteRecovery) -> Outcome:
     rb = book(ctx.state)
     p = rb.proposals.get(cmd.digest)
     if p is None:
@@ -254,7 +251,7 @@ def vote(ctx: _Ctx, cmd: VoteRecovery) -> Outcome:
     if ctx.actor not in cfg.voters:
         return noop("not_a_voter", f"{ctx.actor} is not in the voter set")
     if ctx.actor_kind is ActorKind.AGENT:
-        M._require_session(ctx)
+        require_session(ctx)
     if p.status is not ProposalStatus.OPEN:
         return noop("not_open", f"recovery {cmd.digest[:16]} is {p.status.value}")
     if ctx.actor in p.approvals or ctx.actor in p.rejections:
@@ -354,8 +351,8 @@ def _blocking_satisfiers(state: State, c: Candidate) -> set[str]:
     return out
 
 
-def commit(ctx: _Ctx, cmd: CommitRecovery) -> Outcome:
-    M._require_operator(ctx, "CommitRecovery")
+def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
+    require_operator(ctx, "CommitRecovery")
     st, rb = ctx.state, book(ctx.state)
     p = rb.proposals.get(cmd.digest)
     if p is None:
@@ -508,21 +505,20 @@ def commit(ctx: _Ctx, cmd: CommitRecovery) -> Outcome:
     return applied(ctx.fx)
 
 
-def _roll_back(ctx: _Ctx, d: Decision, execution_id: str, epoch: int) -> None:
+def _roll_back(ctx: Ctx, d: Decision, execution_id: str, epoch: int) -> None:
     """CAS WAITING -> CANCELLING at the decided generation, start the cancellation, then release."""
-    from . import cancel
 
     st = ctx.state
     ex = st.executions[execution_id]
     if ex.status is not ExecStatus.WAITING:
         raise E.InvariantViolation(f"victim {execution_id} is {ex.status.value} after re-validation")
-    M._set_status(ctx, ex, M.next_status(ex, M.Event.VICTIM), f"victim:{d.decision_id}")
+    set_status(ctx, ex, next_status(ex, Event.VICTIM), f"victim:{d.decision_id}")
     book(st).fence[execution_id] = epoch
     cancel.cancel_subtree(ctx, ex, f"deadlock victim ({d.decision_id})", "recovery")
     _release_all(ctx, d, execution_id, "rolled_back")
 
 
-def _yield(ctx: _Ctx, d: Decision, execution_id: str, winner_id: str, epoch: int) -> None:
+def _yield(ctx: Ctx, d: Decision, execution_id: str, winner_id: str, epoch: int) -> None:
     """Release what the loser holds and make it wait behind the winner (a coordinator edge)."""
     st = ctx.state
     ex = st.executions[execution_id]
@@ -545,27 +541,26 @@ def _yield(ctx: _Ctx, d: Decision, execution_id: str, winner_id: str, epoch: int
         version,
         ctx.now,
     )
-    M.open_edge(ctx, ex, edge)
+    open_edge(ctx, ex, edge)
 
 
-def _release_holdings(ctx: _Ctx, d: Decision, execution_id: str) -> None:
+def _release_holdings(ctx: Ctx, d: Decision, execution_id: str) -> None:
     st = ctx.state
     for target_id in sorted(st.satisfies.get(execution_id, ())):
         t = st.targets[target_id]
         if execution_id in t.holders:
-            M._release_holding(ctx, t, execution_id, f"yielded:{d.decision_id}")
+            release_holding(ctx, t, execution_id, f"yielded:{d.decision_id}")
             d.released.append((target_id, execution_id))
 
 
-def _release_all(ctx: _Ctx, d: Decision, execution_id: str, reason: str) -> None:
+def _release_all(ctx: Ctx, d: Decision, execution_id: str, reason: str) -> None:
     st = ctx.state
     held = [t for t in sorted(st.satisfies.get(execution_id, ())) if execution_id in st.targets[t].holders]
-    M._end_attempt(ctx, st.executions[execution_id], reason)
+    end_attempt(ctx, st.executions[execution_id], reason)
     d.released.extend((t, execution_id) for t in held)
 
 
-def _freeze_for_reconciliation(ctx: _Ctx, runs: list[str], unknown: list[str], digest: str) -> None:
-    from . import cancel
+def _freeze_for_reconciliation(ctx: Ctx, runs: list[str], unknown: list[str], digest: str) -> None:
 
     for run_id in runs:
         cancel.freeze_run(ctx, run_id, f"reconciliation:{digest[:16]}")

@@ -5,7 +5,7 @@ Rules kept here:
   by a committed log entry before anything is released (the second seed's first condition).
 - Proposals, decisions and the livelock trajectory are kept in log order and bounded; eviction
   drops the oldest closed entries first, so every replica evicts the same ones.
-- No logic lives here beyond bookkeeping; :mod:`statemachine.recovery` decides what happens.
+- No logic lives here beyond bookkeeping; :mod:`waitgraph.statemachine.recovery` decides what happens.
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def edge_id(waiter_id: str, target_id: str) -> str:
 
 
 class State:
-    """Everything a replica holds. Mutated only by :mod:`statemachine.machine`."""
+    """Everything a replica holds. Mutated only by :mod:`waitgraph.statemachine.machine`."""
 
     def __init__(self, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()

@@ -6,7 +6,7 @@ Rules kept here:
 - Every label value comes from a closed vocabulary (an enum, a fixed code, a generation bucket):
   never a run, agent, execution, target or artifact id and never free text, so the number of
   keys is bounded whatever the number of runs. :func:`key` refuses anything else.
-- The generation bucket is defined here once; the exporter (cluster/metrics.py) reads these keys
+- The generation bucket is defined here once; the exporter (cluster/node/metrics.py) reads these keys
   back with :func:`parse` and never invents a bucket of its own.
 """
 

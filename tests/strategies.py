@@ -32,8 +32,8 @@ from typing import Any, Protocol, TypeVar, get_args, get_origin
 import msgpack
 from hypothesis import strategies as st
 
-from statemachine.codec import MAX_STR_LEN, encode_envelope, field_types, pack
-from statemachine.commands import (
+from waitgraph.statemachine.codec import MAX_STR_LEN, encode_envelope, field_types, pack
+from waitgraph.statemachine.commands import (
     COMMANDS,
     Acquire,
     CloseWait,
@@ -58,12 +58,12 @@ from statemachine.commands import (
     StartExecution,
     Tick,
 )
-from statemachine.effects import EFFECTS, Effect
-from statemachine.enums import CancelMode, EffectOutcome
-from statemachine.errors import Status
-from statemachine.machine import StateMachine
-from statemachine.outcome import Outcome, Result
-from statemachine.state import State
+from waitgraph.statemachine.effects import EFFECTS, Effect
+from waitgraph.statemachine.enums import CancelMode, EffectOutcome
+from waitgraph.statemachine.errors import Status
+from waitgraph.statemachine.machine import StateMachine
+from waitgraph.statemachine.outcome import Outcome, Result
+from waitgraph.statemachine.state import State
 
 T = TypeVar("T")
 

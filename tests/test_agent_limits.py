@@ -14,8 +14,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statemachine import invariants
-from statemachine.commands import (
+from tests.strategies import examples
+from waitgraph.statemachine import invariants
+from waitgraph.statemachine.commands import (
     AckCancel,
     CancelRun,
     CloseWait,
@@ -31,11 +32,10 @@ from statemachine.commands import (
     RetryExecution,
     StartExecution,
 )
-from statemachine.enums import EffectOutcome
-from statemachine.machine import StateMachine
-from statemachine.outcome import Result
-from statemachine.state import Limits, State, count_by_agent
-from tests.strategies import examples
+from waitgraph.statemachine.enums import EffectOutcome
+from waitgraph.statemachine.machine import StateMachine
+from waitgraph.statemachine.outcome import Result
+from waitgraph.statemachine.state import Limits, State, count_by_agent
 
 AGENTS = ("a", "b")
 EXECUTIONS = 6

@@ -13,10 +13,10 @@ from typing import Any
 import msgpack
 import pytest
 
-from statemachine import cancel
-from statemachine.cancel import export_pending
-from statemachine.codec import encode_envelope, envelope_to_plain
-from statemachine.commands import (
+from waitgraph.statemachine import cancel
+from waitgraph.statemachine.cancel import export_pending
+from waitgraph.statemachine.codec import encode_envelope, envelope_to_plain
+from waitgraph.statemachine.commands import (
     AcceptToolCall,
     AckCancel,
     Acquire,
@@ -43,7 +43,8 @@ from statemachine.commands import (
     Tick,
     UnfreezeAdmission,
 )
-from statemachine.effects import (
+from waitgraph.statemachine.context import Ctx
+from waitgraph.statemachine.effects import (
     CancelAcknowledged,
     CancelGenerationRaised,
     CancellationStable,
@@ -59,12 +60,13 @@ from statemachine.effects import (
     SideEffectRecorded,
     TaskClaimed,
 )
-from statemachine.enums import CancelState, EffectOutcome, ExecStatus
-from statemachine.errors import Status
-from statemachine.ids import ActorKind
-from statemachine.machine import StateMachine, _Ctx, _end_attempt, _set_status
-from statemachine.outcome import Outcome, Result
-from statemachine.state import State
+from waitgraph.statemachine.enums import CancelState, EffectOutcome, ExecStatus
+from waitgraph.statemachine.errors import Status
+from waitgraph.statemachine.ids import ActorKind
+from waitgraph.statemachine.lifecycle import end_attempt, set_status
+from waitgraph.statemachine.machine import StateMachine
+from waitgraph.statemachine.outcome import Outcome, Result
+from waitgraph.statemachine.state import State
 
 S = ExecStatus
 OP = "operator:op"
@@ -745,12 +747,12 @@ def test_cancel_subtree_cancels_a_victim_and_its_descendants_without_cancelling_
     )
     # What CommitRecovery does inside its apply: CAS WAITING -> CANCELLING, cancel, then release.
     st = c.st
-    ctx = _Ctx(st, "node:n1", ActorKind.NODE, st.now_ms + 1)
+    ctx = Ctx(st, "node:n1", ActorKind.NODE, st.now_ms + 1)
     victim = st.executions["exec:victim"]
     assert victim.status is S.WAITING
-    _set_status(ctx, victim, S.CANCELLING, "victim")
+    set_status(ctx, victim, S.CANCELLING, "victim")
     scope = cancel.cancel_subtree(ctx, victim, "deadlock victim", "recovery")
-    _end_attempt(ctx, victim, "rolled_back")
+    end_attempt(ctx, victim, "rolled_back")
     assert scope.scope_id == "exec:victim@1"
     requested = [fx for fx in ctx.fx if isinstance(fx, CancelRequested)]
     assert [(r.execution_id, r.cancel_generation) for r in requested] == [("exec:victim", 0), ("exec:helper", 0)]
@@ -779,9 +781,9 @@ def test_a_victim_of_a_cancelled_run_is_not_retried() -> None:
     c.spawn("root", "a")
     c.spawn("victim", "a", parent="exec:root")
     st = c.st
-    ctx = _Ctx(st, "node:n1", ActorKind.NODE, st.now_ms + 1)
+    ctx = Ctx(st, "node:n1", ActorKind.NODE, st.now_ms + 1)
     victim = st.executions["exec:victim"]
-    _set_status(ctx, victim, S.CANCELLING, "victim")
+    set_status(ctx, victim, S.CANCELLING, "victim")
     cancel.cancel_subtree(ctx, victim, "deadlock victim", "recovery")
     out = c.cancel()
     # Already asked by the victim scope: asked again at the run's generation, in both scopes.

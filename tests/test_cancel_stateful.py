@@ -20,10 +20,10 @@ from hypothesis import settings
 from hypothesis import strategies as hs
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from statemachine import cancel
-from statemachine.cancel_state import CancelBook
-from statemachine.codec import encode_envelope
-from statemachine.commands import (
+from waitgraph.statemachine import cancel
+from waitgraph.statemachine.cancel_state import CancelBook
+from waitgraph.statemachine.codec import encode_envelope
+from waitgraph.statemachine.commands import (
     AcceptToolCall,
     AckCancel,
     Acquire,
@@ -47,11 +47,13 @@ from statemachine.commands import (
     StartExecution,
     Tick,
 )
-from statemachine.enums import SETTLED, CancelState, EffectOutcome, ExecStatus
-from statemachine.ids import ActorKind
-from statemachine.machine import StateMachine, _Ctx, _end_attempt, _set_status
-from statemachine.outcome import Outcome, Result
-from statemachine.state import State
+from waitgraph.statemachine.context import Ctx
+from waitgraph.statemachine.enums import SETTLED, CancelState, EffectOutcome, ExecStatus
+from waitgraph.statemachine.ids import ActorKind
+from waitgraph.statemachine.lifecycle import end_attempt, set_status
+from waitgraph.statemachine.machine import StateMachine
+from waitgraph.statemachine.outcome import Outcome, Result
+from waitgraph.statemachine.state import State
 
 AGENTS = ("a", "b", "c")
 RUNS = ("r1", "r2")
@@ -305,10 +307,10 @@ class CancellationMachine(RuleBasedStateMachine):
         for sm in replicas:
             st_ = sm.state
             ex = st_.executions[eid]
-            ctx = _Ctx(st_, "node:n1", ActorKind.NODE, max(st_.now_ms, self.now))
-            _set_status(ctx, ex, S.CANCELLING, "victim")
+            ctx = Ctx(st_, "node:n1", ActorKind.NODE, max(st_.now_ms, self.now))
+            set_status(ctx, ex, S.CANCELLING, "victim")
             cancel.cancel_subtree(ctx, ex, "deadlock victim", "recovery")
-            _end_attempt(ctx, ex, "rolled_back")
+            end_attempt(ctx, ex, "rolled_back")
             st_.now_ms = ctx.now
         self.victim_scopes += 1
 

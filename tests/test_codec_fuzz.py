@@ -27,8 +27,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statemachine import invariants
-from statemachine.codec import (
+from tests.strategies import (
+    any_command,
+    any_envelope,
+    any_outcome,
+    examples,
+    generate_log,
+    mutated_bytes,
+    mutated_plain,
+    pack_plain,
+)
+from waitgraph.statemachine import invariants
+from waitgraph.statemachine.codec import (
     MAX_PAYLOAD_BYTES,
     command_fingerprint,
     command_to_plain,
@@ -42,21 +52,11 @@ from statemachine.codec import (
     outcome_to_plain,
     pack,
 )
-from statemachine.commands import COMMANDS
-from statemachine.errors import CodecError, Status
-from statemachine.machine import StateMachine
-from statemachine.outcome import Outcome, Result
-from statemachine.state import State
-from tests.strategies import (
-    any_command,
-    any_envelope,
-    any_outcome,
-    examples,
-    generate_log,
-    mutated_bytes,
-    mutated_plain,
-    pack_plain,
-)
+from waitgraph.statemachine.commands import COMMANDS
+from waitgraph.statemachine.errors import CodecError, Status
+from waitgraph.statemachine.machine import StateMachine
+from waitgraph.statemachine.outcome import Outcome, Result
+from waitgraph.statemachine.state import State
 
 KINDS = tuple(cls.KIND for cls in COMMANDS)
 

@@ -8,7 +8,7 @@ import hashlib
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from statemachine.commands import (
+from waitgraph.statemachine.commands import (
     Acquire,
     CloseWait,
     Command,
@@ -25,7 +25,7 @@ from statemachine.commands import (
     StartExecution,
     Tick,
 )
-from statemachine.detect import (
+from waitgraph.statemachine.detect import (
     DIGEST_VERSION,
     Candidate,
     IncrementalDetector,
@@ -35,9 +35,9 @@ from statemachine.detect import (
     still_deadlocked,
     wait_satisfiers,
 )
-from statemachine.machine import StateMachine
-from statemachine.outcome import Outcome, Result
-from statemachine.state import State
+from waitgraph.statemachine.machine import StateMachine
+from waitgraph.statemachine.outcome import Outcome, Result
+from waitgraph.statemachine.state import State
 
 C = TypeVar("C", bound=Command)
 
@@ -577,8 +577,8 @@ def test_incremental_falls_back_to_a_full_pass_on_a_long_chain() -> None:
     """A change at the head of a long chain reaches the whole chain: the detector does a full
     pass instead, returns every candidate, and stays equal to the full pass. No recursion limit
     is near: the chain is far longer than Python's default stack."""
-    from statemachine.enums import CancelMode, ExecStatus
-    from statemachine.state import Execution, WaitEdge
+    from waitgraph.statemachine.enums import CancelMode, ExecStatus
+    from waitgraph.statemachine.state import Execution, WaitEdge
 
     st = State()
     n = 5000

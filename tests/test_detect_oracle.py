@@ -16,7 +16,8 @@ from itertools import combinations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statemachine.commands import (
+from tests.test_detect import fenced
+from waitgraph.statemachine.commands import (
     Acquire,
     CloseWait,
     Command,
@@ -36,7 +37,7 @@ from statemachine.commands import (
     StartExecution,
     Tick,
 )
-from statemachine.detect import (
+from waitgraph.statemachine.detect import (
     Candidate,
     IncrementalDetector,
     _pass_from,
@@ -44,11 +45,10 @@ from statemachine.detect import (
     still_deadlocked,
     wait_satisfiers,
 )
-from statemachine.enums import TERMINAL, CancelMode, ExecStatus
-from statemachine.ids import Kind
-from statemachine.machine import StateMachine
-from statemachine.state import Execution, State, Target, WaitEdge
-from tests.test_detect import fenced
+from waitgraph.statemachine.enums import TERMINAL, CancelMode, ExecStatus
+from waitgraph.statemachine.ids import Kind
+from waitgraph.statemachine.machine import StateMachine
+from waitgraph.statemachine.state import Execution, State, Target, WaitEdge
 
 # -- the oracle --------------------------------------------------------------------------------
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import msgpack
 
-from statemachine.commands import AckCancel, Acquire, RetryExecution, StartExecution, VoteRecovery
-from statemachine.enums import EffectOutcome
-from statemachine.recovery import livelock_reason
-from statemachine.recovery_state import CycleWait, DecisionKind, RecoveryBook, RolloutMode
-from statemachine.state import State
+from waitgraph.statemachine.commands import AckCancel, Acquire, RetryExecution, StartExecution, VoteRecovery
+from waitgraph.statemachine.enums import EffectOutcome
+from waitgraph.statemachine.recovery import livelock_reason
+from waitgraph.statemachine.recovery_state import CycleWait, DecisionKind, RecoveryBook, RolloutMode
+from waitgraph.statemachine.state import State
 
 from .test_recovery import NODES3, browser_review, seven_agent_cycle
 from .world import World

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import msgpack
 
-from statemachine.codec import decode_envelope, encode_outcome, pack
-from statemachine.errors import CodecError
-from statemachine.machine import StateMachine
-from statemachine.outcome import Result
-from statemachine.state import State
 from tests.strategies import generate_log
+from waitgraph.statemachine.codec import decode_envelope, encode_outcome, pack
+from waitgraph.statemachine.errors import CodecError
+from waitgraph.statemachine.machine import StateMachine
+from waitgraph.statemachine.outcome import Result
+from waitgraph.statemachine.state import State
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED, STEPS = 4, 800

@@ -14,10 +14,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statemachine import ids
-from statemachine.errors import Rejection
-from statemachine.ids import CREATED_TARGET_KINDS, TARGET_KINDS, Kind
 from tests.strategies import examples
+from waitgraph.statemachine import ids
+from waitgraph.statemachine.errors import Rejection
+from waitgraph.statemachine.ids import CREATED_TARGET_KINDS, TARGET_KINDS, Kind
 
 CHECKS: list[Callable[[Any], Any]] = [
     lambda v: ids.id_kind(v, "target_id", TARGET_KINDS),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from statemachine.commands import (
+from waitgraph.statemachine.commands import (
     Acquire,
     CloseWait,
     ConfigureRecovery,
@@ -15,8 +15,8 @@ from statemachine.commands import (
     StartExecution,
     VoteRecovery,
 )
-from statemachine.detect import full_pass
-from statemachine.effects import (
+from waitgraph.statemachine.detect import full_pass
+from waitgraph.statemachine.effects import (
     EpochCommitted,
     ExecutionStateChanged,
     LivelockDetected,
@@ -24,9 +24,9 @@ from statemachine.effects import (
     VictimChosen,
     Yielded,
 )
-from statemachine.enums import EffectOutcome, ExecStatus
-from statemachine.outcome import Result
-from statemachine.recovery_state import DecisionKind, ProposalStatus, RolloutMode
+from waitgraph.statemachine.enums import EffectOutcome, ExecStatus
+from waitgraph.statemachine.outcome import Result
+from waitgraph.statemachine.recovery_state import DecisionKind, ProposalStatus, RolloutMode
 
 from .world import World
 
@@ -159,7 +159,7 @@ def test_fenced_victim_cannot_acquire_under_an_older_epoch() -> None:
     w.recover()
     assert w.st.recovery.fence == {"exec:A": 1}
     # The victim is cancelled, then retried as a new attempt.
-    from statemachine.commands import AckCancel
+    from waitgraph.statemachine.commands import AckCancel
 
     w.ok(
         "agent:A", AckCancel(execution_id="exec:A", generation=1, cancel_generation=0, side_effects=EffectOutcome.NONE)
@@ -374,7 +374,7 @@ def test_seed_pipeline_recovers_with_one_rollback_and_the_cycle_never_reforms() 
     assert victim == "exec:a0"  # all scores equal: the lowest id
     # The runtime does what woken agents do: the woken waiter takes the released resource,
     # finishes and releases; the rest follow. The victim retries behind them.
-    from statemachine.commands import AckCancel, CompleteExecution
+    from waitgraph.statemachine.commands import AckCancel, CompleteExecution
 
     w.ok("agent:a0", AckCancel(execution_id=victim, generation=1, cancel_generation=0, side_effects=EffectOutcome.NONE))
     order = ["exec:a3", "exec:a2", "exec:a1"]
@@ -477,7 +477,7 @@ def test_recurring_signature_within_window_escalates_to_tie_break() -> None:
     victim = w.st.recovery.decisions["d1"].winner_id
     assert victim == ring[0]
     # The victim comes back at once (new attempt, current epoch) and re-forms the same cycle.
-    from statemachine.commands import AckCancel
+    from waitgraph.statemachine.commands import AckCancel
 
     w.ok(
         w.owner(victim),

@@ -6,10 +6,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from statemachine.detect import full_pass
-from statemachine.enums import ExecStatus
-from statemachine.invariants import check
-from statemachine.recovery_state import DecisionKind, ProposalStatus
+from waitgraph.statemachine.detect import full_pass
+from waitgraph.statemachine.enums import ExecStatus
+from waitgraph.statemachine.invariants import check
+from waitgraph.statemachine.recovery_state import DecisionKind, ProposalStatus
 
 from .world import World
 
@@ -33,7 +33,7 @@ def graphs(draw: st.DrawFn) -> World:
     for eid in draw(st.lists(st.sampled_from(execs), max_size=2, unique=True)):
         w.hold(eid, "pool:p")
     w.target("artifact:human")
-    from statemachine.commands import DeclareSatisfier
+    from waitgraph.statemachine.commands import DeclareSatisfier
 
     w.ok("operator:op", DeclareSatisfier(target_id="artifact:human", target_generation=1, satisfier_id="human:alice"))
     choices = [f"resource:r{i}" for i in range(N_EXEC)] + [f"artifact:a{i}" for i in range(N_EXEC)]

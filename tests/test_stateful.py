@@ -2,7 +2,7 @@
 
 Every step goes through ``StateMachine.apply_bytes`` (the one replicated entry point) and is then
 checked against:
-- the structural invariants (``statemachine.invariants.check`` is empty);
+- the structural invariants (``waitgraph.statemachine.invariants.check`` is empty);
 - monotonicity: execution generations, target versions, session incarnations, run cancel
   generations, the epoch, logical time, and each open edge's version per (waiter, target, waiter
   generation) never decrease; an edge that closed and opens again in the same generation has a
@@ -33,33 +33,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from statemachine import invariants
-from statemachine.codec import (
-    command_fingerprint,
-    decode_envelope,
-    decode_outcome,
-    encode_command,
-    encode_envelope,
-    encode_outcome,
-    outcome_to_plain,
-    pack,
-)
-from statemachine.commands import (
-    Acquire,
-    CloseWait,
-    CreateExecution,
-    CreateTarget,
-    DeclareSatisfier,
-    Envelope,
-    JoinSession,
-    RegisterWait,
-    StartExecution,
-)
-from statemachine.enums import EffectOutcome, ExecStatus
-from statemachine.errors import CodecError, Status
-from statemachine.machine import StateMachine
-from statemachine.outcome import Outcome, Result
-from statemachine.state import Limits, State, WaitEdge, count_by_agent
 from tests.strategies import (
     INT64_MAX,
     DrawChooser,
@@ -73,6 +46,33 @@ from tests.strategies import (
     mutated_plain,
     pack_plain,
 )
+from waitgraph.statemachine import invariants
+from waitgraph.statemachine.codec import (
+    command_fingerprint,
+    decode_envelope,
+    decode_outcome,
+    encode_command,
+    encode_envelope,
+    encode_outcome,
+    outcome_to_plain,
+    pack,
+)
+from waitgraph.statemachine.commands import (
+    Acquire,
+    CloseWait,
+    CreateExecution,
+    CreateTarget,
+    DeclareSatisfier,
+    Envelope,
+    JoinSession,
+    RegisterWait,
+    StartExecution,
+)
+from waitgraph.statemachine.enums import EffectOutcome, ExecStatus
+from waitgraph.statemachine.errors import CodecError, Status
+from waitgraph.statemachine.machine import StateMachine
+from waitgraph.statemachine.outcome import Outcome, Result
+from waitgraph.statemachine.state import Limits, State, WaitEdge, count_by_agent
 
 
 def replay(log: list[bytes], limits: Limits | None = None) -> tuple[StateMachine, list[Outcome]]:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from statemachine import commands
-from statemachine.transcript import TranscriptError, diff, run
+from waitgraph.statemachine import commands
+from waitgraph.statemachine.transcript import TranscriptError, diff, run
 
 ROOT = Path(__file__).parent / "transcripts"
 FILES = sorted(ROOT.rglob("*.txt"))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from statemachine import Envelope, Outcome, Result, StateMachine
-from statemachine.commands import (
+from waitgraph.statemachine import Envelope, Outcome, Result, StateMachine
+from waitgraph.statemachine.commands import (
     Acquire,
     CommitRecovery,
     ConfigureRecovery,
@@ -16,9 +16,9 @@ from statemachine.commands import (
     StartExecution,
     VoteRecovery,
 )
-from statemachine.detect import Candidate, full_pass
-from statemachine.recovery import propose_command
-from statemachine.recovery_state import RolloutMode
+from waitgraph.statemachine.detect import Candidate, full_pass
+from waitgraph.statemachine.recovery import propose_command
+from waitgraph.statemachine.recovery_state import RolloutMode
 
 NODES = ("node:n1", "node:n2", "node:n3")
 

@@ -3,7 +3,7 @@ the cluster breaks a deadlock by rolling it back.
 
 Async first (:class:`Client`), with a blocking twin of the same surface (:class:`SyncClient`)::
 
-    from cluster.sdk import Client, DeadlockVictim
+    from waitgraph import Client, DeadlockVictim
 
     async with Client(endpoints=["127.0.0.1:50051"], token=TOKEN) as client:
         async with client.session("reviewer") as s:
@@ -14,7 +14,12 @@ Async first (:class:`Client`), with a blocking twin of the same surface (:class:
                 except DeadlockVictim as victim:
                     await ex.retry()          # next generation, under victim.epoch
 
-See docs/sdk.md.
+See docs/sdk.md. ``from waitgraph import Client, ...`` is the same surface, plus the core enums an
+agent passes (:class:`~waitgraph.statemachine.enums.EffectOutcome`, ...).
+
+May import: :mod:`waitgraph.wire`, :mod:`waitgraph.statemachine` (commands, enums, outcomes),
+:mod:`waitgraph.proto`. Never a node's internals, the operators' tools or the dev tools: an agent
+installs the SDK into its own environment and talks to the cluster only over gRPC.
 """
 
 from .client import TLS, Batching, Client, StreamStats, WatchedEvent

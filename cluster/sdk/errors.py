@@ -4,7 +4,7 @@ that are not RPC failures at all: :class:`DeadlockVictim` and :class:`Cancellati
 Rules kept here:
 - Every failed call becomes exactly one :class:`RpcError` subclass, chosen first by the stable
   waitgraph code (``stale_epoch`` -> :class:`StaleEpoch`) and then by the status code
-  (``ABORTED`` -> :class:`Conflict`). The server's table is ``cluster/grpc_status.py``; this is its
+  (``ABORTED`` -> :class:`Conflict`). The server's table is ``cluster/node/grpc_status.py``; this is its
   mirror image, so a caller catches meanings, not numbers.
 - A rejection's typed fields (the holder of a resource, the current generation, the fenced epoch)
   travel in the ``waitgraph-outcome-bin`` trailer; they are exposed as :attr:`RpcError.fields`.
@@ -19,10 +19,10 @@ from typing import Any
 
 import grpc
 
-from cluster import convert
-from cluster.grpc_status import CODE_KEY, LEADER_ID_KEY, LEADER_KEY, OUTCOME_KEY, RETRY_KEY
-from proto.waitgraph.v1 import agent_pb2, types_pb2
-from statemachine.outcome import Outcome
+from waitgraph.proto.v1 import agent_pb2, types_pb2
+from waitgraph.statemachine.outcome import Outcome
+from waitgraph.wire import convert
+from waitgraph.wire.metadata import CODE_KEY, LEADER_ID_KEY, LEADER_KEY, OUTCOME_KEY, RETRY_KEY
 
 __all__ = [
     "AlreadyExists",

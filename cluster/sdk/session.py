@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from statemachine import commands as C
-from statemachine.effects import (
+from waitgraph.statemachine import commands as C
+from waitgraph.statemachine.effects import (
     Acquired,
     CancelRequested,
     Effect,
@@ -46,10 +46,10 @@ from statemachine.effects import (
     WaitClosed,
     Yielded,
 )
-from statemachine.enums import CancelMode, EffectOutcome, ExecStatus
-from statemachine.outcome import Outcome, Result
+from waitgraph.statemachine.enums import CancelMode, EffectOutcome, ExecStatus
+from waitgraph.statemachine.outcome import Outcome, Result
 
-from .client import Client, StreamStats, WatchedEvent
+from .connection import Connection, StreamStats, WatchedEvent
 from .errors import (
     AlreadyExists,
     CancellationRequested,
@@ -115,7 +115,7 @@ class Session:
 
     def __init__(
         self,
-        client: Client,
+        client: Connection,
         agent_id: str,
         *,
         lease_ms: int,

@@ -1,7 +1,7 @@
 """The synchronous twin: the same surface as the async SDK, for threads instead of tasks.
 
 :class:`SyncClient` runs one asyncio event loop in a background thread and drives the async
-:class:`~cluster.sdk.client.Client` on it; every method blocks the calling thread until the loop
+:class:`~waitgraph.sdk.client.Client` on it; every method blocks the calling thread until the loop
 has done the work. Context managers are plain ``with`` blocks::
 
     with SyncClient(endpoints=["127.0.0.1:50051"], token=TOKEN) as client:
@@ -12,7 +12,7 @@ has done the work. Context managers are plain ``with`` blocks::
 
 One difference, because a thread cannot be cancelled: a deadlock victim's blocked *SDK* call
 (``w.resolved()``, acquiring in ``holding``, ``d.result()``) raises
-:class:`~cluster.sdk.errors.DeadlockVictim`; if the thread is blocked on something else inside
+:class:`~waitgraph.sdk.errors.DeadlockVictim`; if the thread is blocked on something else inside
 the ``with`` block, the exception is raised when the block ends.
 """
 
@@ -25,10 +25,11 @@ import threading
 from collections.abc import Awaitable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
-from statemachine.commands import Command
-from statemachine.outcome import Outcome
+from waitgraph.statemachine.commands import Command
+from waitgraph.statemachine.outcome import Outcome
 
-from .client import Client, WatchedEvent
+from .client import Client
+from .connection import WatchedEvent
 from .session import Delegation, Execution, ExecutionScope, Holding, Session, Wait
 
 T = TypeVar("T")
@@ -109,7 +110,7 @@ class _Proxy:
 
 
 class SyncClient(_Proxy):
-    """The blocking twin of :class:`~cluster.sdk.client.Client` (same arguments, same methods)."""
+    """The blocking twin of :class:`~waitgraph.sdk.client.Client` (same arguments, same methods)."""
 
     def __init__(self, endpoints: Sequence[str], token: str, **kwargs: Any) -> None:
         runner = _LoopThread()
@@ -148,7 +149,7 @@ class SyncClient(_Proxy):
 
 
 class SyncSession(_Proxy):
-    """The blocking twin of :class:`~cluster.sdk.session.Session`."""
+    """The blocking twin of :class:`~waitgraph.sdk.session.Session`."""
 
     def __init__(self, runner: _LoopThread, session: Session) -> None:
         super().__init__(runner, session)
@@ -198,7 +199,7 @@ class SyncSession(_Proxy):
 
 
 class SyncExecution(_Proxy):
-    """The blocking twin of :class:`~cluster.sdk.session.Execution`."""
+    """The blocking twin of :class:`~waitgraph.sdk.session.Execution`."""
 
     def __init__(self, runner: _LoopThread, execution: Execution) -> None:
         super().__init__(runner, execution)

@@ -6,8 +6,8 @@
 
 Rules kept here:
 - The final state of each replica is its whole canonical snapshot (OperatorService ExportState,
-  admin), restored into a :class:`statemachine.state.State`: the same object the core's own
-  invariants (:func:`statemachine.invariants.check`) and digest read, so nothing is re-derived.
+  admin), restored into a :class:`waitgraph.statemachine.state.State`: the same object the core's own
+  invariants (:func:`waitgraph.statemachine.invariants.check`) and digest read, so nothing is re-derived.
 - An unknown write (``info``) is resolved exactly from what the cluster applied: the idempotency
   table of the final state holds ``(actor, request id)`` for every applied write and never a
   rejected one. Found: applied at some point after its invocation (its recorded outcome is its
@@ -32,14 +32,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.localcluster import Credentials
-from cluster.opsclient import OperatorClient, OpsError
-from proto.waitgraph.v1 import operator_pb2
-from statemachine import invariants as core_invariants
-from statemachine.cancel import cancel_state
-from statemachine.enums import SETTLED, CancelState, ExecStatus
-from statemachine.recovery_state import ProposalStatus
-from statemachine.state import State
+from waitgraph.dev.localcluster import Credentials
+from waitgraph.ops.opsclient import OperatorClient, OpsError
+from waitgraph.proto.v1 import operator_pb2
+from waitgraph.statemachine import invariants as core_invariants
+from waitgraph.statemachine.cancel import cancel_state
+from waitgraph.statemachine.enums import SETTLED, CancelState, ExecStatus
+from waitgraph.statemachine.recovery_state import ProposalStatus
+from waitgraph.statemachine.state import State
 
 from . import linearizability as lin
 from .history import FAIL, INFO, OK, History, Op

@@ -26,7 +26,7 @@ directory); the clock ones come in two families:
   drift is a wall clock that gains or loses time steadily (the offset rewritten every 0.1 s).
 
 Steps go up to a day in both directions. A node stamps logical time carried forward by its
-monotonic clock from the replicated time (cluster/clock.py), so a stepped wall clock must change
+monotonic clock from the replicated time (cluster/node/clock.py), so a stepped wall clock must change
 nothing; before that clock existed, a forward step of S seconds moved the cluster's time S seconds
 ahead for good and recovery stood still until real time caught up (these nemeses found it).
 """
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from cluster.localcluster import LocalCluster
+from waitgraph.dev.localcluster import LocalCluster
 
 from .net import Lab
 

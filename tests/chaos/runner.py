@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.localcluster import Credentials, LocalCluster
-from cluster.opsclient import OperatorClient, OpsError
+from waitgraph.dev.localcluster import Credentials, LocalCluster
+from waitgraph.ops.opsclient import OperatorClient, OpsError
 
 from .nemesis import ALL_KINDS, FAKETIME_KINDS, ChaosEnv, Clocks, FaultRecord, Schedule, heal_everything, unavailable
 from .net import Lab

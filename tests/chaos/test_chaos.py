@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from cluster.localcluster import LocalCluster
-from cluster.opsclient import OperatorClient, OpsError
+from waitgraph.dev.localcluster import LocalCluster
+from waitgraph.ops.opsclient import OperatorClient, OpsError
 
 from .nemesis import ALL_KINDS, NEMESES, ChaosEnv, Clocks, heal_everything, libfaketime
 from .net import Lab, LabError, in_netns, leftovers, netns_unavailable, owned, sweep_stale
@@ -376,7 +376,7 @@ def test_nemeses_act_on_real_nodes(lab_cluster: LabCluster) -> None:
 
     # clock skew: the node's wall clock (time.time, through the hook its environment loads; the
     # hook itself is tested above) runs an hour ahead, yet what it stamps is logical time carried
-    # forward by its monotonic clock (cluster/clock.py): the cluster's time does not jump, and the
+    # forward by its monotonic clock (cluster/node/clock.py): the cluster's time does not jump, and the
     # node keeps serving
     nem = NEMESES["wallclock-step"](lc.env, rng)
     rec = nem.start()
@@ -460,7 +460,7 @@ def test_faketime_nemeses_restart_a_node_with_skewed_and_scaled_clocks(lab_clust
             offset = float(spec[:-1])
             print(f"{node} under FAKETIME={spec!r}: its clock {clock - after:+.2f}..{clock - before:+.2f} s off")
             assert clock - after - 0.5 <= offset <= clock - before + 0.5, (spec, clock - before, clock - after)
-            # the write it stamped carries logical time, not its skewed clock (cluster/clock.py)
+            # the write it stamped carries logical time, not its skewed clock (cluster/node/clock.py)
             assert now_ms / 1000 < after + 5, (spec, now_ms / 1000 - after)
         else:
             time.sleep(4.0)
@@ -482,7 +482,7 @@ def test_faketime_nemeses_restart_a_node_with_skewed_and_scaled_clocks(lab_clust
 
 
 def _status_request() -> Any:
-    from proto.waitgraph.v1 import operator_pb2
+    from waitgraph.proto.v1 import operator_pb2
 
     return operator_pb2.StatusRequest()
 

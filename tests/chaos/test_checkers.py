@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from cluster.localcluster import LocalCluster
-from statemachine import Envelope, Result
-from statemachine.commands import AckCancel, CancelRun
-from statemachine.enums import EffectOutcome
-from statemachine.state import State
 from tests.world import World
+from waitgraph.dev.localcluster import LocalCluster
+from waitgraph.statemachine import Envelope, Result
+from waitgraph.statemachine.commands import AckCancel, CancelRun
+from waitgraph.statemachine.enums import EffectOutcome
+from waitgraph.statemachine.state import State
 
 from . import linearizability as lin
 from .checker import INVARIANTS, ReplicaFinal, check

@@ -43,10 +43,10 @@ from typing import Any
 
 import grpc
 
-from cluster.localcluster import Credentials
-from cluster.sdk import Client, RpcError, SessionClosed
-from statemachine import commands as C
-from statemachine.effects import (
+from waitgraph.dev.localcluster import Credentials
+from waitgraph.sdk import Client, RpcError, SessionClosed
+from waitgraph.statemachine import commands as C
+from waitgraph.statemachine.effects import (
     Acquired,
     CancelGenerationRaised,
     CancellationStable,
@@ -56,8 +56,8 @@ from statemachine.effects import (
     VictimChosen,
     Yielded,
 )
-from statemachine.enums import EffectOutcome, ExecStatus
-from statemachine.outcome import Outcome
+from waitgraph.statemachine.enums import EffectOutcome, ExecStatus
+from waitgraph.statemachine.outcome import Outcome
 
 from .history import FAIL, INFO, OK, History, Op
 

@@ -9,8 +9,8 @@ from typing import Any
 from pysyncobj.node import TCPNode
 from pysyncobj.transport import Transport
 
-from cluster.raft import RaftConfig, WaitgraphSyncObj, build_conf
-from statemachine import StateMachine
+from waitgraph.node.raft import RaftConfig, WaitgraphSyncObj, build_conf
+from waitgraph.statemachine import StateMachine
 
 SELF = "127.0.0.1:1"
 LEADER = "127.0.0.1:2"

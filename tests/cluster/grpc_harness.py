@@ -1,6 +1,6 @@
 """``waitgraph serve`` processes on loopback for the gRPC tests, and small async clients.
 
-Each node is ``python -m cluster.cli serve`` in its own process with its own data directory and
+Each node is ``python -m waitgraph serve`` in its own process with its own data directory and
 log file; tests talk to it over gRPC only. :class:`GrpcCluster` kills every process it started
 when it is closed, whatever happened.
 """
@@ -23,10 +23,10 @@ from typing import Any, TypeVar
 
 import grpc
 
-from cluster import convert
-from proto.waitgraph.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc
-from statemachine.commands import Command
-from statemachine.outcome import Outcome
+from waitgraph.proto.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc
+from waitgraph.statemachine.commands import Command
+from waitgraph.statemachine.outcome import Outcome
+from waitgraph.wire import convert
 
 from .harness import REPO, free_ports
 
@@ -70,7 +70,7 @@ class GrpcNode:
     def spawn(self) -> None:
         assert self.proc is None or self.proc.poll() is not None
         env = dict(os.environ, WAITGRAPH_SECRET=SECRET, PYTHONPATH=str(REPO))
-        cmd = [sys.executable, "-m", "cluster.cli", "serve", *self.args, *self.extra_args]
+        cmd = [sys.executable, "-m", "waitgraph", "serve", *self.args, *self.extra_args]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=log)
 

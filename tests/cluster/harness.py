@@ -1,7 +1,7 @@
 """Real node processes on loopback for the cluster tests and the benchmark.
 
-Each node is ``python -m cluster.raft_node`` in its own process, with its own data directory and
-log file; tests talk to it over its loopback control channel (see ``cluster/raft_node.py``).
+Each node is ``python -m waitgraph.node.raft_node`` in its own process, with its own data directory and
+log file; tests talk to it over its loopback control channel (see ``cluster/node/raft_node.py``).
 :class:`Cluster` kills every process it started when it is closed, whatever happened.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 
 import msgpack
 
-from statemachine.codec import decode_outcome, encode_envelope
-from statemachine.commands import CreateTarget, Envelope
-from statemachine.outcome import Outcome
+from waitgraph.statemachine.codec import decode_outcome, encode_envelope
+from waitgraph.statemachine.commands import CreateTarget, Envelope
+from waitgraph.statemachine.outcome import Outcome
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "test-cluster-secret"
@@ -92,7 +92,7 @@ class Node:
     def spawn(self) -> None:
         assert self.proc is None or self.proc.poll() is not None
         env = dict(os.environ, WAITGRAPH_RAFT_PASSWORD=self.password, PYTHONPATH=str(REPO))
-        cmd = [sys.executable, "-m", "cluster.raft_node", "--id", self.name, "--raft", self.raft]
+        cmd = [sys.executable, "-m", "waitgraph.node.raft_node", "--id", self.name, "--raft", self.raft]
         cmd += ["--peers", ",".join(self.peers), "--data", str(self.data), "--control", str(self.control)]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd + self.extra_args, cwd=REPO, env=env, stdout=log, stderr=log)

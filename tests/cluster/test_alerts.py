@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster.metrics import GrpcMetrics, WaitgraphCollector
-from cluster.server import SERVED_METHODS
-from statemachine import StateMachine
+from waitgraph.node.metrics import GrpcMetrics, WaitgraphCollector
+from waitgraph.node.server import SERVED_METHODS
+from waitgraph.statemachine import StateMachine
 
 from .harness import REPO
 

@@ -1,9 +1,9 @@
 """The operator CLI against three real ``waitgraph serve`` processes with a real deadlock.
 
-One cluster for the module (cluster/localcluster.py, killed at the end whatever happened). Its
+One cluster for the module (cluster/dev/localcluster.py, killed at the end whatever happened). Its
 recovery voters are the three nodes *and* ``operator:admin`` with quorum 4, so the deadlock's
 recovery proposal stays open until the operator votes: ``cycles`` sees it, ``vote`` completes it,
-``explain`` narrates the decision. Every verb runs as its own ``python -m cluster.cli`` process
+``explain`` narrates the decision. Every verb runs as its own ``python -m waitgraph`` process
 with stdout piped, in ``-o json`` and in table form; piped tables must carry no escape codes and no
 box characters.
 """
@@ -24,11 +24,11 @@ from typing import Any
 import grpc
 import pytest
 
-from cluster import convert
-from cluster.localcluster import LocalCluster
-from proto.waitgraph.v1 import agent_pb2_grpc
-from statemachine import commands as C
-from statemachine.enums import EffectOutcome
+from waitgraph.dev.localcluster import LocalCluster
+from waitgraph.proto.v1 import agent_pb2_grpc
+from waitgraph.statemachine import commands as C
+from waitgraph.statemachine.enums import EffectOutcome
+from waitgraph.wire import convert
 
 from .harness import REPO
 
@@ -49,7 +49,7 @@ def wg(cluster: LocalCluster, *args: str, token: str | None = None, endpoints: s
         env["WAITGRAPH_ENDPOINTS"] = endpoints
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "waitgraph", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
 
 
@@ -71,7 +71,7 @@ def on_terminal(cluster: LocalCluster, args: list[str], columns: int = 160) -> t
     env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_") and k != "NO_COLOR"}
     env.update(cluster.env(), PYTHONPATH=str(REPO), TERM="xterm-256color", COLUMNS=str(columns))
     main, child = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", *args], cwd=REPO, env=env, stdout=child, stderr=child)
+    proc = subprocess.Popen([sys.executable, "-m", "waitgraph", *args], cwd=REPO, env=env, stdout=child, stderr=child)
     os.close(child)
     chunks = []
     while True:
@@ -385,7 +385,7 @@ def test_errors_are_one_line_with_the_grpc_code(cluster: LocalCluster) -> None:
     (line,) = out.stderr.splitlines()
     assert line.startswith("waitgraph graph: UNAVAILABLE: ") and "[127.0.0.1:1]" in line
     env_less = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "status", "--endpoints", cluster.endpoints[0]],
+        [sys.executable, "-m", "waitgraph", "status", "--endpoints", cluster.endpoints[0]],
         cwd=REPO,
         env={k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")},
         capture_output=True,

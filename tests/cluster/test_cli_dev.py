@@ -31,7 +31,7 @@ class Dev:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")}
         env["PYTHONPATH"] = str(REPO)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cluster.cli", "dev", *args],
+            [sys.executable, "-m", "waitgraph", "dev", *args],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
@@ -111,7 +111,7 @@ def test_dev_starts_three_nodes_and_stops_them_all_on_sigint(tmp_path: Path) -> 
         run_env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")}
         run_env.update(env, PYTHONPATH=str(REPO))
         out = subprocess.run(
-            [sys.executable, "-m", "cluster.cli", "status", "-o", "json"],
+            [sys.executable, "-m", "waitgraph", "status", "-o", "json"],
             cwd=REPO,
             env=run_env,
             capture_output=True,
@@ -125,7 +125,7 @@ def test_dev_starts_three_nodes_and_stops_them_all_on_sigint(tmp_path: Path) -> 
         assert all(n["mode"] == "auto" and n["recovery_configured"] for n in doc["nodes"])
         # the token file works too
         out = subprocess.run(
-            [sys.executable, "-m", "cluster.cli", "--token-file", str(token_file), "health"],
+            [sys.executable, "-m", "waitgraph", "--token-file", str(token_file), "health"],
             cwd=REPO,
             env={**run_env, "WAITGRAPH_TOKEN": ""},
             capture_output=True,

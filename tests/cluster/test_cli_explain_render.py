@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cluster import progress, render
-from cluster.opsclient import Read
-from proto.waitgraph.v1 import operator_pb2, types_pb2
+from waitgraph.ops import progress, render
+from waitgraph.ops.opsclient import Read
+from waitgraph.proto.v1 import operator_pb2, types_pb2
 
 T0 = 1_700_000_000_000
 

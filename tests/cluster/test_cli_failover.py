@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from cluster.localcluster import LocalCluster
+from waitgraph.dev.localcluster import LocalCluster
 
 from .harness import REPO
 
@@ -29,7 +29,7 @@ def wg(cluster: LocalCluster, *args: str, endpoints: str | None = None) -> Any:
     if endpoints is not None:
         env["WAITGRAPH_ENDPOINTS"] = endpoints
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "waitgraph", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
 
 

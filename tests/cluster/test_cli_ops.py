@@ -22,11 +22,11 @@ from typing import Any
 import grpc
 import pytest
 
-from cluster import convert
-from cluster.localcluster import LocalCluster
-from proto.waitgraph.v1 import agent_pb2_grpc
-from statemachine import commands as C
-from statemachine.enums import EffectOutcome
+from waitgraph.dev.localcluster import LocalCluster
+from waitgraph.proto.v1 import agent_pb2_grpc
+from waitgraph.statemachine import commands as C
+from waitgraph.statemachine.enums import EffectOutcome
+from waitgraph.wire import convert
 
 from .harness import REPO
 from .test_cli import (
@@ -204,7 +204,7 @@ def spawn_wg(cluster: LocalCluster, *args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")}
     env.update(cluster.env(), PYTHONPATH=str(REPO))
     return subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", *args],
+        [sys.executable, "-m", "waitgraph", *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""cluster/render.py without a cluster: the JSON shape, plain tables, DOT quoting, and the decision
+"""cluster/ops/render.py without a cluster: the JSON shape, plain tables, DOT quoting, and the decision
 narratives for the kinds a live test does not reach (tie-break, shadow, reconciliation,
 escalation)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import io
 
-from cluster import render
-from proto.waitgraph.v1 import operator_pb2, types_pb2
+from waitgraph.ops import render
+from waitgraph.proto.v1 import operator_pb2, types_pb2
 
 
 def decision(kind: int, **fields: object) -> operator_pb2.DecisionView:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cluster.clock import LogicalClock
+from waitgraph.node.clock import LogicalClock
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""scripts/demo end to end: ``python -m cluster.demo`` as a subprocess (a local 3-node cluster of
+"""scripts/demo end to end: ``python -m waitgraph.dev.demo`` as a subprocess (a local 3-node cluster of
 real processes, every agent its own process), judged by its exit code and its key lines."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def run_demo(*args: str, timeout_s: float = 150) -> subprocess.CompletedProcess[
     env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")}
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run(
-        [sys.executable, "-m", "cluster.demo", *args],
+        [sys.executable, "-m", "waitgraph.dev.demo", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

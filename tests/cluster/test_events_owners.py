@@ -1,4 +1,4 @@
-"""``cluster.events.owners``: the agents an effect concerns, for every effect kind.
+"""``waitgraph.node.events.owners``: the agents an effect concerns, for every effect kind.
 
 ``owners`` reads only the fields each effect class has (remembered per class) and sorts only
 when it found several agents. The reference below looks every field up on every effect, as the
@@ -13,11 +13,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.events import owners
-from statemachine.effects import Effect
-from statemachine.enums import ExecStatus
-from statemachine.state import Execution, State
 from tests.strategies import any_effect, examples
+from waitgraph.node.events import owners
+from waitgraph.statemachine.effects import Effect
+from waitgraph.statemachine.enums import ExecStatus
+from waitgraph.statemachine.state import Execution, State
 
 
 def reference(state: State, fx: Effect) -> tuple[str, ...]:

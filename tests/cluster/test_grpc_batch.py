@@ -19,11 +19,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cluster import convert
-from cluster.sdk import Batching, Client, InvalidArgument, NoSession, PermissionDenied
-from proto.waitgraph.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, types_pb2
-from statemachine import commands as C
-from statemachine.commands import Command
+from waitgraph.proto.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, types_pb2
+from waitgraph.sdk import Batching, Client, InvalidArgument, NoSession, PermissionDenied
+from waitgraph.statemachine import commands as C
+from waitgraph.statemachine.commands import Command
+from waitgraph.wire import convert
 
 from .grpc_harness import TOKENS, GrpcCluster, GrpcNode, Operator, auth, leader_of, until
 

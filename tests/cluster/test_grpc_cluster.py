@@ -19,13 +19,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from cluster import convert
-from cluster.grpc_status import CODE_KEY, LEADER_ID_KEY, LEADER_KEY, OUTCOME_KEY
-from proto.waitgraph.v1 import commands_pb2, operator_pb2, operator_pb2_grpc, types_pb2
-from statemachine import commands as C
-from statemachine.effects import CancelRequested, SessionRenewed, VictimChosen
-from statemachine.enums import EffectOutcome
-from statemachine.outcome import Result
+from waitgraph.proto.v1 import commands_pb2, operator_pb2, operator_pb2_grpc, types_pb2
+from waitgraph.statemachine import commands as C
+from waitgraph.statemachine.effects import CancelRequested, SessionRenewed, VictimChosen
+from waitgraph.statemachine.enums import EffectOutcome
+from waitgraph.statemachine.outcome import Result
+from waitgraph.wire import convert
+from waitgraph.wire.metadata import CODE_KEY, LEADER_ID_KEY, LEADER_KEY, OUTCOME_KEY
 
 from .grpc_harness import (
     Agent,

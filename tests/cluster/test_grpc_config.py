@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cluster import auth
-from cluster.config import INSECURE_SECRET, ConfigError, load_file, resolve
+from waitgraph.node import auth
+from waitgraph.node.config import INSECURE_SECRET, ConfigError, load_file, resolve
 
 from .harness import REPO
 
@@ -113,7 +113,7 @@ def test_config_file_keys_are_checked(tmp_path: Path) -> None:
 
 def test_serve_refuses_a_bad_configuration_with_exit_code_2(tmp_path: Path) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "serve", "--id", "n1", "--raft-addr", "127.0.0.1:7001"],
+        [sys.executable, "-m", "waitgraph", "serve", "--id", "n1", "--raft-addr", "127.0.0.1:7001"],
         cwd=REPO,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
         capture_output=True,

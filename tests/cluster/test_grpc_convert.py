@@ -12,15 +12,16 @@ from typing import Any
 import grpc
 import pytest
 
-from cluster import auth, convert, grpc_status
-from cluster.errors import Exhausted, NotLeader, OutcomeUnknown
-from cluster.events import CursorExpired
-from proto.waitgraph.v1 import agent_pb2, commands_pb2, operator_pb2, types_pb2
-from statemachine import commands as C
-from statemachine.codec import field_types
-from statemachine.effects import EFFECTS
-from statemachine.errors import Rejection, Status
-from statemachine.outcome import Outcome, Result, rejected
+from waitgraph.node import auth, grpc_status
+from waitgraph.node.errors import Exhausted, NotLeader, OutcomeUnknown
+from waitgraph.node.events import CursorExpired
+from waitgraph.proto.v1 import agent_pb2, commands_pb2, operator_pb2, types_pb2
+from waitgraph.statemachine import commands as C
+from waitgraph.statemachine.codec import field_types
+from waitgraph.statemachine.effects import EFFECTS
+from waitgraph.statemachine.errors import Rejection, Status
+from waitgraph.statemachine.outcome import Outcome, Result, rejected
+from waitgraph.wire import convert, metadata
 
 
 def sample(cls: type, variant: int = 0) -> Any:
@@ -126,8 +127,8 @@ def test_rejected_outcomes_keep_their_category_and_ride_in_the_trailer() -> None
         err = grpc_status.for_error(grpc_status.Rejected(out))
         assert err.code is wire and err.details == f"{code}: {code} happened"
         md = dict(err.trailing_metadata)
-        assert md[grpc_status.CODE_KEY] == code
-        back = convert.outcome_from_proto(types_pb2.Outcome.FromString(md[grpc_status.OUTCOME_KEY]))
+        assert md[metadata.CODE_KEY] == code
+        back = convert.outcome_from_proto(types_pb2.Outcome.FromString(md[metadata.OUTCOME_KEY]))
         assert back == Outcome(Result.REJECTED, (), code, status, f"{code} happened", {"execution_id": "exec:a"})
 
 
@@ -136,10 +137,10 @@ def test_replication_and_gateway_errors() -> None:
     err = grpc_status.for_error(NotLeader("no leader is known", leader="10.0.0.2:7001"), hint)
     md = dict(err.trailing_metadata)
     assert err.code is grpc.StatusCode.UNAVAILABLE
-    assert md[grpc_status.LEADER_KEY] == "10.0.0.2:50051" and md[grpc_status.LEADER_ID_KEY] == "n2"
+    assert md[metadata.LEADER_KEY] == "10.0.0.2:50051" and md[metadata.LEADER_ID_KEY] == "n2"
     err = grpc_status.for_error(OutcomeUnknown("no outcome within 5s"), hint, request_id="r-9")
     assert err.code is grpc.StatusCode.UNAVAILABLE and "same request_id 'r-9'" in err.details
-    assert dict(err.trailing_metadata)[grpc_status.RETRY_KEY] == "same-request-id"
+    assert dict(err.trailing_metadata)[metadata.RETRY_KEY] == "same-request-id"
     err = grpc_status.for_error(OutcomeUnknown("no outcome within 5s"), hint)
     assert "may apply it twice" in err.details
     assert grpc_status.for_error(Exhausted("full")).code is grpc.StatusCode.RESOURCE_EXHAUSTED

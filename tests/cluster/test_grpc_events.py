@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from cluster.events import CURSOR_SHIFT, CursorExpired, EventfulMachine, EventJournal, cursor_of
-from statemachine import Envelope, encode_envelope
-from statemachine.commands import CreateExecution, Heartbeat, JoinSession
-from statemachine.effects import ExecutionCreated, SessionJoined, SessionRenewed
+from waitgraph.node.events import CURSOR_SHIFT, CursorExpired, EventfulMachine, EventJournal, cursor_of
+from waitgraph.statemachine import Envelope, encode_envelope
+from waitgraph.statemachine.commands import CreateExecution, Heartbeat, JoinSession
+from waitgraph.statemachine.effects import ExecutionCreated, SessionJoined, SessionRenewed
 
 
 class Log:

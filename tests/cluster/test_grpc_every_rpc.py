@@ -12,9 +12,9 @@ import grpc
 import pytest
 from google.protobuf import message_factory
 
-from cluster.auth import POLICY, Role
-from proto.waitgraph.v1 import agent_pb2, operator_pb2
-from statemachine.codec import MAX_PAYLOAD_BYTES
+from waitgraph.node.auth import POLICY, Role
+from waitgraph.proto.v1 import agent_pb2, operator_pb2
+from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES
 
 from .grpc_harness import GrpcCluster, Operator, auth, leader_of
 

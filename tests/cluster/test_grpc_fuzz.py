@@ -1,12 +1,12 @@
 """Request fuzzing: every write request message, with random and mutated field values and damaged
-wire bytes, through the gateway's write path (size check, :mod:`cluster.convert`, the codec) up to
+wire bytes, through the gateway's write path (size check, :mod:`waitgraph.wire.convert`, the codec) up to
 the node, without a network.
 
 What is asserted for every input: the only exceptions are typed (:class:`WaitgraphError`, each
 with a gRPC status from the one table, never INTERNAL); whatever is refused before the log
-(:class:`~cluster.convert.WireError`, INVALID_ARGUMENT) reaches no node and changes nothing; what
+(:class:`~waitgraph.wire.convert.WireError`, INVALID_ARGUMENT) reaches no node and changes nothing; what
 the core rejects leaves the replica's state byte-identical; undecodable wire bytes are
-INVALID_ARGUMENT (:func:`cluster.convert.parse_request`, behind the server's deserializer).
+INVALID_ARGUMENT (:func:`waitgraph.wire.convert.parse_request`, behind the server's deserializer).
 """
 
 from __future__ import annotations
@@ -23,17 +23,18 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster import convert, grpc_status
-from cluster.auth import Principal, Role, TokenStore
-from cluster.config import Peer, ServeConfig
-from cluster.convert import parse_request
-from cluster.service import Gateway
-from proto.waitgraph.v1 import types_pb2
-from statemachine import StateMachine
-from statemachine.errors import WaitgraphError
-from statemachine.outcome import Outcome
-from statemachine.state import State
 from tests.strategies import INT64_MAX, INT64_MIN, examples, generate_log, mutated_bytes
+from waitgraph.node import grpc_status
+from waitgraph.node.auth import Principal, Role, TokenStore
+from waitgraph.node.config import Peer, ServeConfig
+from waitgraph.node.service import Gateway
+from waitgraph.proto.v1 import types_pb2
+from waitgraph.statemachine import StateMachine
+from waitgraph.statemachine.errors import WaitgraphError
+from waitgraph.statemachine.outcome import Outcome
+from waitgraph.statemachine.state import State
+from waitgraph.wire import convert
+from waitgraph.wire.convert import parse_request
 
 AGENT = Principal("agent-a", Role.AGENT, "a")
 ADMIN = Principal("root", Role.ADMIN)

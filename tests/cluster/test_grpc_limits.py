@@ -1,6 +1,6 @@
-"""Per-agent limits under a flood: the request rate limit (cluster/ratelimit.py), the core's limits
+"""Per-agent limits under a flood: the request rate limit (cluster/node/ratelimit.py), the core's limits
 of open waits per execution and of open executions per agent, and another agent served all along.
-Also the settings of the rate limit and of the durability option (cluster/config.py)."""
+Also the settings of the rate limit and of the durability option (cluster/node/config.py)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,15 @@ from typing import Any
 import grpc
 import pytest
 
-from cluster import convert
-from cluster.config import ConfigError, ServeConfig, resolve
-from cluster.grpc_status import CODE_KEY, code_for
-from cluster.ratelimit import RateLimited, RateLimiter
-from proto.waitgraph.v1 import agent_pb2, operator_pb2
-from statemachine import commands as C
-from statemachine.outcome import Result
-from statemachine.state import Limits
+from waitgraph.node.config import ConfigError, ServeConfig, resolve
+from waitgraph.node.grpc_status import code_for
+from waitgraph.node.ratelimit import RateLimited, RateLimiter
+from waitgraph.proto.v1 import agent_pb2, operator_pb2
+from waitgraph.statemachine import commands as C
+from waitgraph.statemachine.outcome import Result
+from waitgraph.statemachine.state import Limits
+from waitgraph.wire import convert
+from waitgraph.wire.metadata import CODE_KEY
 
 from .grpc_harness import Agent, GrpcCluster, Operator, leader_of, refused, token_file, trailer
 

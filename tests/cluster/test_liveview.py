@@ -1,4 +1,4 @@
-"""The live view's HTTP endpoints (cluster/liveview.py) on an in-process replica: auth, content,
+"""The live view's HTTP endpoints (cluster/ops/liveview.py) on an in-process replica: auth, content,
 escaping, the bounded picture, and the one SVG path it shares with ``waitgraph graph -o svg``."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from wsgiref.util import setup_testing_defaults
 
 import pytest
 
-from cluster import liveview, render
-from cluster.auth import TokenStore
-from statemachine.commands import DeclareSatisfier, RecordSideEffect
-from statemachine.enums import EffectOutcome
-from statemachine.recovery_state import RolloutMode
 from tests.world import World
+from waitgraph.node.auth import TokenStore
+from waitgraph.ops import liveview, render
+from waitgraph.statemachine.commands import DeclareSatisfier, RecordSideEffect
+from waitgraph.statemachine.enums import EffectOutcome
+from waitgraph.statemachine.recovery_state import RolloutMode
 
 OPERATOR, ADMIN, AGENT = "operator-token-0123456789", "admin-token-0123456789abc", "agent-token-0123456789abc"
 EVIL = '<img src=x onerror="document.body.dataset.pwned=1"><script>alert(1)</script>'
@@ -214,7 +214,7 @@ def test_a_malicious_reason_stays_text() -> None:
     assert svg.count("&lt;img src=x onerror=&quot;") == 2 and "<img" not in svg and "<script" not in svg
     assert 'class="node cycle confirmed victim"' in svg
     # the JSON carries it as a string; the page's script only ever assigns text
-    js = (resources.files("cluster") / "static" / "liveview.js").read_text()
+    js = (resources.files("waitgraph.ops") / "static" / "liveview.js").read_text()
     assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "document.write" not in js
 
 
@@ -316,7 +316,7 @@ def test_dot_marks_candidates_orange_and_confirmed_red() -> None:
 
 
 def test_http_addr_is_a_setting_like_the_others(tmp_path: Any) -> None:
-    from cluster.config import ConfigError, resolve
+    from waitgraph.node.config import ConfigError, resolve
 
     from .test_grpc_config import flags
 

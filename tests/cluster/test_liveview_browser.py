@@ -2,7 +2,7 @@
 
 A LocalCluster with the live view on every node, rollout mode shadow (so the confirmed cycle stays
 on the page with the victim recovery would pick), the second seed's ring staged through the
-AgentService with a wait reason that is markup (cluster/showcase.py ``stage_ring``). Debian's
+AgentService with a wait reason that is markup (cluster/dev/showcase.py ``stage_ring``). Debian's
 chromium loads a follower's page, lets its script poll, and dumps the DOM: the cycle, the victim
 and its scores must be there, the markup must be inert text. Skipped only when no chromium can be
 found (CI installs it: .ci/run), and the skip says so; the node wiring (JSON, /metrics on the same
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster import showcase
-from cluster.localcluster import LocalCluster
+from waitgraph.dev import showcase
+from waitgraph.dev.localcluster import LocalCluster
 
 from .harness import REPO
 
@@ -121,7 +121,7 @@ def get(url: str, token: str | None = None) -> tuple[int, str]:
 
 
 def test_every_node_serves_the_view_json_and_metrics_on_one_port(ring: LocalCluster) -> None:
-    """No browser needed: the wiring in cluster/server.py, on each of the three nodes."""
+    """No browser needed: the wiring in cluster/node/server.py, on each of the three nodes."""
     assert ring.credentials is not None
     for m in ring.members:
         base = f"http://{m.http_address}"
@@ -144,7 +144,7 @@ def wg(ring: LocalCluster, *args: str, path: str | None = None) -> subprocess.Co
     if path is not None:
         env["PATH"] = path
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "waitgraph", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
 
 

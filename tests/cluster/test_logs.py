@@ -1,4 +1,4 @@
-"""Structured logs (cluster/logs.py): one JSON event per decision, bound context, no free text."""
+"""Structured logs (cluster/node/logs.py): one JSON event per decision, bound context, no free text."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import structlog
 
-from cluster import logs
-from cluster.events import EventfulMachine, EventJournal
-from proto.waitgraph.v1 import commands_pb2
-from statemachine.commands import CancelRun, ConfigureCancellation, FreezeAdmission, ReemitCancels
+from waitgraph.node import logs
+from waitgraph.node.events import EventfulMachine, EventJournal
+from waitgraph.proto.v1 import commands_pb2
+from waitgraph.statemachine.commands import CancelRun, ConfigureCancellation, FreezeAdmission, ReemitCancels
 
 from .nodeworld import NodeWorld
 

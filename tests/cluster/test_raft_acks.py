@@ -1,4 +1,4 @@
-"""Repeated acknowledgments (cluster/raft.py, "Repeated acknowledgments"), message by message
+"""Repeated acknowledgments (cluster/node/raft.py, "Repeated acknowledgments"), message by message
 against one follower with no network: which ``next_node_idx`` answers it sends, and which it skips."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from cluster import raft
-from cluster.raft import encode_batch
+from waitgraph.node import raft
+from waitgraph.node.raft import encode_batch
 
 from .fakes import LEADER, OTHER, append_entries, follower, regular_command, transport
 

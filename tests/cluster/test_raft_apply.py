@@ -5,10 +5,10 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from cluster.raft import DUMP_FORMAT, encode_batch
-from statemachine import StateMachine
-from statemachine.errors import InvariantViolation, Status
-from statemachine.outcome import Result
+from waitgraph.node.raft import DUMP_FORMAT, encode_batch
+from waitgraph.statemachine import StateMachine
+from waitgraph.statemachine.errors import InvariantViolation, Status
+from waitgraph.statemachine.outcome import Result
 
 from .fakes import LEADER, append_entries, follower, regular_command, transport
 from .harness import envelope

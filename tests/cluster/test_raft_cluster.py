@@ -1,6 +1,6 @@
 """Three real node processes on loopback: replication, forwarding, failover, catch-up.
 
-Each test starts its own cluster (``python -m cluster.raft_node`` x 3, see ``harness.py``) and the
+Each test starts its own cluster (``python -m waitgraph.node.raft_node`` x 3, see ``harness.py``) and the
 ``make_cluster`` fixture kills every process at the end, whatever happened.
 """
 
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from statemachine.errors import Status
-from statemachine.outcome import Outcome, Result
+from waitgraph.statemachine.errors import Status
+from waitgraph.statemachine.outcome import Outcome, Result
 
 from .harness import envelope, wait_for
 
@@ -148,7 +148,7 @@ def test_backpressure_returns_exhausted(make_cluster):
 
 @pytest.mark.timeout(90)
 def test_burst_with_one_envelope_per_entry_never_truncates(make_cluster):
-    """The burst that makes raw pysyncobj truncate applied entries (see cluster/raft.py)."""
+    """The burst that makes raw pysyncobj truncate applied entries (see cluster/node/raft.py)."""
     cluster = make_cluster(extra_args=["--group-max-items", "1", "--log-compaction-min-entries", "500"])
     leader = cluster.leader()
     t0 = time.monotonic()

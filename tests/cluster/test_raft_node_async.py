@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from cluster.errors import Exhausted, NotLeader, ReadFailed, Stopped
-from cluster.raft import RaftConfig, RaftNode
-from statemachine.outcome import Result
+from waitgraph.node.errors import Exhausted, NotLeader, ReadFailed, Stopped
+from waitgraph.node.raft import RaftConfig, RaftNode
+from waitgraph.statemachine.outcome import Result
 
 from .harness import envelope, free_ports
 

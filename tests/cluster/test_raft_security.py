@@ -14,9 +14,9 @@ import pysyncobj.pickle
 import pytest
 from pysyncobj.encryptor import getEncryptor
 
-import cluster.raft  # noqa: F401  (installs the restricted unpickler)
-from cluster import safe_pickle
-from cluster.raft_wire import RaftCipher
+import waitgraph.node.raft  # noqa: F401  (installs the restricted unpickler)
+from waitgraph.node import safe_pickle
+from waitgraph.node.raft_wire import RaftCipher
 
 from .harness import PASSWORD, Node, envelope, wait_for
 

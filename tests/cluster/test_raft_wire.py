@@ -1,4 +1,4 @@
-"""What crosses the Raft port (cluster/raft_wire.py): the cipher in place of Fernet, and the frame."""
+"""What crosses the Raft port (cluster/node/raft_wire.py): the cipher in place of Fernet, and the frame."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pysyncobj.encryptor import getEncryptor
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import TcpConnection
 
-from cluster.raft import RaftConfig, WaitgraphSyncObj, build_conf
-from cluster.raft_wire import (
+from waitgraph.node.raft import RaftConfig, WaitgraphSyncObj, build_conf
+from waitgraph.node.raft_wire import (
     HKDF_INFO,
     MIN_TOKEN,
     SMALL_FRAME,
@@ -26,7 +26,7 @@ from cluster.raft_wire import (
     WaitgraphTransport,
     derive_key,
 )
-from statemachine import StateMachine
+from waitgraph.statemachine import StateMachine
 
 from . import fakes
 from .harness import free_ports

@@ -16,8 +16,8 @@ from typing import Any
 import grpc
 import pytest
 
-from cluster import convert
-from cluster.sdk import (
+from waitgraph.proto.v1 import types_pb2
+from waitgraph.sdk import (
     TLS,
     CancellationRequested,
     Client,
@@ -28,9 +28,9 @@ from cluster.sdk import (
     SyncClient,
     Unavailable,
 )
-from proto.waitgraph.v1 import types_pb2
-from statemachine.effects import VictimChosen
-from statemachine.enums import EffectOutcome
+from waitgraph.statemachine.effects import VictimChosen
+from waitgraph.statemachine.enums import EffectOutcome
+from waitgraph.wire import convert
 
 from .grpc_harness import TOKENS, GrpcCluster, GrpcNode, leader_of, make_pki, until
 
@@ -39,7 +39,7 @@ AUTO = ["--initial-mode", "auto", "--recovery-confirmation-window-ms", "300"]
 
 async def settled(cluster: GrpcCluster) -> GrpcNode:
     """The leader, once every live node has applied the recovery bootstrap: a node that has just
-    started numbers its events from its first apply on (cluster/events.py), so a stream opened
+    started numbers its events from its first apply on (cluster/node/events.py), so a stream opened
     before that may find its cursor expired at once."""
     leader = await leader_of(cluster)
     for node in cluster.live():

@@ -1,0 +1,852 @@
+"""``scripts/demo``: the two seeds' scenarios, end to end, on a local cluster of real processes.
+
+    python -m waitgraph.dev.demo                  # what scripts/demo runs
+    python -m waitgraph.dev.demo agent s1 a       # one agent process (the driver starts these)
+
+The driver starts three ``waitgraph serve`` nodes (:class:`waitgraph.dev.localcluster.LocalCluster`, the
+launcher ``waitgraph dev`` uses) in rollout mode ``auto``, then plays three scenarios. Every agent
+is its own process using the SDK (:mod:`waitgraph.sdk`) over gRPC; the driver only starts them,
+releases them at the moments that make the interleaving of the seed happen, and watches the
+cluster as an operator (``WatchEvents``, ``Cycles``, ``ExplainDecision``, ``Graph``):
+
+1. the first seed's cycle: A holds the browser and waits for B's review, B waits for the browser;
+2. the first seed's delegation: a supervisor delegates synchronously to a subtask, which then
+   waits for the supervisor's approval (the cycle is visible because delegation registered
+   "parent waits for child");
+3. the second seed's 7-agent pipeline with the A -> B -> C -> D -> A resource cycle, recovered by
+   the cluster nodes' votes (quorum 2 > max_rollback 1; the seed's own 4-of-7 gate with four
+   simultaneous rollbacks is refused).
+
+For each it prints detection (members, signature), the votes, the epoch commit, the victim with
+every candidate's score, the cancellation converging (CancellationStable), that no cycle re-forms
+(Cycles polled for a while after the commit) and that every execution completed, the victim's
+under the new epoch. Exit status 0 only when every scenario resolved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from waitgraph.sdk import Client, DeadlockVictim, Session, StaleEpoch, WaitgraphClientError
+from waitgraph.statemachine import commands as C
+from waitgraph.statemachine.effects import (
+    CancellationStable,
+    EpochCommitted,
+    LivelockDetected,
+    RecoveryEscalated,
+    RecoveryProposed,
+    RecoveryRetracted,
+    Released,
+    VictimChosen,
+    VoteRecorded,
+)
+from waitgraph.statemachine.enums import EffectOutcome
+
+# -- the cast ----------------------------------------------------------------------------------------------
+
+S1_AGENTS = ("a", "b")
+S2_AGENTS = ("supervisor", "subtask")
+S3_AGENTS = tuple(f"pipe-{x}" for x in "abcdefg")
+AGENTS = S1_AGENTS + S2_AGENTS + S3_AGENTS
+
+BROWSER, REVIEW = "resource:s1-browser", "artifact:s1-review"
+PLAN = "approval:s2-plan"
+RING = "abcd"
+OUTPUT, RELEASE, WORKERS = "artifact:s3-output", "approval:s3-release", "pool:s3-workers"
+RELEASE_MANAGER = "human:release-manager"
+
+NO_REFORM_S = 2.5
+"""How long Cycles is polled after a recovery commits, to show the cycle does not come back."""
+SCENARIO_TIMEOUT_S = 30.0
+
+
+def resource(x: str) -> str:
+    return f"resource:s3-r{x}"
+
+
+# == the agents (one process each) ===========================================================================
+
+
+class AgentIO:
+    """An agent process's side of the driver: lines on stdout, ``@marker`` lines, ``go`` on stdin."""
+
+    def __init__(self) -> None:
+        self.endpoints = os.environ["WAITGRAPH_ENDPOINTS"].split(",")
+        self.token = os.environ["WAITGRAPH_TOKEN"]
+
+    def say(self, text: str) -> None:
+        print(text, flush=True)
+
+    def mark(self, name: str) -> None:
+        print(f"@{name}", flush=True)
+
+    async def go(self) -> None:
+        """Block until the driver writes ``go``."""
+        line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        if line.strip() != "go":
+            raise SystemExit(f"expected 'go' from the driver, got {line!r}")
+
+    def client(self) -> Client:
+        return Client(self.endpoints, self.token)
+
+
+def _victim_line(v: DeadlockVictim) -> str:
+    d = v.decision
+    return (
+        f"DeadlockVictim raised in the blocked task: decision {d.decision_id} ({d.kind}, {d.reason_code}), "
+        f"epoch {d.epoch}"
+    )
+
+
+async def s1_a(io: AgentIO) -> None:
+    async with io.client() as c, c.session("a") as s:
+        await s.ensure_target(BROWSER)
+        await s.ensure_target(REVIEW)
+        async with s.execution("exec:s1-A", run_id="s1-run-a") as ex:
+            await ex.record_side_effect("kickoff-email", EffectOutcome.COMMITTED)
+            io.say("exec:s1-A started; it already sent the kickoff email (a COMMITTED side effect)")
+            async with ex.holding(BROWSER) as h:
+                io.say(f"holds {BROWSER} (lease {h.lease})")
+                io.mark("holding")
+                async with ex.waiting_for(REVIEW) as w:
+                    io.say(f"registered WAIT(exec:s1-A -> {REVIEW}) before blocking; waits for B's review")
+                    reason = await w.resolved()
+                io.say(f"the review arrived ({reason}); finishes its work and releases the browser")
+        io.say("exec:s1-A COMPLETED")
+
+
+async def s1_b(io: AgentIO) -> None:
+    async with io.client() as c, c.session("b") as s:
+        await s.ensure_target(REVIEW)
+        async with s.execution("exec:s1-B", run_id="s1-run-b", checkpoint=True) as ex:
+            await ex.produces(REVIEW)
+            io.say(f"exec:s1-B started (checkpoint available); declared PRODUCED_BY({REVIEW} -> exec:s1-B)")
+            io.say(f"needs {BROWSER} for more evidence: it is held, so the SDK registers the wait before blocking")
+            try:
+                async with ex.holding(BROWSER):
+                    raise RuntimeError("B got the browser: there was no deadlock")
+            except DeadlockVictim as victim:
+                io.say(_victim_line(victim))
+            generation = await ex.retry()
+            io.say(f"acknowledged the cancellation; retried as generation {generation} under epoch {s.observed_epoch}")
+            await _show_fence(io, s, ex.execution_id, generation)
+            await ex.produces(REVIEW)
+            await s.produce(REVIEW)
+            io.say("resumed from its checkpoint: published the review first, without the browser")
+            async with ex.holding(BROWSER) as h:
+                io.say(f"acquired {BROWSER} (lease {h.lease}) presenting epoch {s.observed_epoch}")
+        io.say("exec:s1-B COMPLETED (generation 2)")
+
+
+async def _show_fence(io: AgentIO, s: Session, execution_id: str, generation: int) -> None:
+    """The second seed's invariant, shown: re-acquiring under the epoch it was rolled back from is refused."""
+    stale = C.Acquire(target_id=BROWSER, execution_id=execution_id, generation=generation, observed_epoch=0)
+    try:
+        await s.write(stale)
+    except StaleEpoch as refused:
+        io.say(f"a re-acquire presenting epoch 0 is refused: StaleEpoch ({refused.message})")
+    except WaitgraphClientError as other:
+        io.say(f"a re-acquire presenting epoch 0: {other}")
+
+
+async def s2_supervisor(io: AgentIO) -> None:
+    async with io.client() as c, c.session("supervisor") as s:
+        io.mark("ready")
+        await io.go()
+        async with s.execution("exec:s2-supervisor", run_id="s2-run", priority=5, unique_evidence=True) as ex:
+            await ex.provides(PLAN)
+            io.say(f"exec:s2-supervisor started (priority 5, holds unique evidence); it provides {PLAN}")
+            async with ex.delegate("subtask", execution_id="exec:s2-subtask", checkpoint=True) as d:
+                io.say("delegated exec:s2-subtask synchronously: WAIT(exec:s2-supervisor -> exec:s2-subtask)")
+                outcome = await d.result()
+                io.say(f"the subtask finished: {outcome} (generation {d.child_generation})")
+            await s.decide(PLAN)
+            io.say(f"approved {PLAN} afterwards, as an asynchronous event")
+        io.say("exec:s2-supervisor COMPLETED")
+
+
+async def s2_subtask(io: AgentIO) -> None:
+    async with io.client() as c, c.session("subtask") as s:
+        io.mark("ready")
+        assignment = await s.next_assignment()
+        async with s.accept(assignment) as ex:
+            io.say(f"accepted {assignment.execution_id} (run {assignment.run_id}, checkpoint available)")
+            try:
+                async with ex.waiting_for(PLAN) as w:
+                    io.say(f"asks the supervisor for {PLAN} synchronously: WAIT(exec:s2-subtask -> {PLAN})")
+                    await w.resolved()
+                    raise RuntimeError("the approval came: there was no deadlock")
+            except DeadlockVictim as victim:
+                io.say(_victim_line(victim))
+            generation = await ex.retry()
+            io.say(f"retried as generation {generation}: asks for the approval asynchronously and carries on")
+        io.say("exec:s2-subtask COMPLETED (generation 2)")
+
+
+_S3_PROFILE: dict[str, dict[str, Any]] = {
+    "a": dict(priority=1),
+    "b": dict(priority=2),
+    "c": dict(priority=1, unique_evidence=True),
+    "d": dict(priority=1, checkpoint=True),
+}
+
+
+async def s3_ring(io: AgentIO, me: str) -> None:
+    """A, B, C, D: hold your own resource, then take the next one's (D takes A's)."""
+    nxt = RING[(RING.index(me) + 1) % len(RING)]
+    name = f"exec:s3-{me.upper()}"
+    async with io.client() as c, c.session(f"pipe-{me}") as s:
+        await s.ensure_target(resource(me))
+        async with s.execution(name, run_id=f"s3-run-{me}", **_S3_PROFILE[me]) as ex:
+            if me == "a":
+                await ex.record_side_effect("staging-table-write", EffectOutcome.COMMITTED)
+            if me == "d":
+                await ex.produces(OUTPUT)
+            try:
+                async with ex.holding(resource(me)):
+                    io.say(f"{name} holds {resource(me)}")
+                    io.mark("holding")
+                    await io.go()
+                    async with ex.holding(resource(nxt)):
+                        io.say(f"got {resource(nxt)}: runs its stage")
+                        await asyncio.sleep(0.2)
+            except DeadlockVictim as victim:
+                io.say(_victim_line(victim))
+                generation = await ex.retry()
+                order = sorted((resource(me), resource(nxt)))
+                io.say(f"retried as generation {generation} under epoch {s.observed_epoch}: acquires in order {order}")
+                async with ex.holding(order[0]), ex.holding(order[1]):
+                    io.say(f"holds {order[0]} and {order[1]}: runs its stage")
+                    await asyncio.sleep(0.2)
+            if me == "d":
+                await s.produce(OUTPUT)
+                io.say(f"produced {OUTPUT}")
+        io.say(f"{name} COMPLETED")
+
+
+async def s3_e(io: AgentIO) -> None:
+    async with io.client() as c, c.session("pipe-e") as s:
+        await s.ensure_target(OUTPUT)
+        async with s.execution("exec:s3-E", run_id="s3-run-e") as ex, ex.waiting_for(OUTPUT) as w:
+            io.say(f"exec:s3-E waits for {OUTPUT} (D's output): behind the cycle, not part of it")
+            io.mark("ready")
+            await w.resolved()
+            io.say("D's output arrived; packaging it")
+        io.say("exec:s3-E COMPLETED")
+
+
+async def s3_f(io: AgentIO) -> None:
+    async with io.client() as c, c.session("pipe-f") as s:
+        await s.ensure_target(WORKERS, slots=2)
+        async with s.execution("exec:s3-F", run_id="s3-run-f") as ex:
+            async with ex.holding(WORKERS) as h:
+                io.say(f"exec:s3-F holds one of 2 permits of {WORKERS} (grant {h.lease}) and keeps working")
+                io.mark("ready")
+                await io.go()
+                await asyncio.sleep(1.5)
+            await s.decide(RELEASE)
+            io.say(f"relayed the release manager's decision: {RELEASE} approved")
+        io.say("exec:s3-F COMPLETED")
+
+
+async def s3_g(io: AgentIO) -> None:
+    async with io.client() as c, c.session("pipe-g") as s:
+        await s.ensure_target(RELEASE)
+        await s.declare_satisfier(RELEASE, RELEASE_MANAGER)
+        async with s.execution("exec:s3-G", run_id="s3-run-g") as ex, ex.waiting_for(RELEASE) as w:
+            io.say(f"exec:s3-G waits for {RELEASE}, PROVIDED_BY {RELEASE_MANAGER}: a human, never a deadlock")
+            io.mark("ready")
+            await w.resolved()
+            io.say("the release was approved")
+        io.say("exec:s3-G COMPLETED")
+
+
+AgentMain = Callable[[AgentIO], Coroutine[Any, Any, None]]
+
+
+def _ring(me: str) -> AgentMain:
+    async def run(io: AgentIO) -> None:
+        await s3_ring(io, me)
+
+    return run
+
+
+AGENT_MAIN: dict[tuple[str, str], AgentMain] = {
+    ("s1", "a"): s1_a,
+    ("s1", "b"): s1_b,
+    ("s2", "supervisor"): s2_supervisor,
+    ("s2", "subtask"): s2_subtask,
+    **{("s3", f"pipe-{x}"): _ring(x) for x in RING},
+    ("s3", "pipe-e"): s3_e,
+    ("s3", "pipe-f"): s3_f,
+    ("s3", "pipe-g"): s3_g,
+}
+
+
+def agent_main(scenario: str, role: str) -> int:
+    fn = AGENT_MAIN.get((scenario, role))
+    if fn is None:
+        print(f"no agent {role!r} in scenario {scenario!r}", file=sys.stderr)
+        return 2
+    asyncio.run(fn(AgentIO()))
+    return 0
+
+
+# == the driver ===============================================================================================
+
+
+class DemoFailure(Exception):
+    pass
+
+
+class AgentProcess:
+    """One agent subprocess: its output is printed as it comes, ``@marker`` lines are events."""
+
+    def __init__(self, driver: Driver, scenario: str, role: str, proc: asyncio.subprocess.Process) -> None:
+        self.driver = driver
+        self.scenario = scenario
+        self.role = role
+        self.proc = proc
+        self.markers: dict[str, asyncio.Event] = {}
+        self.reader = asyncio.get_running_loop().create_task(self._read())
+
+    def _marker(self, name: str) -> asyncio.Event:
+        return self.markers.setdefault(name, asyncio.Event())
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        async for raw in self.proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            if line.startswith("@"):
+                self._marker(line[1:]).set()
+            elif line:
+                self.driver.say(self.role, line)
+
+    async def marker(self, name: str, timeout_s: float = 40.0) -> None:
+        event = self._marker(name)
+        waiter = asyncio.ensure_future(event.wait())
+        exited = asyncio.ensure_future(self.proc.wait())
+        await asyncio.wait({waiter, exited}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        exited.cancel()
+        if not event.is_set():
+            why = f"exited with {self.proc.returncode}" if self.proc.returncode is not None else "timed out"
+            raise DemoFailure(f"agent {self.role} never reached '{name}' ({why})")
+
+    async def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"go\n")
+        await self.proc.stdin.drain()
+
+    async def finished(self, timeout_s: float) -> int:
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), timeout_s)
+        except TimeoutError:
+            raise DemoFailure(f"agent {self.role} did not finish within {timeout_s:.0f}s") from None
+        await self.reader
+        return code
+
+    def kill(self) -> None:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+
+
+@dataclass
+class Scope:
+    """What one scenario watches: its executions, and what the cluster did about them."""
+
+    number: int
+    executions: frozenset[str]
+    started: float = field(default_factory=time.monotonic)
+    digests: set[str] = field(default_factory=set)
+    signatures: list[str] = field(default_factory=list)
+    votes: list[VoteRecorded] = field(default_factory=list)
+    epochs: list[int] = field(default_factory=list)
+    decisions: list[VictimChosen] = field(default_factory=list)
+    stable: list[CancellationStable] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    committed_at: float | None = None
+    epoch_cursor: int | None = None
+    decided: asyncio.Event = field(default_factory=asyncio.Event)
+    converged: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class Result:
+    number: int
+    title: str
+    resolved: bool
+    detail: str
+    seconds: float
+
+
+class Driver:
+    def __init__(self, endpoints: list[str], credentials: Any, started: float) -> None:
+        self.endpoints = endpoints
+        self.credentials = credentials
+        self.t0 = started
+        self.ops = Client(endpoints, credentials.operator)
+        self.admin = Client(endpoints, credentials.admin)
+        self.scope: Scope | None = None
+        self.agents: list[AgentProcess] = []
+        self._watch: asyncio.Task[None] | None = None
+        self._explain: set[asyncio.Task[None]] = set()
+
+    # -- output ------------------------------------------------------------------------------------------------
+
+    def say(self, who: str, text: str) -> None:
+        print(f"  {time.monotonic() - self.t0:6.2f}s  {who:<11} {text}", flush=True)
+
+    def cluster(self, text: str) -> None:
+        self.say("cluster", text)
+
+    def check(self, text: str) -> None:
+        self.say("check", text)
+
+    # -- the cluster's events ------------------------------------------------------------------------------------
+
+    async def start_watching(self) -> None:
+        kinds = [
+            cls.KIND
+            for cls in (
+                RecoveryProposed,
+                VoteRecorded,
+                EpochCommitted,
+                VictimChosen,
+                CancellationStable,
+                LivelockDetected,
+                RecoveryRetracted,
+                RecoveryEscalated,
+                Released,
+            )
+        ]
+        started = asyncio.Event()
+
+        async def watch() -> None:
+            async for ev in self.ops.events(kinds=kinds, on_started=lambda _c: started.set()):
+                try:
+                    self._on_event(ev.effect, ev.cursor)
+                except Exception as exc:  # a display problem must not stop the watch
+                    print(f"  (could not show {type(ev.effect).__name__}: {exc})", flush=True)
+
+        self._watch = asyncio.get_running_loop().create_task(watch())
+        await asyncio.wait_for(started.wait(), 20)
+
+    def _on_event(self, fx: Any, cursor: int) -> None:
+        scope = self.scope
+        if scope is None:
+            return
+        if isinstance(fx, RecoveryProposed):
+            if not set(fx.members) & scope.executions:
+                return
+            scope.digests.add(fx.digest)
+            scope.signatures.append(fx.signature)
+            members = ", ".join(fx.members)
+            self.cluster(
+                f"DETECTED a deadlock: members {members}; cycle signature {fx.signature}; "
+                f"recovery proposed for epoch {fx.epoch_proposed} (digest {fx.digest[:12]})"
+            )
+        elif isinstance(fx, VoteRecorded) and fx.digest in scope.digests:
+            scope.votes.append(fx)
+            verdict = "approves" if fx.approve else "rejects"
+            self.cluster(f"VOTE {fx.voter} {verdict}: {fx.approvals} of quorum {fx.quorum}")
+        elif isinstance(fx, EpochCommitted) and fx.digest in scope.digests:
+            scope.epochs.append(fx.epoch)
+            scope.committed_at = time.monotonic()
+            scope.epoch_cursor = cursor
+            self.cluster(f"EPOCH {fx.epoch} committed in the replicated log, before anything is released")
+        elif isinstance(fx, VictimChosen) and fx.digest in scope.digests:
+            scope.decisions.append(fx)
+            acted = fx.epoch is not None and fx.decision_kind in ("VICTIM", "TIE_BREAK")
+            what = (
+                f"victim {fx.execution_id} g{fx.generation}, WAITING -> CANCELLING"
+                if acted
+                else f"would pick {fx.execution_id}; nothing is cancelled"
+            )
+            self.cluster(
+                f"DECISION {fx.decision_id}: {fx.decision_kind} (mode {fx.mode}, policy {fx.policy_version}, "
+                f"{fx.reason_code}): {what}"
+            )
+            scope.decided.set()
+            task = asyncio.get_running_loop().create_task(self._show_scores(fx.decision_id))
+            self._explain.add(task)
+            task.add_done_callback(self._explain.discard)
+        elif isinstance(fx, CancellationStable) and fx.root_id in scope.executions:
+            scope.stable.append(fx)
+            self.cluster(
+                f"CANCELLATION converged: CancellationStable {fx.scope_id} after {fx.quiescence_ms} ms "
+                f"of logical time, {fx.leaked} leases or permits leaked"
+            )
+            scope.converged.set()
+        elif isinstance(fx, Released) and fx.execution_id in scope.executions and fx.reason == "rolled_back":
+            if scope.epoch_cursor is None or cursor < scope.epoch_cursor:
+                scope.problems.append(f"{fx.target_id} was released before the epoch commit")
+            self.cluster(
+                f"RELEASED {fx.target_id} (lease {fx.lease}) of the victim {fx.execution_id}: after the epoch "
+                f"commit, in the same log entry (event cursor {cursor} > {scope.epoch_cursor})"
+            )
+        elif isinstance(fx, LivelockDetected) and fx.digest in scope.digests:
+            scope.problems.append(f"livelock detected ({fx.reason})")
+            self.cluster(f"LIVELOCK signature {fx.signature}: {fx.reason}")
+        elif isinstance(fx, RecoveryRetracted) and fx.digest in scope.digests:
+            self.cluster(f"recovery {fx.digest[:12]} retracted: {fx.reason}")
+        elif isinstance(fx, RecoveryEscalated) and fx.digest in scope.digests:
+            scope.problems.append(f"recovery escalated ({fx.reason})")
+            self.cluster(f"recovery {fx.digest[:12]} ESCALATED to a human: {fx.reason}")
+
+    async def _show_scores(self, decision_id: str) -> None:
+        decision = await self.ops.decision(decision_id, fresh=True)
+        if decision is None or not decision.scores:
+            return
+        views = await self.ops.explain_decision(decision_id=decision_id, fresh=True)
+        roles = {r.execution_id: r.role for r in views[0].roles} if views else {}
+
+        def yes(flag: bool) -> str:
+            return "yes" if flag else "no"
+
+        self.check(f"ExplainDecision {decision_id}: victim policy {decision.policy_version}, every candidate's score")
+        header = f"{'candidate':<24} {'ext.effects':<11} {'checkpoint':<10} {'priority':>8} {'cost':>5}  unique  role"
+        print(f"{'':22}{header}", flush=True)
+        for sc in decision.scores:
+            row = (
+                f"{sc.execution_id + ' g' + str(sc.generation):<24} {yes(sc.external_side_effects):<11} "
+                f"{yes(sc.checkpoint):<10} {sc.priority:>8} {sc.cost_consumed:>5}  {yes(sc.unique_evidence):<6}  "
+                f"{roles.get(sc.execution_id, '?')}"
+            )
+            print(f"{'':22}{row}", flush=True)
+
+    # -- agents ----------------------------------------------------------------------------------------------------
+
+    async def spawn(self, scenario: str, role: str) -> AgentProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")}
+        env["WAITGRAPH_ENDPOINTS"] = ",".join(self.endpoints)
+        env["WAITGRAPH_TOKEN"] = self.credentials.agents[role]
+        env["PYTHONUNBUFFERED"] = "1"
+        repo = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "waitgraph.dev.demo",
+            "agent",
+            scenario,
+            role,
+            env=env,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        agent = AgentProcess(self, scenario, role, proc)
+        self.agents.append(agent)
+        return agent
+
+    def kill_agents(self) -> None:
+        for agent in self.agents:
+            agent.kill()
+
+    # -- one scenario ---------------------------------------------------------------------------------------------
+
+    def header(self, number: int, title: str, story: list[str]) -> None:
+        print(flush=True)
+        print(f"== Scenario {number}: {title}", flush=True)
+        for line in story:
+            print(f"   {line}", flush=True)
+
+    async def play(
+        self, number: int, title: str, story: list[str], executions: set[str], run: Callable[[], Awaitable[list[Any]]]
+    ) -> Result:
+        self.header(number, title, story)
+        scope = Scope(number, frozenset(executions))
+        self.scope = scope
+        began = time.monotonic()
+        try:
+            agents: list[AgentProcess] = await run()
+            detail = await self._resolve(scope, agents)
+            resolved = not scope.problems
+        except DemoFailure as exc:
+            scope.problems.append(str(exc))
+            resolved, detail = False, str(exc)
+        finally:
+            self.kill_agents()
+            self.agents.clear()
+            await asyncio.sleep(0)
+        if scope.problems:
+            resolved = False
+            detail = "; ".join(scope.problems)
+        verdict = "RESOLVED" if resolved else "NOT RESOLVED"
+        print(f"   -> scenario {number} {verdict}: {detail}", flush=True)
+        self.scope = None
+        return Result(number, title, resolved, detail, time.monotonic() - began)
+
+    async def _resolve(self, scope: Scope, agents: list[AgentProcess]) -> str:
+        try:
+            await asyncio.wait_for(scope.decided.wait(), SCENARIO_TIMEOUT_S)
+        except TimeoutError:
+            raise DemoFailure("no recovery decision was committed") from None
+        victim = scope.decisions[0]
+        if victim.epoch is None or victim.execution_id is None:
+            raise DemoFailure(f"decision {victim.decision_id} did not act ({victim.decision_kind})")
+        no_reform = asyncio.get_running_loop().create_task(self._no_reformation(scope))
+        codes = {a.role: await a.finished(SCENARIO_TIMEOUT_S) for a in agents}
+        failed = {role: code for role, code in codes.items() if code != 0}
+        if failed:
+            scope.problems.append(f"agents exited with errors: {failed}")
+        try:
+            await asyncio.wait_for(scope.converged.wait(), 10)
+        except TimeoutError:
+            scope.problems.append(f"no CancellationStable for the victim {victim.execution_id}")
+        await no_reform
+        await self._all_completed(scope)
+        await asyncio.gather(*self._explain, return_exceptions=True)
+        return (
+            f"victim {victim.execution_id} (decision {victim.decision_id}) rolled back at epoch {victim.epoch}, "
+            f"cancellation stable, no re-formation, {len(scope.executions)} executions completed"
+        )
+
+    async def _no_reformation(self, scope: Scope) -> None:
+        assert scope.committed_at is not None
+        until = scope.committed_at + NO_REFORM_S
+        polls = 0
+        while True:
+            cycles = await self.ops.cycles(fresh=True)
+            polls += 1
+            back = [c for c in cycles.cycles if {m.execution_id for m in c.members} & scope.executions]
+            if back:
+                sigs = ", ".join(c.signature for c in back)
+                scope.problems.append(f"a cycle re-formed after the recovery ({sigs})")
+                self.check(f"the cycle RE-FORMED: {sigs}")
+                return
+            if time.monotonic() >= until:
+                break
+            await asyncio.sleep(0.25)
+        once = len(scope.signatures) == len(set(scope.signatures))
+        if not once:
+            scope.problems.append("the same cycle signature was proposed again")
+        self.check(
+            f"no re-formation: Cycles polled {polls} times over {NO_REFORM_S:.1f}s after the epoch commit found no "
+            f"cycle among this scenario's executions; signature {scope.signatures[0]} proposed once"
+        )
+
+    async def _all_completed(self, scope: Scope) -> None:
+        graph = await self.ops.graph(fresh=True)
+        mine = {e.execution_id: e for e in graph.executions if e.execution_id in scope.executions}
+        done = []
+        for eid in sorted(scope.executions):
+            ex = mine.get(eid)
+            status = _status_name(ex.status) if ex is not None else "MISSING"
+            if status != "COMPLETED":
+                scope.problems.append(f"{eid} is {status}")
+            done.append(f"{eid} g{ex.generation if ex is not None else '?'}")
+        if all(_status_name(e.status) == "COMPLETED" for e in mine.values()) and len(mine) == len(scope.executions):
+            self.check(f"every execution COMPLETED: {', '.join(done)}")
+
+    # -- the scenarios ----------------------------------------------------------------------------------------------
+
+    async def scenario_1(self) -> Result:
+        async def run() -> list[AgentProcess]:
+            a = await self.spawn("s1", "a")
+            await a.marker("holding")
+            b = await self.spawn("s1", "b")
+            return [a, b]
+
+        return await self.play(
+            1,
+            "the browser and the review (first seed)",
+            [
+                "A holds the browser and waits for B's review; B, seeking more evidence, waits for A to release",
+                "the browser. Both are alive, nothing throws, nothing progresses.",
+            ],
+            {"exec:s1-A", "exec:s1-B"},
+            run,
+        )
+
+    async def scenario_2(self) -> Result:
+        async def run() -> list[AgentProcess]:
+            sub = await self.spawn("s2", "subtask")
+            sup = await self.spawn("s2", "supervisor")
+            await sub.marker("ready")
+            await sup.marker("ready")
+            await sup.go()
+            return [sup, sub]
+
+        return await self.play(
+            2,
+            "the supervisor and its subtask (first seed)",
+            [
+                "A supervisor delegates a subtask synchronously; the subtask then needs the supervisor's",
+                "approval. Delegation registered 'parent waits for child', so the reverse edge closes a",
+                "visible cycle instead of a hidden one.",
+            ],
+            {"exec:s2-supervisor", "exec:s2-subtask"},
+            run,
+        )
+
+    async def scenario_3(self) -> Result:
+        async def run() -> list[AgentProcess]:
+            await self._show_recovery_rule()
+            agents = {role: await self.spawn("s3", role) for role in S3_AGENTS}
+            for x in RING:
+                await agents[f"pipe-{x}"].marker("holding")
+            for role in ("pipe-e", "pipe-f", "pipe-g"):
+                await agents[role].marker("ready")
+            self.say("driver", "all four ring members hold their own resource: go")
+            for x in RING:
+                await agents[f"pipe-{x}"].go()
+            await agents["pipe-f"].go()
+            return list(agents.values())
+
+        return await self.play(
+            3,
+            "the 7-agent pipeline and the A->B->C->D->A cycle (second seed)",
+            [
+                "Seven agents; A, B, C and D each hold a resource and then take the next one's. E waits",
+                "for D's output, F works with a pool permit, G waits for a human's approval: only the",
+                "four-cycle is a deadlock. One victim is rolled back under a new epoch committed by the",
+                "nodes' votes, and it comes back with that epoch, taking its resources in order.",
+            ],
+            {f"exec:s3-{x.upper()}" for x in "abcdefg"},
+            run,
+        )
+
+    async def _show_recovery_rule(self) -> None:
+        voters = [f"agent:{a}" for a in S3_AGENTS]
+        try:
+            await self.admin.configure_recovery(voters, quorum=4, max_rollback=4)
+            self.check("the seed's 4-of-7 gate with 4 simultaneous rollbacks was ACCEPTED (it must not be)")
+            if self.scope is not None:
+                self.scope.problems.append("a configuration with quorum <= max_rollback was accepted")
+        except WaitgraphClientError as refused:
+            self.check(f"the seed's own gate (7 agent voters, quorum 4, 4 rollbacks at once) is refused: {refused}")
+        st = await self.ops.status(fresh=True)
+        self.check(
+            f"recovery stays with the cluster nodes: voters {', '.join(st.voters)}, quorum {st.quorum} > "
+            f"max_rollback {st.max_rollback}"
+        )
+
+    async def close(self) -> None:
+        self.kill_agents()
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watch
+        await self.ops.close()
+        await self.admin.close()
+
+
+def _status_name(number: int) -> str:
+    from waitgraph.proto.v1 import types_pb2
+
+    return str(types_pb2.ExecStatus.Name(number)).removeprefix("EXEC_STATUS_")
+
+
+async def _settle(endpoints: list[str], token: str, timeout_s: float = 30.0) -> Any:
+    """The leader's status once every node has applied the recovery configuration (a node numbers
+    its events from its first apply on, so streams are opened after that)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        statuses: list[Any] = []
+        for endpoint in endpoints:
+            async with Client([endpoint], token, retry_deadline_s=2) as one:
+                try:
+                    statuses.append(await one.status())
+                except WaitgraphClientError:
+                    statuses.append(None)
+        leaders = {s.leader_id for s in statuses if s is not None}
+        leader = next((s for s in statuses if s is not None and s.role == "leader"), None)
+        if (
+            leader is not None
+            and len(leaders) == 1
+            and all(s is not None and s.recovery_configured for s in statuses)
+            and leader.has_quorum
+        ):
+            return leader
+        if time.monotonic() > deadline:
+            raise DemoFailure("the cluster did not elect a leader and configure recovery in time")
+        await asyncio.sleep(0.2)
+
+
+async def run_demo(only: set[int], keep: Path | None, mode: str = "auto") -> int:
+    from waitgraph.dev.localcluster import LocalCluster
+
+    t0 = time.monotonic()
+    print("waitgraph demo: the seeds' scenarios on a local 3-node cluster, every agent its own process", flush=True)
+    lc = LocalCluster(
+        root=keep,
+        nodes=3,
+        mode=mode,
+        agents=AGENTS,
+        serve_args=("--recovery-confirmation-window-ms", "300", "--detect-interval-ms", "50"),
+    )
+    results: list[Result] = []
+    driver: Driver | None = None
+    try:
+        lc.start()
+        assert lc.credentials is not None
+        leader = await _settle(lc.endpoints, lc.credentials.operator)
+        for m in lc.members:
+            print(f"   node {m.node_id}: grpc {m.grpc_address}, raft {m.raft_address}, pid {m.pid}", flush=True)
+        print(
+            f"   leader {leader.node_id}; rollout mode {mode}; recovery voters {', '.join(leader.voters)}, "
+            f"quorum {leader.quorum}, max_rollback {leader.max_rollback}; confirmation window 300 ms "
+            f"({time.monotonic() - t0:.1f}s to start)",
+            flush=True,
+        )
+        driver = Driver(lc.endpoints, lc.credentials, t0)
+        await driver.start_watching()
+        for number, play in ((1, driver.scenario_1), (2, driver.scenario_2), (3, driver.scenario_3)):
+            if not only or number in only:
+                results.append(await play())
+    except (DemoFailure, RuntimeError, TimeoutError, WaitgraphClientError) as exc:
+        print(f"\nwaitgraph demo: FAILED: {exc}", flush=True)
+        results.append(Result(0, "setup", False, str(exc), 0.0))
+    finally:
+        if driver is not None:
+            await driver.close()
+        codes = lc.close(remove=keep is None)
+        print(f"\ncluster stopped: {', '.join(f'{k} exit {v}' for k, v in codes.items())}", flush=True)
+    print("\nsummary", flush=True)
+    for r in results:
+        mark = "resolved" if r.resolved else "NOT RESOLVED"
+        print(f"   scenario {r.number}: {mark:<12} {r.seconds:5.1f}s  {r.title}", flush=True)
+    total = time.monotonic() - t0
+    ok = bool(results) and all(r.resolved for r in results)
+    if ok:
+        print(f"all {len(results)} scenarios resolved in {total:.1f}s", flush=True)
+        return 0
+    failed = [r for r in results if not r.resolved]
+    print(f"waitgraph demo FAILED ({total:.1f}s): " + "; ".join(f"{r.title}: {r.detail}" for r in failed), flush=True)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["agent"]:
+        if len(args) != 3:
+            print("usage: python -m waitgraph.dev.demo agent <scenario> <role>", file=sys.stderr)
+            return 2
+        return agent_main(args[1], args[2])
+    parser = argparse.ArgumentParser(prog="scripts/demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", type=int, action="append", choices=(1, 2, 3), help="run only this one")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the cluster's directory here")
+    parser.add_argument(
+        "--mode",
+        choices=("auto", "shadow"),
+        default="auto",
+        help="rollout mode; shadow (detect and record, never cancel) makes every scenario fail",
+    )
+    ns = parser.parse_args(args)
+    return asyncio.run(run_demo(set(ns.scenario or ()), ns.keep, ns.mode))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,413 @@
+"""N real ``waitgraph serve`` processes on loopback: ``waitgraph dev``, the demo, tests.
+
+    with LocalCluster(nodes=3, mode="auto") as lc:     # a temporary directory, removed at the end
+        lc.wait_for_leader()
+        lc.endpoints            # ["127.0.0.1:50051", ...]
+        lc.credentials.agents   # {"a": "<token>", ...}: tokens for the AgentService
+        with lc.client() as ops:  # an admin OperatorClient
+            ...
+
+Rules kept here:
+- Everything a node needs is generated into the directory, readable only by the user: ``secret``
+  (the Raft password), ``tokens.json`` (what the servers check: SHA-256 digests only),
+  ``credentials.json`` (the plain tokens, for clients), ``admin.token`` / ``operator.token``
+  (one token each, for ``--token-file``) and ``cluster.json`` (the members and their addresses).
+  Starting again on a directory that has them reuses them, so the Raft journals, the addresses
+  and the exported tokens stay valid.
+- Children get a clean environment: no ``WAITGRAPH_*`` variable of the caller leaks into a node's
+  configuration (a stray ``WAITGRAPH_CONFIG`` would silently change it).
+- :meth:`LocalCluster.stop` sends SIGTERM (the nodes' graceful stop), waits, then SIGKILLs what is
+  left; :meth:`LocalCluster.close` also removes a directory it created. Nothing it started
+  outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from waitgraph.node.auth import token_digest
+from waitgraph.ops.opsclient import OperatorClient, OpsError, default_endpoints
+
+CLUSTER_FILE = "cluster.json"
+RAFT_PORT_OFFSET = 100
+DEFAULT_AGENTS = ("a", "b", "c")
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct loopback ports that were free a moment ago (bound together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def ports_free(ports: Sequence[int]) -> bool:
+    for port in ports:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    admin: str
+    operator: str
+    agents: dict[str, str]
+    """agent id -> token (each acts as ``agent:<id>`` only)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"admin": self.admin, "operator": self.operator, "agents": dict(self.agents)}
+
+    @classmethod
+    def generate(cls, agents: Sequence[str]) -> Credentials:
+        def token(label: str) -> str:
+            return f"wg-{label}-{secrets.token_urlsafe(24)}"
+
+        return cls(token("admin"), token("operator"), {a: token(f"agent-{a}") for a in agents})
+
+    def token_entries(self) -> list[dict[str, Any]]:
+        """The servers' token file: digests only."""
+        entries: list[dict[str, Any]] = [
+            {"name": "admin", "role": "admin", "sha256": token_digest(self.admin).hex()},
+            {"name": "operator", "role": "operator", "sha256": token_digest(self.operator).hex()},
+        ]
+        for agent_id, tok in sorted(self.agents.items()):
+            entries.append(
+                {"name": f"agent-{agent_id}", "role": "agent", "agent_id": agent_id, "sha256": token_digest(tok).hex()}
+            )
+        return entries
+
+
+@dataclass
+class LocalNode:
+    node_id: str
+    raft_address: str
+    grpc_address: str
+    directory: Path
+    proc: subprocess.Popen[bytes] | None = None
+    http_address: str | None = None
+    """The live view's (and /metrics') address when the cluster serves it (:attr:`LocalCluster.http`)."""
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "node.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the node gets SIGTERM if the launcher dies without stopping it (e.g. SIGKILL)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+@dataclass
+class LocalCluster:
+    root: Path | None = None
+    """Where everything goes; None: a new temporary directory, removed by :meth:`close`."""
+    nodes: int = 3
+    mode: str | None = "auto"
+    """Rollout mode set at start (shadow, auto-safe, auto); None leaves the core's (shadow)."""
+    base_port: int | None = None
+    """gRPC ports base_port.., Raft ports base_port+100..; None: free ports."""
+    agents: Sequence[str] = DEFAULT_AGENTS
+    serve_args: Sequence[str] = ()
+    """Extra ``waitgraph serve`` flags for every node (``--detect-interval-ms 50``...)."""
+    log_level: str = "INFO"
+    die_with_parent: bool = False
+    """Linux: nodes get SIGTERM when the launching thread dies. Only for launchers that spawn from a
+    thread that lives as long as the cluster (``waitgraph dev``)."""
+    hosts: Sequence[str] | None = None
+    """The i-th node binds its ports on ``hosts[i]`` (its own address in a network namespace, for the
+    chaos tests); None: 127.0.0.1 for every node."""
+    command_prefix: Callable[[LocalNode], Sequence[str]] | None = None
+    """What a node's command runs under (``ip netns exec NS``); the node's process is the last exec."""
+    extra_env: Callable[[LocalNode], Mapping[str, str]] | None = None
+    """Variables added to a node's clean environment (the chaos runs' clock hook)."""
+    http: bool = False
+    """Serve the live view and /metrics on a free loopback port per node (``--http-addr``)."""
+    members: list[LocalNode] = field(default_factory=list)
+    credentials: Credentials | None = None
+    created_root: bool = False
+
+    # -- layout ------------------------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Create or load the directory: addresses, secret, tokens. Idempotent."""
+        if self.members:
+            return
+        if self.nodes < 1:
+            raise ValueError("nodes must be at least 1")
+        if self.root is None:
+            self.root = Path(tempfile.mkdtemp(prefix="waitgraph-dev-"))
+            self.created_root = True
+        root = self.root
+        root.mkdir(parents=True, exist_ok=True)
+        layout = root / CLUSTER_FILE
+        if layout.exists():
+            saved = json.loads(layout.read_text())["nodes"]
+            if len(saved) != self.nodes:
+                raise ValueError(
+                    f"{root} holds a {len(saved)}-node cluster: "
+                    f"start it with --nodes {len(saved)} or use another directory"
+                )
+            self.members = [LocalNode(n["id"], n["raft"], n["grpc"], root / n["id"]) for n in saved]
+        else:
+            self.members = self._new_members(root)
+            doc = {
+                "version": 1,
+                "nodes": [{"id": m.node_id, "raft": m.raft_address, "grpc": m.grpc_address} for m in self.members],
+            }
+            layout.write_text(json.dumps(doc, indent=2) + "\n")
+        secret = root / "secret"
+        if not secret.exists():
+            _write_private(secret, secrets.token_urlsafe(32) + "\n")
+        creds_file = root / "credentials.json"
+        if creds_file.exists():
+            raw = json.loads(creds_file.read_text())
+            self.credentials = Credentials(raw["admin"], raw["operator"], dict(raw["agents"]))
+        else:
+            self.credentials = Credentials.generate(self.agents)
+            _write_private(creds_file, json.dumps(self.credentials.to_json(), indent=2) + "\n")
+        (root / "tokens.json").write_text(json.dumps({"tokens": self.credentials.token_entries()}, indent=2) + "\n")
+        _write_private(root / "admin.token", self.credentials.admin + "\n")
+        _write_private(root / "operator.token", self.credentials.operator + "\n")
+        for m in self.members:
+            m.directory.mkdir(exist_ok=True)
+        if self.http:
+            for m, port in zip(self.members, free_ports(len(self.members)), strict=True):
+                m.http_address = f"{m.raft_address.rpartition(':')[0]}:{port}"
+
+    def _new_members(self, root: Path) -> list[LocalNode]:
+        n = self.nodes
+        if self.base_port is None:
+            ports = free_ports(2 * n)
+            grpc_ports, raft_ports = ports[:n], ports[n:]
+        else:
+            grpc_ports = [self.base_port + i for i in range(n)]
+            raft_ports = [self.base_port + RAFT_PORT_OFFSET + i for i in range(n)]
+        hosts = list(self.hosts) if self.hosts is not None else ["127.0.0.1"] * n
+        if len(hosts) != n:
+            raise ValueError(f"hosts: {len(hosts)} addresses for {n} nodes")
+        return [
+            LocalNode(f"n{i + 1}", f"{hosts[i]}:{raft_ports[i]}", f"{hosts[i]}:{grpc_ports[i]}", root / f"n{i + 1}")
+            for i in range(n)
+        ]
+
+    @property
+    def directory(self) -> Path:
+        self.prepare()
+        assert self.root is not None
+        return self.root
+
+    @property
+    def endpoints(self) -> list[str]:
+        self.prepare()
+        return [m.grpc_address for m in self.members]
+
+    @property
+    def admin_token_file(self) -> Path:
+        return self.directory / "admin.token"
+
+    @property
+    def operator_token_file(self) -> Path:
+        return self.directory / "operator.token"
+
+    def env(self) -> dict[str, str]:
+        """What a shell needs for ``waitgraph status`` & co: the endpoints and the admin token."""
+        self.prepare()
+        assert self.credentials is not None
+        return {"WAITGRAPH_ENDPOINTS": ",".join(self.endpoints), "WAITGRAPH_TOKEN": self.credentials.admin}
+
+    def client(self, role: str = "admin", timeout_s: float = 10.0) -> OperatorClient:
+        self.prepare()
+        assert self.credentials is not None
+        token = self.credentials.admin if role == "admin" else self.credentials.operator
+        return OperatorClient(self.endpoints, token, timeout_s=timeout_s)
+
+    # -- processes ---------------------------------------------------------------------------------------
+
+    def serve_command(self, m: LocalNode) -> list[str]:
+        root = self.directory
+        peers = ",".join(f"{p.node_id}={p.raft_address}" for p in self.members)
+        peer_grpc = ",".join(f"{p.node_id}={p.grpc_address}" for p in self.members)
+        cmd = [sys.executable, "-m", "waitgraph", "serve", "--id", m.node_id]
+        cmd += ["--raft-addr", m.raft_address, "--grpc-addr", m.grpc_address, "--peers", peers]
+        cmd += ["--peer-grpc", peer_grpc, "--data-dir", str(m.data_dir), "--secret-file", str(root / "secret")]
+        cmd += ["--tokens-file", str(root / "tokens.json"), "--log-level", self.log_level]
+        if self.mode:
+            cmd += ["--initial-mode", self.mode]
+        if m.http_address:
+            cmd += ["--http-addr", m.http_address]
+        return cmd + list(self.serve_args)
+
+    def _child_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")}
+        repo = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def spawn(self, node_id: str) -> LocalNode:
+        m = self.node(node_id)
+        if m.alive():
+            return m
+        prefix = list(self.command_prefix(m)) if self.command_prefix is not None else []
+        env = self._child_env()
+        if self.extra_env is not None:
+            env.update(self.extra_env(m))
+        with open(m.log_path, "ab") as log:
+            m.proc = subprocess.Popen(
+                prefix + self.serve_command(m),
+                cwd=self.directory,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                preexec_fn=_die_with_parent if self.die_with_parent and sys.platform == "linux" else None,
+            )
+        return m
+
+    def wait_ready(self, node_id: str, timeout_s: float = 30.0) -> None:
+        """Until the node's gRPC port accepts connections; its exit is an error with its log."""
+        m = self.node(node_id)
+        host, port = m.grpc_address.rsplit(":", 1)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if m.proc is None or m.proc.poll() is not None:
+                code = m.proc.returncode if m.proc else None
+                raise RuntimeError(f"node {m.node_id} exited with {code}; its log ({m.log_path}):\n{m.log_tail()}")
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"node {m.node_id} did not open {m.grpc_address} within {timeout_s:.0f}s (log {m.log_path})")
+
+    def start(self, timeout_s: float = 30.0) -> LocalCluster:
+        """Spawn every node and wait until each serves gRPC (not yet for a leader)."""
+        self.prepare()
+        try:
+            for m in self.members:
+                self.spawn(m.node_id)
+            for m in self.members:
+                self.wait_ready(m.node_id, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_for_leader(self, timeout_s: float = 30.0) -> Any:
+        """The leader's StatusResponse once the members agree on it and recovery is configured;
+        then the rollout mode is made :attr:`mode` (a reused directory may hold another)."""
+        with self.client() as ops:
+            leader = ops.wait_for_leader(timeout_s, recovery=self.nodes > 1)
+            if self.mode:
+                from waitgraph.ops.render import enum_text
+                from waitgraph.wire import convert
+
+                current = enum_text(leader.DESCRIPTOR.fields_by_name["mode"].enum_type, leader.mode)
+                if current != self.mode:
+                    from waitgraph.statemachine.recovery_state import RolloutMode
+
+                    ops.set_mode(convert.enum_number(RolloutMode(self.mode)))
+                    leader = ops.status(leader.grpc_address, fresh=True)
+            return leader
+
+    def node(self, node_id: str) -> LocalNode:
+        self.prepare()
+        for m in self.members:
+            if m.node_id == node_id:
+                return m
+        raise KeyError(node_id)
+
+    def kill(self, node_id: str) -> None:
+        """SIGKILL one node: a crash."""
+        m = self.node(node_id)
+        if m.alive():
+            assert m.proc is not None
+            m.proc.kill()
+            m.proc.wait(10)
+
+    def exited(self) -> list[LocalNode]:
+        """Nodes that were started and are no longer running."""
+        return [m for m in self.members if m.proc is not None and m.proc.poll() is not None]
+
+    def stop(self, timeout_s: float = 15.0) -> dict[str, int | None]:
+        """SIGTERM every node, wait for them together, SIGKILL the rest. Exit codes by node id."""
+        running = [m for m in self.members if m.alive()]
+        for m in running:
+            assert m.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                m.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for m in running:
+            assert m.proc is not None
+            try:
+                m.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                m.proc.kill()
+                m.proc.wait(10)
+        return {m.node_id: (m.proc.returncode if m.proc else None) for m in self.members}
+
+    def close(self, remove: bool | None = None) -> dict[str, int | None]:
+        """Stop every node; remove the directory when this object created it (or ``remove``)."""
+        codes = self.stop()
+        if self.root is not None and (self.created_root if remove is None else remove):
+            shutil.rmtree(self.root, ignore_errors=True)
+        return codes
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+__all__ = ["Credentials", "LocalCluster", "LocalNode", "OpsError", "default_endpoints", "free_ports"]

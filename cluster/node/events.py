@@ -1,0 +1,303 @@
+"""The event journal behind AgentService.WatchEvents: applied effects, numbered by cursor.
+
+Rules kept here:
+- A cursor is ``(log index << CURSOR_SHIFT) | n`` where n counts the effects of that log entry in
+  apply order (every effect of every envelope of the entry, duplicates served from the
+  idempotency table excepted). Every replica applies the same entries to the same state, so an
+  event has the same cursor on every node, and cursors grow with the log: a client may resume
+  on any node after the last cursor it processed and gets exactly the events after it.
+- Each node keeps the last ``capacity`` events in memory. The **horizon** is the largest cursor
+  the node may be missing: events with a larger cursor are all in the ring or still to come. It
+  rises when the ring evicts an event, and when the node cannot know what it applied before:
+  at start and after a snapshot install it becomes "everything up to the next entry applied".
+  Resuming after a cursor below the horizon is :class:`CursorExpired`: resync from the state.
+- Recording runs on pysyncobj's tick thread inside apply (under the machine lock): it only
+  appends and wakes the asyncio loop with one ``call_soon_threadsafe``; it never blocks on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from waitgraph.statemachine import Envelope, Outcome, StateMachine
+from waitgraph.statemachine.effects import Effect
+from waitgraph.statemachine.errors import Status, WaitgraphError
+from waitgraph.statemachine.state import State
+
+logger = logging.getLogger("waitgraph.node.events")
+
+CURSOR_SHIFT = 24
+"""Effects one log entry may hold and still get cursors (16,777,216): far above any real entry."""
+_MAX_ORDINAL = (1 << CURSOR_SHIFT) - 1
+
+
+class CursorExpired(WaitgraphError):
+    """The client's cursor is older than what this node still holds: re-read the state."""
+
+    status = Status.FAILED_PRECONDITION
+    code = "cursor_expired"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    cursor: int
+    log_index: int
+    agent_ids: tuple[str, ...]
+    """The agents whose executions or sessions the effect names (sorted; may be empty)."""
+    effect: Effect
+
+
+def cursor_of(log_index: int, ordinal: int) -> int:
+    return (log_index << CURSOR_SHIFT) | ordinal
+
+
+_OWNER_FIELDS = ("execution_id", "satisfier_id", "edge_id", "members", "agent_id")
+_owner_fields: dict[type, tuple[str, ...]] = {}
+"""Effect class -> those of ``_OWNER_FIELDS`` it has. Effects are slotted dataclasses, so a field
+their class lacks is never on an instance; looking it up anyway costs an exception each time."""
+
+
+def _owner_fields_of(fx: Effect) -> tuple[str, ...]:
+    if hasattr(fx, "__dict__"):
+        return _OWNER_FIELDS
+    return tuple(name for name in _OWNER_FIELDS if hasattr(type(fx), name))
+
+
+def owners(state: State, fx: Effect) -> tuple[str, ...]:
+    """Agents an effect concerns: the owners of the executions it names (``execution_id``, the
+    waiter of ``edge_id``, an ``exec:`` ``satisfier_id``, recovery ``members``) and its ``agent_id``."""
+    names = _owner_fields.get(type(fx))
+    if names is None:
+        names = _owner_fields[type(fx)] = _owner_fields_of(fx)
+    agents: list[str] = []
+    execs = state.executions
+    for name in names:
+        value = getattr(fx, name, None)
+        if name == "agent_id":
+            if isinstance(value, str):
+                agents.append(value)
+            continue
+        if name == "edge_id" and isinstance(value, str):
+            value = value.partition(">")[0]  # the waiter
+        for eid in (value or ()) if name == "members" else (value,):
+            if isinstance(eid, str):
+                ex = execs.get(eid)
+                if ex is not None:
+                    agents.append(ex.agent_id)
+    # Most effects name one agent: only several need sorting and deduplicating.
+    return tuple(agents) if len(agents) < 2 else tuple(sorted(set(agents)))
+
+
+class EventJournal:
+    """A bounded, cursor-ordered ring of applied effects, shared by every watcher of this node."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be positive")
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._events: list[Event] = []
+        self._first = 0
+        """Index of the oldest live event in ``_events`` (evicted ones are cut in bulk)."""
+        self._horizon = 0
+        self._head = 0
+        self._gap = True
+        """The node does not know what it applied before its next entry (start, snapshot)."""
+        self._lost_entry = False
+        self._skip_entry = -1
+        self._entry = -1
+        self._ordinal = 0
+        self._last_applied: Callable[[], int | None] = lambda: None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup: asyncio.Future[None] | None = None
+        self._wake_pending = False
+        self._closed = False
+
+    # -- wiring ----------------------------------------------------------------------------------
+
+    def bind(self, last_applied: Callable[[], int | None], loop: asyncio.AbstractEventLoop | None) -> None:
+        """``last_applied``: the Raft index of the last entry fully applied (read on the tick
+        thread while the next one is applied, and by :meth:`position` at any time); ``loop``: the
+        event loop whose watchers :meth:`record` wakes."""
+        self._last_applied = last_applied
+        self._loop = loop
+
+    def close(self) -> None:
+        """Wake every watcher for the last time (the node is stopping)."""
+        self._closed = True
+        self._wake()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- the tick thread -----------------------------------------------------------------------------
+
+    def state_replaced(self) -> None:
+        with self._lock:
+            self._gap = True
+
+    def record(self, state: State, effects: tuple[Effect, ...]) -> None:
+        last = self._last_applied()
+        with self._lock:
+            if last is None:
+                # Before bind (a restarted node replaying while it starts): these effects cannot
+                # be numbered, and neither can the rest of their entry.
+                self._gap = self._lost_entry = True
+                return
+            index = last + 1
+            if index != self._entry:
+                self._entry, self._ordinal = index, 0
+            if self._gap:
+                self._raise_horizon(self._gap_horizon(index))
+                if self._lost_entry:
+                    self._skip_entry = index
+                self._gap = self._lost_entry = False
+            if index == self._skip_entry:
+                return
+            for fx in effects:
+                ordinal = self._ordinal
+                self._ordinal += 1
+                if ordinal > _MAX_ORDINAL:
+                    logger.error("log entry %d has more than %d effects; the rest get no cursor", index, _MAX_ORDINAL)
+                    self._raise_horizon(cursor_of(index + 1, 0) - 1)
+                    continue
+                cursor = cursor_of(index, ordinal)
+                if cursor <= self._head:
+                    # Never happens while entries apply in log order; refuse to break the order.
+                    logger.error("event cursor %d is not after the head %d; dropped", cursor, self._head)
+                    continue
+                self._events.append(Event(cursor, index, owners(state, fx), fx))
+                self._head = cursor
+            self._evict()
+        self._schedule_wake()
+
+    def _gap_horizon(self, index: int) -> int:
+        """After a gap, entry ``index`` is the first one numbered completely (the next one if
+        part of ``index`` went unnumbered)."""
+        return cursor_of(index + 1 if self._lost_entry else index, 0) - 1
+
+    def _raise_horizon(self, cursor: int) -> None:
+        if cursor > self._horizon:
+            self._horizon = cursor
+        if self._horizon > self._head:
+            self._head = self._horizon
+
+    def _evict(self) -> None:
+        live = len(self._events) - self._first
+        if live <= self.capacity:
+            return
+        drop = live - self.capacity
+        self._first += drop
+        self._raise_horizon(self._events[self._first - 1].cursor)
+        if self._first > self.capacity:  # cut the dead prefix in bulk: amortized O(1) per event
+            del self._events[: self._first]
+            self._first = 0
+
+    def _schedule_wake(self) -> None:
+        loop = self._loop
+        if loop is None or self._wake_pending:
+            return
+        self._wake_pending = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the node is stopping
+            loop.call_soon_threadsafe(self._wake)
+
+    # -- the asyncio side ------------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._wake_pending = False
+        waiter, self._wakeup = self._wakeup, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, position: int, timeout_s: float) -> None:
+        """Until an event after ``position`` is recorded (or the journal closes), at most
+        ``timeout_s``. Returns at once if there is one already: a wake-up that ran while the
+        caller was busy is not lost."""
+        if self._closed:
+            return
+        with self._lock:
+            if self._head > position:
+                return
+        if self._wakeup is None or self._wakeup.done():
+            self._wakeup = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._wakeup), timeout_s)
+
+    def position(self) -> tuple[int, int]:
+        """(head, horizon) now. With a gap not yet resolved by an apply, the horizon is set from
+        the last applied index: everything up to it may be missing, everything after will come."""
+        with self._lock:
+            if self._gap:
+                # Provisional: the next apply sets it for good (a snapshot being installed right
+                # now moves the applied index after this read).
+                last = self._last_applied()
+                if last is not None:
+                    self._raise_horizon(self._gap_horizon(last + 1))
+            return self._head, self._horizon
+
+    def read(self, after: int, limit: int = 512) -> tuple[list[Event], int]:
+        """Events with a cursor > ``after`` (at most ``limit``) and the position reached: every
+        event with a cursor <= it was returned or skipped. Raises :class:`CursorExpired`."""
+        self.position()  # settles a provisional horizon
+        with self._lock:
+            if after < self._horizon:
+                raise CursorExpired(
+                    f"cursor {after} is older than this node's event horizon {self._horizon} (it keeps the last "
+                    f"{self.capacity} events and none from before it started or installed a snapshot); re-read "
+                    "your state and watch again without a cursor",
+                    horizon=self._horizon,
+                )
+            events = self._events
+            i = bisect.bisect_right(events, after, lo=self._first, key=_cursor)
+            batch = events[i : i + limit]
+            reached = batch[-1].cursor if len(batch) == limit else max(after, self._head)
+            return batch, reached
+
+
+def _cursor(ev: Event) -> int:
+    return ev.cursor
+
+
+class EventfulMachine(StateMachine):
+    """The state machine of a node: every applied outcome's effects also go to the journal.
+
+    A :class:`StateMachine` subclass so that :class:`waitgraph.node.raft.RaftNode` needs no hook: it
+    applies each envelope on its tick thread (``apply_bytes`` -> ``apply``) and replaces ``state``
+    when it installs a snapshot; both are seen here.
+    """
+
+    def __init__(
+        self, journal: EventJournal, on_applied: Callable[[Envelope, Outcome, State], None] | None = None
+    ) -> None:
+        self._journal = journal
+        self._on_applied = on_applied
+        """Called after each applied envelope (cluster/node/logs.py ``DecisionLog.applied``)."""
+        self._state: State
+        super().__init__()
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @state.setter
+    def state(self, value: State) -> None:
+        self._state = value
+        self._journal.state_replaced()
+
+    def apply(self, env: Envelope) -> Outcome:
+        out = super().apply(env)
+        if out.effects and not out.duplicate:
+            self._journal.record(self._state, out.effects)
+            if self._on_applied is not None:
+                try:
+                    self._on_applied(env, out, self._state)
+                except Exception:  # the command is applied: a failing log line must not say otherwise
+                    logger.exception("the on_applied hook failed")
+        return out

@@ -1,0 +1,277 @@
+"""The node's background loops: detection, votes, commits, housekeeping. Every action is a
+command through the log; nothing here changes state by itself.
+
+Rules kept here:
+- One survey per period reads this node's replica (under the machine lock, off the event loop)
+  and decides what to propose; the proposals go through :meth:`RaftNode.submit`, which forwards
+  a follower's command to the leader.
+- Leader only (it has a quorum): incremental detection over the replica -> ProposeRecovery for
+  each candidate without a proposal yet; CommitRecovery for each open proposal whose
+  confirmation window has passed (logical time) and whose approvals reach the quorum; Tick and
+  ReemitCancels when something is due; the recovery bootstrap on first leadership.
+- Every node, leader or follower: VoteRecovery as ``node:<id>`` for each open proposal it is a
+  voter of and has not voted on: approve when the candidate is still a deadlock on its *own*
+  replica (``still_deadlocked``), reject when it is not (apply re-validated the proposal at its
+  log position, so a replica that applied it and no longer sees the cycle has seen it dissolve).
+- Request ids are derived from the node and the digest (``n1:vote:<digest[:16]>``), so a retry
+  after a lost answer is answered from the idempotency table. Tick and ReemitCancels carry none:
+  they are idempotent by nature, and ten ids a second would flush clients' entries out of the
+  bounded idempotency table.
+- A rejection the loop expects (confirmation window not over, quorum not in yet, an overlapping
+  recovery still open) or a replication error is retried after ``retry_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from waitgraph.node.errors import ClusterError
+from waitgraph.node.raft import RaftNode
+from waitgraph.statemachine import Envelope, StateMachine, encode_envelope
+from waitgraph.statemachine.commands import (
+    Command,
+    CommitRecovery,
+    ConfigureRecovery,
+    ReemitCancels,
+    SetMode,
+    Tick,
+    VoteRecovery,
+)
+from waitgraph.statemachine.detect import Candidate, IncrementalDetector, still_deadlocked
+from waitgraph.statemachine.outcome import Outcome, Result
+from waitgraph.statemachine.recovery import propose_command
+from waitgraph.statemachine.recovery_state import ProposalStatus, RolloutMode
+from waitgraph.statemachine.state import State
+
+logger = logging.getLogger("waitgraph.node.loops")
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    node_id: str
+    period_s: float = 0.1
+    housekeeping_s: float = 0.25
+    retry_s: float = 0.5
+    bootstrap: ConfigureRecovery | None = None
+    """Proposed on first leadership when the replicated state has no voters yet."""
+    initial_mode: RolloutMode | None = None
+    """Proposed just before the bootstrap configuration (the bootstrap marks it done)."""
+
+    @property
+    def actor(self) -> str:
+        return f"node:{self.node_id}"
+
+
+@dataclass(slots=True)
+class Survey:
+    """What one look at the replica says should be proposed."""
+
+    applied_index: int = 0
+    unconfigured: bool = False
+    proposals: list[Candidate] = field(default_factory=list)
+    votes: list[tuple[str, bool]] = field(default_factory=list)
+    commits: list[str] = field(default_factory=list)
+    tick_due: bool = False
+    reemit_due: bool = False
+
+
+def survey(m: StateMachine, actor: str, leader: bool, now_ms: int, detector: IncrementalDetector | None) -> Survey:
+    """Pure read of the state (run under the machine lock); ``detector`` only on the leader."""
+    st = m.state
+    rb = st.recovery
+    out = Survey(unconfigured=not rb.config.voters)
+    now = max(st.now_ms, now_ms)
+    cfg = rb.config
+    for p in rb.proposals.values():
+        if p.status is not ProposalStatus.OPEN:
+            continue
+        if actor in cfg.voters and actor not in p.approvals and actor not in p.rejections:
+            out.votes.append((p.digest, still_deadlocked(st, Candidate.build(p.members, p.edges))))
+        if leader:
+            approvals = sum(1 for v in p.approvals if v in cfg.voters)
+            if approvals >= cfg.quorum and now >= p.proposed_at_ms + cfg.confirmation_window_ms:
+                out.commits.append(p.digest)
+    if not leader:
+        return out
+    if detector is not None and cfg.voters:
+        detector.pass_(st)
+        out.proposals = [c for c in detector.open_candidates() if c.digest not in rb.proposals]
+    out.tick_due, out.reemit_due = housekeeping_due(st, now)
+    return out
+
+
+_warned_fallback = False
+
+
+def housekeeping_due(st: State, now: int) -> tuple[bool, bool]:
+    """(Tick due, ReemitCancels due) at logical ``now``, so an idle cluster writes nothing.
+
+    Tick: the earliest session expiry or wait deadline has passed (the core's heaps; a stale top
+    entry makes one Tick that pops it). ReemitCancels: an unacknowledged cancel request is past
+    its re-emission interval or its SLO (linear in the pending requests, usually few). Should the
+    core's layout change under this function, both are reported due: a log entry per period
+    instead of a silent stop of housekeeping.
+    """
+    global _warned_fallback
+    try:
+        tick = bool(
+            (st.session_expiry and st.session_expiry[0][0] <= now) or (st.deadlines and st.deadlines[0][0] <= now)
+        )
+        book = st.cancel
+        reemit = any(
+            (req.quarantined_at_ms is None and req.requested_at_ms + book.slo_ms <= now)
+            or req.emitted_at_ms + book.reemit_interval_ms <= now
+            for req in book.requests.values()
+        )
+        return tick, reemit
+    except (AttributeError, TypeError, IndexError, KeyError):
+        if not _warned_fallback:
+            _warned_fallback = True
+            logger.exception("cannot tell whether housekeeping is due; proposing it every period")
+        return True, True
+
+
+_RETRYABLE = frozenset({"confirmation_window", "no_quorum", "overlapping_recovery", "no_voters"})
+
+
+class Loops:
+    def __init__(self, node: RaftNode, cfg: LoopConfig, clock: Callable[[], int] | None = None) -> None:
+        self.node = node
+        self.cfg = cfg
+        self.clock = clock if clock is not None else (lambda: int(time.time() * 1000))
+        """``at_ms`` of the loops' commands: the node's LogicalClock.now_ms (cluster/node/clock.py)."""
+        self._task: asyncio.Task[None] | None = None
+        self._detector: IncrementalDetector | None = None
+        self._was_leader = False
+        self._bootstrapped = False
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._not_before: dict[str, float] = {}
+        self._last_housekeeping = 0.0
+        self.counters: dict[str, int] = {}
+
+    def now_ms(self) -> int:
+        return self.clock()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="waitgraph-loops")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self._in_flight.values()) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.step()
+            except asyncio.CancelledError:
+                raise
+            except ClusterError as exc:
+                logger.debug("loop step: %s", exc.message)
+            except Exception:
+                logger.exception("loop step failed")
+            await asyncio.sleep(self.cfg.period_s)
+
+    async def step(self) -> None:
+        leader = self.node.is_leader() and self.node.has_quorum()
+        if leader and not self._was_leader:
+            self._detector = IncrementalDetector()  # a full pass first: it may have missed changes
+            self._bootstrapped = False
+            logger.info("leader: starting detection")
+        elif not leader:
+            self._detector = None
+        self._was_leader = leader
+        detector = self._detector
+        actor, now = self.cfg.actor, self.now_ms()
+        read = await self.node.read_local(lambda m: survey(m, actor, leader, now, detector))
+        s: Survey = read.value
+        for digest, approve in s.votes:
+            self._propose(f"vote:{digest[:16]}", VoteRecovery(digest=digest, approve=approve))
+        if not leader:
+            return
+        if s.unconfigured and not self._bootstrapped and self.cfg.bootstrap is not None:
+            self._bootstrap()
+        for c in s.proposals:
+            self._propose(f"propose:{c.digest[:16]}", propose_command(c, read.applied_index))
+        for digest in s.commits:
+            self._propose(f"commit:{digest[:16]}", CommitRecovery(digest=digest))
+        mono = time.monotonic()
+        if mono - self._last_housekeeping >= self.cfg.housekeeping_s:
+            self._last_housekeeping = mono
+            if s.tick_due:
+                self._propose("tick", Tick(), idempotent=False)
+            if s.reemit_due:
+                self._propose("reemit", ReemitCancels(), idempotent=False)
+
+    def _bootstrap(self) -> None:
+        if "bootstrap" in self._in_flight or time.monotonic() < self._not_before.get("bootstrap", 0):
+            return
+
+        async def run() -> None:
+            try:
+                if self.cfg.initial_mode is not None:
+                    out = await self._submit(SetMode(mode=self.cfg.initial_mode), f"{self.cfg.node_id}:bootstrap:mode")
+                    if out.result is Result.REJECTED:
+                        raise RuntimeError(f"SetMode refused: {out.code} {out.message}")
+                assert self.cfg.bootstrap is not None
+                out = await self._submit(self.cfg.bootstrap, f"{self.cfg.node_id}:bootstrap:recovery")
+                if out.result is Result.REJECTED:
+                    raise RuntimeError(f"ConfigureRecovery refused: {out.code} {out.message}")
+                self._bootstrapped = True
+                logger.info("recovery configured: %s", self.cfg.bootstrap)
+            except (ClusterError, RuntimeError) as exc:
+                logger.warning("recovery bootstrap failed, retrying: %s", exc)
+                self._not_before["bootstrap"] = time.monotonic() + self.cfg.retry_s
+            finally:
+                self._in_flight.pop("bootstrap", None)
+
+        self._in_flight["bootstrap"] = asyncio.get_running_loop().create_task(run())
+
+    def _propose(self, key: str, cmd: Command, idempotent: bool = True) -> None:
+        """Submit ``cmd`` unless the same key is in flight or backing off; never waits."""
+        if key in self._in_flight or time.monotonic() < self._not_before.get(key, 0):
+            return
+        rid = f"{self.cfg.node_id}:{key}" if idempotent else None
+        self._in_flight[key] = asyncio.get_running_loop().create_task(self._run_one(key, cmd, rid))
+
+    async def _run_one(self, key: str, cmd: Command, request_id: str | None) -> None:
+        try:
+            out = await self._submit(cmd, request_id)
+            self.counters[f"{cmd.KIND}.{out.result.value}"] = self.counters.get(f"{cmd.KIND}.{out.result.value}", 0) + 1
+            if out.result is Result.REJECTED:
+                level = logging.DEBUG if out.code in _RETRYABLE else logging.WARNING
+                logger.log(level, "%s %s refused: %s %s", cmd.KIND, key, out.code, out.message)
+                self._not_before[key] = time.monotonic() + self.cfg.retry_s
+            else:
+                logger.log(
+                    logging.DEBUG if cmd.KIND in ("Tick", "ReemitCancels") else logging.INFO,
+                    "%s %s %s%s",
+                    cmd.KIND,
+                    key,
+                    out.result.value,
+                    f" ({out.code})" if out.code else "",
+                )
+                self._not_before.pop(key, None)
+        except ClusterError as exc:
+            logger.info("%s not applied yet: %s", cmd.KIND, exc.message)
+            self._not_before[key] = time.monotonic() + self.cfg.retry_s
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("%s failed", cmd.KIND)
+            self._not_before[key] = time.monotonic() + self.cfg.retry_s
+        finally:
+            self._in_flight.pop(key, None)
+
+    async def _submit(self, cmd: Command, request_id: str | None) -> Outcome:
+        env = Envelope(actor=self.cfg.actor, at_ms=self.now_ms(), request_id=request_id, command=cmd)
+        return await self.node.submit(encode_envelope(env))

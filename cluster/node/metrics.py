@@ -1,0 +1,597 @@
+"""Prometheus ``/metrics`` of one node: its local replica and its Raft view, read at scrape time.
+
+``waitgraph serve --metrics-addr host:port`` serves them with prometheus_client on an HTTP server
+thread of its own (not served by default). A scrape never runs on the asyncio loop: the collector
+copies a handful of numbers out of the state machine under the same lock the service's reads
+take (``WaitgraphSyncObj.read``, held between two applies), then builds the families outside it.
+The copy is linear in executions and open edges (the oldest open edge, the UNKNOWN side effects),
+like ``cancel.metrics``: once per scrape, never per command.
+
+Every value comes from what the core already keeps: gauges from the state, counters from the
+replicated ``State.counters`` (so every replica reports the same totals at the same applied
+index, and they survive restarts and snapshots). Labels are bounded enums only (role, outcome,
+mode, decision kind, reason codes, the generation bucket of :mod:`waitgraph.statemachine.telemetry`, gRPC
+method and code): never a run, agent, execution or target id, nor any free text. Every labelled
+family of the replica is declared with all its label combinations (zeros included), so the series
+count is the same on an idle node and one that has seen a million runs; docs/metrics.md lists the
+families and states the budget that tests/cluster/test_metrics.py checks.
+
+:class:`GrpcMetrics` is the gRPC server interceptor that counts and times every RPC by method and
+status code (``waitgraph_grpc_server_handled_total`` and ``..._handling_seconds``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from wsgiref.simple_server import WSGIServer
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from waitgraph.node.logs import request_context
+from waitgraph.statemachine import StateMachine
+from waitgraph.statemachine.cancel import HISTOGRAM_BOUNDS_MS
+from waitgraph.statemachine.cancel import metrics as cancel_metrics
+from waitgraph.statemachine.enums import EffectOutcome
+from waitgraph.statemachine.ids import TARGET_KINDS, kind_of
+from waitgraph.statemachine.recovery_state import DecisionKind, RolloutMode
+from waitgraph.statemachine.telemetry import COST_BOUNDS, GENERATION_BUCKETS, generation_bucket, parse
+
+logger = logging.getLogger("waitgraph.node.metrics")
+# No ``*_created`` series next to each counter and histogram: they would double the gRPC series.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+T = TypeVar("T")
+Reader = Callable[[Callable[[StateMachine], Any]], Any]
+
+RAFT_ROLES = ("follower", "candidate", "leader")
+RECOVERY_OUTCOMES = {
+    # counter in State.counters -> outcome label; each committed proposal bumps exactly one of the
+    # first four (statemachine/recovery.py), which is why their sum is the confirmed deadlocks.
+    "recovery.committed": "rolled_back",
+    "recovery.shadowed": "shadowed",
+    "recovery.escalated": "escalated",
+    "recovery.reconciliation": "reconciliation",
+    "recovery.rejected": "voted_down",
+}
+# The closed vocabularies of the labelled core counters (statemachine/recovery.py, cancel.py):
+# every combination is declared, so a series exists (at 0) before its first event.
+WAIT_KINDS = tuple(sorted(k.value for k in TARGET_KINDS))
+DECISION_REASONS = (
+    "policy_v1",
+    "same_signature_without_epoch_advance",
+    "livelock_repeats",
+    "shadow_mode",
+    "not_side_effect_free",
+    "exceeds_max_rollback",
+    "unknown_side_effect",
+)
+RETRACT_REASONS = ("second_read_changed", "superseded")
+LIVELOCK_REASONS = ("same_signature_without_epoch_advance", "livelock_repeats")
+VICTIM_KINDS = (DecisionKind.VICTIM.value, DecisionKind.TIE_BREAK.value, DecisionKind.SHADOW.value)
+CANCEL_CAUSES = ("operator", "parent", "recovery")
+UNKNOWN_SOURCES = ("recorded", "cancel_ack", "session_expired", "claim_taken_over", "quarantine_release")
+OUTCOMES = tuple(RECOVERY_OUTCOMES.values())
+MODES = tuple(m.value for m in RolloutMode)
+HISTOGRAMS = {
+    "cancel.propagation_ms": (
+        "waitgraph_cancel_propagation_seconds",
+        "Cancel request to acknowledgement of one execution (logical time of the leader's clock), "
+        "by cause of the cancellation and generation bucket of the execution.",
+    ),
+    "cancel.quiescence_ms": (
+        "waitgraph_cancel_quiescence_seconds",
+        "Cancel request (new calls rejected) to CANCELLED_STABLE of the whole scope, by cause and "
+        "generation bucket of the scope's root.",
+    ),
+}
+Labels = tuple[str, ...]
+
+
+@dataclass(slots=True)
+class Sample:
+    """The numbers one scrape needs, copied out of the replica under its lock."""
+
+    now_ms: int
+    wait_edges: dict[Labels, int]
+    """(target kind, waiter generation bucket) -> open edges."""
+    oldest_wait_ms: dict[Labels, int]
+    """(target kind, waiter generation bucket) -> registration time of the oldest open edge."""
+    candidate_cycles: dict[str, int]
+    """generation bucket -> open proposals."""
+    epoch: int
+    mode: str
+    cancel_slo_ms: int
+    counters: dict[str, int] = field(default_factory=dict)
+    gauges: dict[str, int] = field(default_factory=dict)
+    decisions: dict[tuple[str, str], int] = field(default_factory=dict)
+    unknown_side_effects: dict[str, int] = field(default_factory=dict)
+    """generation bucket of the effect -> side effects whose outcome is UNKNOWN now."""
+
+
+def sample(m: StateMachine) -> Sample:
+    """Read the replica: call it with the machine lock held (pure, changes nothing)."""
+    st = m.state
+    edges: dict[Labels, int] = {}
+    oldest: dict[Labels, int] = {}
+    for waits in st.waits_by_waiter.values():
+        for edge in waits.values():
+            key = (kind_of(edge.target_id).value, generation_bucket(edge.waiter_generation))
+            edges[key] = edges.get(key, 0) + 1
+            if key not in oldest or edge.registered_at_ms < oldest[key]:
+                oldest[key] = edge.registered_at_ms
+    unknown: dict[str, int] = {}
+    for ex in st.executions.values():
+        for se in ex.side_effects.values():
+            if se.outcome is EffectOutcome.UNKNOWN:
+                bucket = generation_bucket(se.generation)
+                unknown[bucket] = unknown.get(bucket, 0) + 1
+    rb = st.recovery
+    candidates: dict[str, int] = {}
+    for digest in set(rb.open_members.values()):
+        bucket = generation_bucket(max(g for _, g in rb.proposals[digest].members))
+        candidates[bucket] = candidates.get(bucket, 0) + 1
+    decisions: dict[tuple[str, str], int] = {}
+    for d in rb.decisions.values():
+        key = (d.mode.value, d.kind.value)
+        decisions[key] = decisions.get(key, 0) + 1
+    return Sample(
+        now_ms=st.now_ms,
+        wait_edges=edges,
+        oldest_wait_ms=oldest,
+        # Candidates the detector proposed that are still open (waiting for votes and the
+        # confirmation window); each open proposal owns its members in open_members.
+        candidate_cycles=candidates,
+        epoch=rb.epoch,
+        mode=rb.mode.value,
+        cancel_slo_ms=st.cancel.slo_ms,
+        counters=dict(st.counters),
+        gauges=cancel_metrics(st),
+        decisions=decisions,
+        unknown_side_effects=unknown,
+    )
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _gauge(name: str, doc: str, value: float, unit: str = "") -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value, unit=unit)
+
+
+def _histogram(
+    name: str,
+    doc: str,
+    labelnames: list[str],
+    series: dict[Labels, dict[str, int]],
+    bounds: tuple[int, ...],
+    scale: float,
+) -> HistogramMetricFamily:
+    """The core's non-cumulative buckets (``le_<bound>``, ``le_inf``, ``sum``) as a cumulative
+    Prometheus histogram, one child per label combination; ``scale`` turns the core's unit into
+    the exported one (1/1000: logical ms to seconds)."""
+    fam = HistogramMetricFamily(name, doc, labels=labelnames)
+    for labels in sorted(series):
+        counts = series[labels]
+        buckets: list[tuple[str, float]] = []
+        running = 0
+        for bound in bounds:
+            running += counts.get(f"le_{bound}", 0)
+            buckets.append((floatToGoString(bound * scale), running))  # type: ignore[no-untyped-call]
+        running += counts.get("le_inf", 0)
+        buckets.append(("+Inf", running))
+        fam.add_metric(list(labels), buckets, sum_value=counts.get("sum", 0) * scale)
+    return fam
+
+
+def _by_generation(name: str, doc: str, values: dict[str, int]) -> GaugeMetricFamily:
+    """A gauge with one sample per generation bucket, every bucket present (0 when absent)."""
+    family = GaugeMetricFamily(name, doc, labels=["generation"])
+    for bucket in GENERATION_BUCKETS:
+        family.add_metric([bucket], values.get(bucket, 0))
+    return family
+
+
+def _grid(*vocabularies: Iterable[str]) -> list[Labels]:
+    return list(itertools.product(*vocabularies))
+
+
+class _Labelled:
+    """The labelled core counters of one scrape (``name{k=v,...}``), grouped by name."""
+
+    def __init__(self, counters: dict[str, int]) -> None:
+        self.by_name: dict[str, dict[frozenset[tuple[str, str]], int]] = {}
+        for key, value in counters.items():
+            parsed = parse(key)
+            if parsed is not None:
+                name, labels = parsed
+                self.by_name.setdefault(name, {})[frozenset(labels.items())] = value
+
+    def series(self, name: str, labelnames: list[str], declared: list[Labels]) -> dict[Labels, int]:
+        """Every declared combination (0 if never bumped) plus any other the core has bumped."""
+        out = dict.fromkeys(declared, 0)
+        for labels, value in self.by_name.get(name, {}).items():
+            d = dict(labels)
+            out[tuple(d.get(n, "") for n in labelnames)] = value
+        return out
+
+    def counter(self, name: str, doc: str, key: str, labelnames: list[str], declared: list[Labels]) -> Metric:
+        fam = CounterMetricFamily(name, doc, labels=labelnames)
+        for labels, value in sorted(self.series(key, labelnames, declared).items()):
+            fam.add_metric(list(labels), value)
+        return fam
+
+    def histogram(
+        self,
+        name: str,
+        doc: str,
+        prefix: str,
+        labelnames: list[str],
+        declared: list[Labels],
+        bounds: tuple[int, ...],
+        scale: float,
+    ) -> HistogramMetricFamily:
+        parts = [*(f"le_{b}" for b in bounds), "le_inf", "sum"]
+        series: dict[Labels, dict[str, int]] = {labels: {} for labels in declared}
+        for part in parts:
+            for labels, value in self.series(f"{prefix}.{part}", labelnames, []).items():
+                series.setdefault(labels, {})[part] = value
+        return _histogram(name, doc, labelnames, series, bounds, scale)
+
+
+class WaitgraphCollector(Collector):
+    """The node's metrics, computed on each ``collect`` from ``read`` and ``raft_status``.
+
+    ``read(fn)`` runs ``fn`` on the replica between two applies (``WaitgraphSyncObj.read``, or
+    ``lambda fn: fn(machine)`` in tests); ``raft_status()`` returns a ``RaftStatus``, or is None
+    (no Raft series). ``clock`` is wall-clock seconds: the age of the oldest wait is measured
+    against it, since ``registered_at_ms`` is the leader's wall clock when the edge was applied.
+    """
+
+    def __init__(
+        self,
+        read: Reader,
+        raft_status: Callable[[], Any] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.read = read
+        self.raft_status = raft_status
+        self.clock = clock
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # registering must not take the machine lock
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            s: Sample | None = self.read(sample)
+        except Exception as exc:  # stopped, restoring: the Raft series may still be there
+            logger.debug("metrics: the replica cannot be read now: %r", exc)
+            s = None
+        if s is not None:
+            yield from self._replica(s)
+        if self.raft_status is not None:
+            yield from self._raft()
+
+    def _replica(self, s: Sample) -> Iterator[Metric]:
+        c, g = s.counters, s.gauges
+        lab = _Labelled(c)
+        gen = list(GENERATION_BUCKETS)
+        waits = _grid(WAIT_KINDS, gen)
+        edges = GaugeMetricFamily(
+            "waitgraph_wait_edges",
+            "Open wait-for edges in this replica, by target kind and the waiter's generation bucket.",
+            labels=["target_kind", "generation"],
+        )
+        longest = GaugeMetricFamily(
+            "waitgraph_longest_wait_seconds",
+            "Age of the oldest open wait edge (0 when there is none), by target kind and generation bucket.",
+            labels=["target_kind", "generation"],
+        )
+        now_ms = max(int(self.clock() * 1000), s.now_ms)
+        for labels in waits:
+            edges.add_metric(list(labels), s.wait_edges.get(labels, 0))
+            oldest = s.oldest_wait_ms.get(labels)
+            longest.add_metric(list(labels), 0.0 if oldest is None else max(0, now_ms - oldest) / 1000)
+        yield edges
+        yield longest
+        yield _by_generation(
+            "waitgraph_candidate_cycles",
+            "Candidate cycles proposed for recovery and still open (awaiting votes or confirmation), "
+            "by the highest generation bucket of their members.",
+            s.candidate_cycles,
+        )
+        yield lab.counter(
+            "waitgraph_recovery_proposals",
+            "Candidate cycles proposed for recovery (each then commits, is retracted or voted down).",
+            "recovery.proposed",
+            ["generation"],
+            _grid(gen),
+        )
+        yield lab.counter(
+            "waitgraph_deadlocks_confirmed",
+            "Candidate cycles still deadlocked at commit (second read): one recovery decision each, by "
+            "the decision's reason code and the cycle's generation bucket.",
+            "deadlocks.confirmed",
+            ["reason", "generation"],
+            _grid(DECISION_REASONS, gen),
+        )
+        yield lab.counter(
+            "waitgraph_false_positives_retracted",
+            "Recovery proposals retracted because the second read no longer saw the deadlock, by reason.",
+            "recovery.retracted",
+            ["reason", "generation"],
+            _grid(RETRACT_REASONS, gen),
+        )
+        yield lab.histogram(
+            "waitgraph_victim_cost",
+            "cost_consumed of each execution a decision chose to roll back or yield (SHADOW: would have), "
+            "by decision kind and the execution's generation bucket.",
+            "recovery.victim_cost",
+            ["kind", "generation"],
+            _grid(VICTIM_KINDS, gen),
+            COST_BOUNDS,
+            1.0,
+        )
+        yield lab.counter(
+            "waitgraph_recoveries",
+            "Recovery decisions by rollout mode and outcome (rolled_back advanced the epoch).",
+            "recovery.outcome",
+            ["mode", "outcome"],
+            _grid(MODES, OUTCOMES),
+        )
+        kinds = GaugeMetricFamily(
+            "waitgraph_recovery_decisions_retained",
+            "Recovery decisions still retained in the replica (a bounded recent window), by mode and kind.",
+            labels=["mode", "kind"],
+        )
+        for mode in RolloutMode:
+            for kind in DecisionKind:
+                kinds.add_metric([mode.value, kind.value], s.decisions.get((mode.value, kind.value), 0))
+        yield kinds
+        modes = GaugeMetricFamily(
+            "waitgraph_rollout_mode", "The cluster-wide rollout mode (1 = current).", labels=["mode"]
+        )
+        for mode in RolloutMode:
+            modes.add_metric([mode.value], 1 if mode.value == s.mode else 0)
+        yield modes
+        yield lab.counter(
+            "waitgraph_livelock_escalations",
+            "Recoveries that found the livelock guard tripped (tie-break instead of a victim), by reason.",
+            "livelock.escalations",
+            ["reason"],
+            _grid(LIVELOCK_REASONS),
+        )
+        yield _counter(
+            "waitgraph_livelock_fingerprint",
+            "Livelocks where the same cycle signature re-formed without the epoch advancing.",
+            c.get("livelock.fingerprint", 0),
+        )
+        yield _gauge("waitgraph_epoch", "The recovery epoch (advanced by every rollback).", s.epoch)
+        for prefix, (name, doc) in HISTOGRAMS.items():
+            yield lab.histogram(
+                name, doc, prefix, ["cause", "generation"], _grid(CANCEL_CAUSES, gen), HISTOGRAM_BOUNDS_MS, 1 / 1000
+            )
+        yield lab.counter(
+            "waitgraph_leaked_permits",
+            "Permits still held by an execution when its cancellation became stable (then released), "
+            "by cause and the generation bucket of the cancelled root.",
+            "cancel.leaked_permits",
+            ["cause", "generation"],
+            _grid(CANCEL_CAUSES, gen),
+        )
+        yield _counter(
+            "waitgraph_cancellations_requested",
+            "Executions a cancellation was requested for.",
+            c.get("cancel.requested", 0),
+        )
+        yield _counter(
+            "waitgraph_cancellations_acknowledged",
+            "Cancel requests acknowledged by their execution's agent.",
+            c.get("cancel.acknowledged", 0),
+        )
+        yield _counter(
+            "waitgraph_cancel_slo_breaches",
+            "Executions quarantined because they did not acknowledge cancel within the SLO.",
+            c.get("cancel.quarantined", 0),
+        )
+        yield _gauge(
+            "waitgraph_cancel_slo_seconds",
+            "The replicated cancellation SLO (quarantine after it).",
+            s.cancel_slo_ms / 1000,
+        )
+        yield _by_generation(
+            "waitgraph_unknown_side_effects",
+            "Side effects whose outcome is UNKNOWN now (a human must reconcile them), by generation bucket.",
+            s.unknown_side_effects,
+        )
+        yield lab.counter(
+            "waitgraph_unknown_side_effects_recorded",
+            "Side effects that became UNKNOWN, by what made them so and their generation bucket.",
+            "cancel.side_effects_unknown",
+            ["source", "generation"],
+            _grid(UNKNOWN_SOURCES, gen),
+        )
+        yield _gauge(
+            "waitgraph_quarantined_executions",
+            "Executions that ignored their cancel request past the emission budget.",
+            g.get("quarantined", 0),
+        )
+        yield _gauge(
+            "waitgraph_open_cancellations", "Cancellation scopes not yet stable.", g.get("open_cancellations", 0)
+        )
+        yield _gauge(
+            "waitgraph_pending_cancel_acks", "Cancel requests awaiting acknowledgement.", g.get("pending_acks", 0)
+        )
+        yield _gauge(
+            "waitgraph_admission_frozen_runs", "Runs whose admission is frozen.", g.get("admission_frozen_runs", 0)
+        )
+        yield _gauge(
+            "waitgraph_admission_frozen_cluster",
+            "1 while admission is frozen for the whole cluster.",
+            g.get("admission_frozen_cluster", 0),
+        )
+        yield _gauge("waitgraph_reconciliations_open", "Open reconciliations.", g.get("reconciliations_open", 0))
+
+    def _raft(self) -> Iterator[Metric]:
+        assert self.raft_status is not None
+        try:
+            st = self.raft_status()
+        except Exception as exc:
+            logger.debug("metrics: no Raft status: %r", exc)
+            return
+        roles = GaugeMetricFamily("waitgraph_raft_role", "This node's Raft role (1 = current).", labels=["role"])
+        for role in RAFT_ROLES:
+            roles.add_metric([role], 1 if st.role == role else 0)
+        yield roles
+        yield _gauge("waitgraph_raft_term", "Current Raft term.", st.term)
+        yield _gauge("waitgraph_raft_commit_index", "Raft commit index known to this node.", st.commit_index)
+        yield _gauge("waitgraph_raft_applied_index", "Last Raft log index applied to this replica.", st.applied_index)
+        yield _gauge(
+            "waitgraph_raft_has_quorum",
+            "1 when this node knows a leader with a quorum (the gRPC health SERVING condition).",
+            int(bool(st.has_quorum)),
+        )
+
+
+GRPC_LATENCY_BOUNDS_S = (0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10.0)
+OTHER_METHOD = "other"
+"""The ``method`` label of a call to a method this node does not serve (its name is never a label)."""
+_CODES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
+def _code_name(context: grpc.aio.ServicerContext, fallback: str) -> str:
+    """The status the handler set (abort, set_code), else ``fallback``: OK when it returned,
+    CANCELLED when the call was cancelled, UNKNOWN when it raised (what gRPC then sends)."""
+    code = context.code()
+    if isinstance(code, grpc.StatusCode):
+        return str(code.name)
+    if isinstance(code, int) and code in _CODES:
+        return str(_CODES[code])
+    return fallback
+
+
+class GrpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Counts and times every RPC by ``method`` (one of ``methods``, else ``other``) and status
+    ``code`` (a ``grpc.StatusCode`` name): both bounded, whatever clients send. Unary and server
+    streaming calls are measured to the end of the response (a stream: until it ends)."""
+
+    def __init__(self, methods: Iterable[str], clock: Callable[[], float] = time.perf_counter) -> None:
+        self.methods = frozenset(m.lstrip("/") for m in methods)
+        self.clock = clock
+        self.handled = Counter(
+            "waitgraph_grpc_server_handled",
+            "RPCs completed by this node, by method and status code.",
+            ["method", "code"],
+            registry=None,
+        )
+        self.latency = Histogram(
+            "waitgraph_grpc_server_handling_seconds",
+            "Time from receiving an RPC to its status, by method and status code.",
+            ["method", "code"],
+            buckets=GRPC_LATENCY_BOUNDS_S,
+            registry=None,
+        )
+
+    def collectors(self) -> tuple[Collector, ...]:
+        return (self.handled, self.latency)
+
+    def _done(self, method: str, started: float, context: grpc.aio.ServicerContext, fallback: str) -> None:
+        code = _code_name(context, fallback)
+        self.handled.labels(method, code).inc()
+        self.latency.labels(method, code).observe(self.clock() - started)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        full = str(handler_call_details.method).lstrip("/")
+        method = full if full in self.methods else OTHER_METHOD
+        if handler is None:
+            return handler
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._stream(method, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler  # client-streaming methods: none are served
+
+    def _unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        async def measured(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            started, fallback = self.clock(), "UNKNOWN"
+            try:
+                with request_context(method, request):
+                    response = await behavior(request, context)
+                fallback = "OK"
+                return response
+            except asyncio.CancelledError:
+                fallback = "CANCELLED"
+                raise
+            finally:
+                self._done(method, started, context, fallback)
+
+        return measured
+
+    def _stream(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        async def measured(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            started, fallback = self.clock(), "UNKNOWN"
+            try:
+                with request_context(method, request):
+                    async for response in behavior(request, context):
+                        yield response
+                fallback = "OK"
+            except (asyncio.CancelledError, GeneratorExit):
+                fallback = "CANCELLED"  # the client went away mid-stream
+                raise
+            finally:
+                self._done(method, started, context, fallback)
+
+        return measured
+
+
+@dataclass
+class MetricsServer:
+    """The /metrics HTTP server thread; :meth:`stop` shuts it down."""
+
+    httpd: WSGIServer
+    thread: threading.Thread
+    registry: CollectorRegistry
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.httpd.server_address[:2]
+        return str(host), int(port)
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+def serve(address: str, *collectors: Collector) -> MetricsServer:
+    """Serve ``collectors`` (alone in their registry) on ``host:port`` from a daemon thread."""
+    host, _, port = address.rpartition(":")
+    registry = CollectorRegistry(auto_describe=False)
+    for collector in collectors:
+        registry.register(collector)
+    httpd, thread = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+    return MetricsServer(httpd, thread, registry)

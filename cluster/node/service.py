@@ -1,0 +1,665 @@
+"""AgentService and OperatorService over one node: auth, conversion, submit, and the error table.
+
+Rules kept here:
+- Every handler does the same few steps, in one wrapper: authenticate the bearer token and check
+  the role against :data:`waitgraph.node.auth.POLICY`; spend one token of the caller's rate limit
+  (:mod:`waitgraph.node.ratelimit`); convert the request (:mod:`waitgraph.wire.convert`, the
+  only place that knows the wire); propose or read; turn any error into a gRPC status through
+  :mod:`waitgraph.node.grpc_status` (the only place that knows the codes).
+- A write stamps its envelope here and nowhere else: the actor from the token, ``at_ms`` from this
+  node's logical clock (:mod:`waitgraph.node.clock`: replicated time carried forward by the monotonic
+  clock, immune to wall-clock steps), read once. The envelope is encoded and decoded again before it is proposed, so
+  whatever the codec refuses (an oversize text, too many items) is INVALID_ARGUMENT without a log
+  entry. A REJECTED outcome is a gRPC error; APPLIED and NOOP are OK responses.
+- Reads run on this replica and say so (``stale``), unless the caller asked for ``fresh``: then a
+  barrier goes through the log first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar, cast
+
+import grpc
+from google.protobuf.message import Message
+
+from waitgraph.node import grpc_status
+from waitgraph.node.auth import Principal, Role, authorize
+from waitgraph.node.config import ServeConfig
+from waitgraph.node.errors import ClusterError, NotLeader
+from waitgraph.node.events import CursorExpired, EventJournal
+from waitgraph.node.raft import RaftNode, Read
+from waitgraph.node.ratelimit import RateLimiter
+from waitgraph.proto.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc, types_pb2
+from waitgraph.statemachine import Envelope, StateMachine, decode_envelope, encode_envelope
+from waitgraph.statemachine.cancel import (
+    EXPORT_FORMAT,
+    EXPORT_VERSION,
+    cancel_state,
+    convergence,
+    export_pending,
+    metrics,
+    victim_scope_id,
+)
+from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES
+from waitgraph.statemachine.detect import full_pass
+from waitgraph.statemachine.effects import EFFECTS
+from waitgraph.statemachine.errors import CodecError, Rejection, Status, WaitgraphError, not_found
+from waitgraph.statemachine.outcome import Outcome, Result
+from waitgraph.statemachine.recovery import livelock_reason
+from waitgraph.statemachine.recovery_state import Decision, DecisionKind, ProposalStatus
+from waitgraph.statemachine.state import State
+from waitgraph.wire import convert, metadata
+
+logger = logging.getLogger("waitgraph.node.service")
+
+T = TypeVar("T")
+Handler = Callable[[Principal, Any, grpc.aio.ServicerContext], Awaitable[Message]]
+
+DEFAULT_LIMIT = 1000
+MAX_LIMIT = 10_000
+WATCH_BATCH = 512
+PROGRESS_INTERVAL_S = 1.0
+"""A watcher whose filter matched nothing for this long gets a ``progress`` with its position."""
+_EFFECT_KINDS = frozenset(cls.KIND for cls in EFFECTS)
+_SIGNATURE = re.compile(r"[0-9a-f]{16}")
+MAX_SIGNATURE_DECISIONS = 1000
+_SESSION_RPCS = frozenset({"JoinSession", "Heartbeat", "LeaveSession"})
+WRITE_BATCH_METHOD = "/waitgraph.v1.AgentService/WriteBatch"
+MAX_WRITE_BATCH_ITEMS = 1024
+"""Items per WriteBatch (the whole request is also held to the codec's 64 KiB)."""
+
+
+class Gateway:
+    """What both services share: the node, the auth check, the write path, the read path."""
+
+    def __init__(
+        self,
+        cfg: ServeConfig,
+        node: RaftNode,
+        journal: EventJournal,
+        clock: Callable[[], float] = time.time,
+        stamp: Callable[[], int] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.node = node
+        self.journal = journal
+        self.clock = clock
+        """Wall clock: token expiry only."""
+        self.stamp = stamp if stamp is not None else (lambda: int(clock() * 1000))
+        """``at_ms`` of what this node proposes (cluster/node/clock.py: the node's LogicalClock)."""
+        self.limiter = RateLimiter(cfg.rate_limit_per_s, cfg.rate_limit_burst)
+
+    # -- the wrapper -------------------------------------------------------------------------------
+
+    def principal(self, context: grpc.aio.ServicerContext, method: str) -> Principal:
+        principal = self.cfg.tokens.authenticate(context.invocation_metadata() or (), self.clock())
+        authorize(principal, method)
+        self.limiter.take(principal.name, principal.actor)
+        return principal
+
+    @staticmethod
+    def check_request(request: Any) -> None:
+        """Every RPC: bytes that are no message, or a message over the codec's limit, are
+        INVALID_ARGUMENT before anything is read or proposed (gRPC's own limit is 4x higher)."""
+        if isinstance(request, convert.Undecodable):
+            raise request.error
+        size = request.ByteSize()
+        if size > MAX_PAYLOAD_BYTES:
+            raise convert.WireError(f"the request is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+
+    def leader_hint(self) -> grpc_status.LeaderHint | None:
+        try:
+            address = self.node.leader_address()
+        except Exception:
+            return None
+        peer = self.cfg.peer_by_raft(address)
+        if peer is None:
+            return None
+        return grpc_status.LeaderHint(peer.node_id, peer.grpc_address)
+
+    async def abort(self, context: grpc.aio.ServicerContext, exc: BaseException, request_id: str | None = None) -> None:
+        if isinstance(exc, WaitgraphError):
+            err = grpc_status.for_error(exc, self.leader_hint(), request_id)
+        else:
+            logger.error("internal error in a handler", exc_info=exc)
+            err = grpc_status.GrpcError(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
+        await context.abort(err.code, err.details, trailing_metadata=err.trailing_metadata)
+
+    def unary(self, method: str, fn: Handler) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Message]]:
+        async def handler(request: Any, context: grpc.aio.ServicerContext) -> Message:
+            try:
+                principal = self.principal(context, method)
+                self.check_request(request)
+                return await fn(principal, request, context)
+            except Exception as exc:  # every error becomes a status; AbortError is raised below
+                failure: BaseException = exc
+            await self.abort(context, failure, getattr(request, "request_id", "") or None)
+            raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+        handler.__name__ = method.rsplit("/", 1)[-1]
+        return handler
+
+    # -- writes --------------------------------------------------------------------------------------
+
+    def write_handler(self, service: str, rpc: str) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Message]]:
+        async def write(principal: Principal, request: Any, context: grpc.aio.ServicerContext) -> Message:
+            return await self.write(principal, rpc, request)
+
+        return self.unary(f"/waitgraph.v1.{service}/{rpc}", write)
+
+    async def write(self, principal: Principal, rpc: str, request: Any) -> types_pb2.Outcome:
+        data = self.envelope_bytes(principal, rpc, request, self.stamp())
+        self.check_forwarding()
+        return self.answer(await self.node.submit(data))
+
+    def envelope_bytes(self, principal: Principal, rpc: str, request: Any, at_ms: int) -> bytes:
+        """The encoded Envelope of one write request, checked by the codec (WireError if refused)."""
+        self.check_request(request)
+        if principal.role is Role.AGENT and rpc in _SESSION_RPCS and not request.HasField("agent_id"):
+            request.agent_id = principal.agent_id  # the token names the agent already
+        command = convert.command_from_request(rpc, request)
+        envelope = Envelope(actor=principal.actor, at_ms=at_ms, request_id=request.request_id or None, command=command)
+        data = encode_envelope(envelope)
+        try:
+            if len(data) > MAX_PAYLOAD_BYTES:
+                raise CodecError(f"the command is {len(data)} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}")
+            decode_envelope(data)
+        except CodecError as exc:
+            raise convert.WireError(exc.message, **exc.fields) from None
+        return data
+
+    def check_forwarding(self) -> None:
+        if not self.cfg.forward_writes and not self.node.is_leader():
+            raise NotLeader(
+                "this node is not the leader and does not forward writes", leader=self.node.leader_address()
+            )
+
+    @staticmethod
+    def answer(outcome: Outcome) -> types_pb2.Outcome:
+        """APPLIED and NOOP are the response; a REJECTED outcome is raised as a gRPC error."""
+        if outcome.result is Result.REJECTED:
+            raise grpc_status.Rejected(outcome)
+        return convert.outcome_to_proto(outcome)
+
+    # -- WriteBatch ------------------------------------------------------------------------------------
+
+    async def write_batch(
+        self, request: agent_pb2.WriteBatchRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.WriteBatchResponse:
+        """Each item as its unary RPC would be (auth, rate limit, conversion, submit, the error
+        table), answered in place; proposed together, in order (one group commit). Whole-call
+        failures (the call's token, an undecodable or oversize request, no items or too many)
+        abort the call before anything is proposed."""
+        failure: BaseException | None = None
+        try:
+            # The call itself costs no rate-limit token: each item costs one of its own token's.
+            caller = self.cfg.tokens.authenticate(context.invocation_metadata() or (), self.clock())
+            authorize(caller, WRITE_BATCH_METHOD)
+            self.check_request(request)
+            count = len(request.items)
+            if not 0 < count <= MAX_WRITE_BATCH_ITEMS:
+                raise convert.WireError(
+                    f"WriteBatchRequest.items: {count} items; send 1 to {MAX_WRITE_BATCH_ITEMS}", items=count
+                )
+        except Exception as exc:
+            failure = exc
+        if failure is not None:
+            await self.abort(context, failure)
+            raise AssertionError("unreachable: abort raises")  # pragma: no cover
+        results: list[agent_pb2.WriteResult | None] = [None] * count
+        request_ids = [""] * count
+        proposed: list[tuple[int, bytes]] = []
+        at_ms = self.stamp()  # one reading for the whole batch, like a group
+        principals: dict[str, Principal] = {}
+        for i, item in enumerate(request.items):
+            try:
+                rpc, req = convert.write_item_request(item)
+                request_ids[i] = req.request_id
+                principal = caller
+                if item.authorization:
+                    principal = principals.get(item.authorization) or self.item_principal(item.authorization)
+                    principals[item.authorization] = principal
+                authorize(principal, f"/waitgraph.v1.AgentService/{rpc}")
+                self.limiter.take(principal.name, principal.actor)
+                proposed.append((i, self.envelope_bytes(principal, rpc, req, at_ms)))
+            except Exception as exc:
+                results[i] = self.item_error(exc, request_ids[i])
+        if proposed:
+            try:
+                self.check_forwarding()
+                answers: list[Outcome | ClusterError] = await self.node.submit_many([d for _, d in proposed])
+            except ClusterError as exc:
+                answers = [exc] * len(proposed)
+            for (i, _), got in zip(proposed, answers, strict=True):
+                try:
+                    if isinstance(got, BaseException):
+                        raise got
+                    results[i] = agent_pb2.WriteResult(outcome=self.answer(got))
+                except Exception as exc:
+                    results[i] = self.item_error(exc, request_ids[i])
+        answered = [r for r in results if r is not None]
+        if len(answered) != count:  # pragma: no cover - every item is answered above
+            raise AssertionError("a WriteBatch item got no result")
+        return agent_pb2.WriteBatchResponse(results=answered)
+
+    def item_principal(self, authorization: str) -> Principal:
+        return self.cfg.tokens.authenticate((("authorization", authorization),), self.clock())
+
+    def item_error(self, exc: BaseException, request_id: str) -> agent_pb2.WriteResult:
+        """What the item's unary call would have failed with, status and trailers, as a result."""
+        if isinstance(exc, WaitgraphError):
+            err = grpc_status.for_error(exc, self.leader_hint(), request_id or None)
+        else:
+            logger.error("internal error in a WriteBatch item", exc_info=exc)
+            err = grpc_status.GrpcError(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
+        result = agent_pb2.WriteResult(status_code=err.code.value[0], details=err.details)
+        for key, value in err.trailing_metadata:
+            if key == metadata.CODE_KEY:
+                result.code = str(value)
+            elif key == metadata.OUTCOME_KEY and isinstance(value, bytes):
+                result.outcome.ParseFromString(value)
+            elif key == metadata.LEADER_KEY:
+                result.leader_address = str(value)
+            elif key == metadata.LEADER_ID_KEY:
+                result.leader_id = str(value)
+            elif key == metadata.RETRY_KEY:
+                result.retry_same_request_id = value == "same-request-id"
+        return result
+
+    # -- reads ---------------------------------------------------------------------------------------
+
+    async def read(self, fn: Callable[[StateMachine], T], fresh: bool) -> Read[T]:
+        if fresh:
+            return await self.node.read_fresh(fn)
+        return await self.node.read_local(fn)
+
+    async def read_image(
+        self, fn: Callable[[StateMachine], T], image: Callable[[StateMachine], bytes], fresh: bool
+    ) -> Read[tuple[T, bytes]]:
+        """:meth:`read`, plus ``image`` (a serialization of the whole state) taken at the same
+        applied index in a forked child, off the replica's lock (``RaftNode.read_image``)."""
+        return await self.node.read_image(fn, image, fresh=fresh)
+
+
+def _limit(requested: int) -> int:
+    if requested == 0:
+        return DEFAULT_LIMIT
+    return min(requested, MAX_LIMIT)
+
+
+def _install_writes(servicer: object, gateway: Gateway, service: str, rpcs: dict[str, Any]) -> None:
+    for rpc in rpcs:
+        setattr(servicer, rpc, gateway.write_handler(service, rpc))
+
+
+# -- AgentService ----------------------------------------------------------------------------------------
+
+
+class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
+    def __init__(self, gateway: Gateway) -> None:
+        self.gw = gateway
+        _install_writes(self, gateway, "AgentService", convert.AGENT_WRITES)
+        self.WriteBatch = gateway.write_batch  # type: ignore[method-assign]
+
+    async def WatchEvents(
+        self, request: agent_pb2.WatchEventsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[agent_pb2.WatchEventsResponse]:
+        gw, journal = self.gw, self.gw.journal
+        failure: BaseException | None = None
+        try:
+            principal = gw.principal(context, "/waitgraph.v1.AgentService/WatchEvents")
+            gw.check_request(request)
+            agent = self._agent_filter(principal, request)
+            kinds = frozenset(request.kinds)
+            unknown = sorted(kinds - _EFFECT_KINDS)
+            if unknown:
+                raise convert.WireError(f"WatchEventsRequest.kinds: unknown effect kinds {unknown}")
+            head, horizon = journal.position()
+            after = request.after_cursor if request.HasField("after_cursor") else head
+            if after < horizon:
+                journal.read(after, 1)  # raises CursorExpired with the explanation
+        except Exception as exc:
+            failure = exc
+        if failure is not None:
+            await gw.abort(context, failure)
+            return
+        yield agent_pb2.WatchEventsResponse(started=agent_pb2.WatchPosition(cursor=after, horizon=horizon))
+        reported, last_message = after, time.monotonic()
+        while not journal.closed:
+            try:
+                batch, reached = journal.read(after, WATCH_BATCH)
+            except CursorExpired as exc:
+                await gw.abort(context, exc)
+                return
+            for ev in batch:
+                if (agent is None or agent in ev.agent_ids) and (not kinds or ev.effect.KIND in kinds):
+                    yield agent_pb2.WatchEventsResponse(
+                        event=convert.event_to_proto(ev.cursor, ev.log_index, ev.agent_ids, ev.effect)
+                    )
+                    reported, last_message = ev.cursor, time.monotonic()
+            after = reached
+            if len(batch) == WATCH_BATCH:
+                continue
+            if after > reported and time.monotonic() - last_message >= PROGRESS_INTERVAL_S:
+                horizon = journal.position()[1]
+                yield agent_pb2.WatchEventsResponse(progress=agent_pb2.WatchPosition(cursor=after, horizon=horizon))
+                reported, last_message = after, time.monotonic()
+            await journal.wait(after, PROGRESS_INTERVAL_S)
+        await context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            f"the node is stopping; watch again (on another node) after cursor {after}",
+        )
+
+    @staticmethod
+    def _agent_filter(principal: Principal, request: agent_pb2.WatchEventsRequest) -> str | None:
+        if principal.role is Role.AGENT:
+            if request.agent_id and request.agent_id != principal.agent_id:
+                raise Rejection(
+                    Status.PERMISSION_DENIED,
+                    "not_owner",
+                    f"an agent token may only watch its own events, not {request.agent_id}",
+                )
+            return principal.agent_id
+        return request.agent_id or None
+
+
+def graph_response(
+    st: State, limit: int, run_id: str | None = None, agent_id: str | None = None
+) -> operator_pb2.GraphResponse:
+    """The Graph RPC's answer on ``st`` (call it under the replica's lock): at most ``limit`` items
+    per list, in id order; also what the live view draws (cluster/ops/liveview.py)."""
+    truncated = False
+
+    def cap(items: list[Any]) -> list[Any]:
+        nonlocal truncated
+        if len(items) > limit:
+            truncated = True
+            return items[:limit]
+        return items
+
+    execs = [
+        ex
+        for _, ex in sorted(st.executions.items())
+        if (run_id is None or ex.run_id == run_id) and (agent_id is None or ex.agent_id == agent_id)
+    ]
+    execs = cap(execs)
+    filtered = run_id is not None or agent_id is not None
+    waits = (
+        [e for ex in execs for e in st.waits_of(ex.execution_id)]
+        if filtered
+        else [e for w in sorted(st.waits_by_waiter) for e in st.waits_of(w)]
+    )
+    if filtered:
+        wanted = {e.target_id for e in waits} | {t for ex in execs for t in st.satisfies.get(ex.execution_id, ())}
+        targets = [st.targets[t] for t in sorted(wanted) if t in st.targets]
+    else:
+        targets = [t for _, t in sorted(st.targets.items())]
+    sessions = [s for a, s in sorted(st.sessions.items()) if agent_id is None or a == agent_id]
+    runs = [r for k, r in sorted(st.runs.items()) if run_id is None or k == run_id]
+    return operator_pb2.GraphResponse(
+        executions=[convert.execution_view(ex) for ex in execs],
+        waits=[convert.wait_view(e) for e in cap(waits)],
+        targets=[convert.target_view(t) for t in cap(targets)],
+        sessions=[convert.session_view(s) for s in cap(sessions)],
+        runs=[convert.run_view(r, cancel_state(st, r.run_id)) for r in cap(runs)],
+        truncated=truncated,
+        epoch=st.recovery.epoch,
+    )
+
+
+def cycles_response(st: State, include_closed: bool = False) -> operator_pb2.CyclesResponse:
+    """The Cycles RPC's answer on ``st``: a full detection pass and the (open) recovery proposals."""
+    rb = st.recovery
+    cycles = []
+    for c in full_pass(st):
+        p = rb.proposals.get(c.digest)
+        cycles.append(convert.cycle_view(c, p.status if p is not None else None))
+    proposals = [p for p in rb.proposals.values() if include_closed or p.status is ProposalStatus.OPEN]
+    return operator_pb2.CyclesResponse(
+        cycles=cycles,
+        proposals=[convert.proposal_view(p) for p in proposals[-MAX_LIMIT // 10 :]],
+        epoch=rb.epoch,
+    )
+
+
+# -- OperatorService -------------------------------------------------------------------------------------
+
+
+class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
+    def __init__(self, gateway: Gateway) -> None:
+        self.gw = gateway
+        _install_writes(self, gateway, "OperatorService", convert.OPERATOR_WRITES)
+        for rpc in (
+            "Status",
+            "Graph",
+            "Cycles",
+            "ExplainDecision",
+            "SignatureHistory",
+            "Convergence",
+            "ExportPending",
+            "ExportState",
+        ):
+            setattr(self, rpc, gateway.unary(f"/waitgraph.v1.OperatorService/{rpc}", getattr(self, f"_{rpc.lower()}")))
+
+    async def _status(
+        self, principal: Principal, request: operator_pb2.StatusRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.StatusResponse:
+        gw = self.gw
+        include_digest = request.include_digest
+
+        def look(m: StateMachine) -> dict[str, Any]:
+            st = m.state
+            rb, book = st.recovery, st.cancel
+            counters = dict(st.counters)
+            counters.update({f"gauge.{k}": v for k, v in metrics(st).items()})
+            return dict(
+                epoch=rb.epoch,
+                mode=rb.mode,
+                admission_frozen=book.cluster_frozen is not None,
+                admission_frozen_reason=book.cluster_frozen or "",
+                frozen_runs=len(book.frozen_runs),
+                recovery_configured=bool(rb.config.voters),
+                voters=list(rb.config.voters),
+                quorum=rb.config.quorum,
+                max_rollback=rb.config.max_rollback,
+                now_ms=st.now_ms,
+                open_proposals=len(set(rb.open_members.values())),
+                decisions=len(rb.decisions),
+                counters=counters,
+            )
+
+        if include_digest:
+            # The digest serializes the whole state (seconds at a million edges): a forked child
+            # computes it from the same cut, so applies and heartbeats are not held up meanwhile.
+            imaged = await gw.read_image(look, lambda m: m.digest().encode(), request.fresh)
+            (values, digest), applied_index, stale = imaged.value, imaged.applied_index, imaged.stale
+            values["state_digest"] = digest.decode()
+        else:
+            got = await gw.read(look, request.fresh)
+            values, applied_index, stale = got.value, got.applied_index, got.stale
+            values["state_digest"] = ""
+        raft = gw.node.status()
+        hint = gw.leader_hint()
+        head, horizon = gw.journal.position()
+        mode = values.pop("mode")
+        peers = []
+        for p in gw.cfg.peers:
+            if p.node_id == gw.cfg.node_id:
+                continue
+            peers.append(
+                operator_pb2.PeerStatus(
+                    node_id=p.node_id,
+                    raft_address=p.raft_address,
+                    grpc_address=p.grpc_address or "",
+                    connected=raft.peers_connected.get(p.raft_address, False),
+                )
+            )
+        return operator_pb2.StatusResponse(
+            node_id=gw.cfg.node_id,
+            raft_address=gw.cfg.raft_address,
+            grpc_address=gw.cfg.grpc_address,
+            role=raft.role,
+            leader_id=(hint.node_id or "") if hint else "",
+            leader_address=(hint.grpc_address or "") if hint else "",
+            term=raft.term,
+            commit_index=raft.commit_index,
+            applied_index=applied_index,
+            has_quorum=raft.has_quorum,
+            ready=raft.ready,
+            mode=cast(Any, convert.enum_number(mode)),
+            stale=stale,
+            peers=peers,
+            event_head_cursor=head,
+            event_horizon_cursor=horizon,
+            **values,
+        )
+
+    async def _graph(
+        self, principal: Principal, request: operator_pb2.GraphRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.GraphResponse:
+        limit = _limit(request.limit)
+        run_id, agent_id = request.run_id or None, request.agent_id or None
+
+        def look(m: StateMachine) -> operator_pb2.GraphResponse:
+            return graph_response(m.state, limit, run_id, agent_id)
+
+        got = await self.gw.read(look, request.fresh)
+        got.value.stale = got.stale
+        got.value.applied_index = got.applied_index
+        return got.value
+
+    async def _cycles(
+        self, principal: Principal, request: operator_pb2.CyclesRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.CyclesResponse:
+        include_closed = request.include_closed
+
+        def image(m: StateMachine) -> bytes:
+            # A full detection pass over the replica: seconds on a big state, so in a forked child.
+            return cycles_response(m.state, include_closed).SerializeToString()
+
+        got = await self.gw.read_image(lambda m: None, image, request.fresh)
+        response = operator_pb2.CyclesResponse.FromString(got.value[1])
+        response.stale, response.applied_index = got.stale, got.applied_index
+        return response
+
+    async def _explaindecision(
+        self, principal: Principal, request: operator_pb2.ExplainDecisionRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.ExplainDecisionResponse:
+        if bool(request.decision_id) == bool(request.digest):
+            raise convert.WireError("ExplainDecisionRequest: give exactly one of decision_id or digest")
+        decision_id, digest = request.decision_id, request.digest
+
+        def look(m: StateMachine) -> operator_pb2.ExplainDecisionResponse:
+            return explain_response(m.state, decision_id, digest)
+
+        got = await self.gw.read(look, request.fresh)
+        if not got.value.decisions:
+            what = f"decision {decision_id}" if decision_id else f"a decision for digest {digest[:16]}"
+            raise not_found("no_decision", f"there is no {what} on this replica")
+        got.value.stale, got.value.applied_index = got.stale, got.applied_index
+        return got.value
+
+    async def _signaturehistory(
+        self, principal: Principal, request: operator_pb2.SignatureHistoryRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.SignatureHistoryResponse:
+        signature = request.signature.strip().lower()
+        if not _SIGNATURE.fullmatch(signature):
+            raise convert.WireError("SignatureHistoryRequest.signature: a cycle signature is 16 hex digits")
+
+        def look(m: StateMachine) -> operator_pb2.SignatureHistoryResponse:
+            st = m.state
+            return operator_pb2.SignatureHistoryResponse(
+                trajectory=trajectory_view(st, signature), epoch=st.recovery.epoch
+            )
+
+        got = await self.gw.read(look, request.fresh)
+        got.value.stale, got.value.applied_index = got.stale, got.applied_index
+        return got.value
+
+    async def _convergence(
+        self, principal: Principal, request: operator_pb2.ConvergenceRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.ConvergenceResponse:
+        run_id = request.run_id or None
+        got = await self.gw.read(lambda m: convert.convergence_response(convergence(m.state, run_id)), request.fresh)
+        got.value.stale, got.value.applied_index = got.stale, got.applied_index
+        return got.value
+
+    async def _exportpending(
+        self, principal: Principal, request: operator_pb2.ExportPendingRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.ExportPendingResponse:
+        def image(m: StateMachine) -> bytes:  # every open edge: in a forked child, like a digest
+            return json.dumps(export_pending(m.state), sort_keys=True, separators=(",", ":")).encode()
+
+        got = await self.gw.read_image(lambda m: None, image, request.fresh)
+        return operator_pb2.ExportPendingResponse(
+            format=EXPORT_FORMAT,
+            version=EXPORT_VERSION,
+            document_json=got.value[1].decode(),
+            stale=got.stale,
+            applied_index=got.applied_index,
+        )
+
+    async def _exportstate(
+        self, principal: Principal, request: operator_pb2.ExportStateRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.ExportStateResponse:
+        got = await self.gw.read_image(lambda m: None, lambda m: m.snapshot(), request.fresh)
+        snapshot = got.value[1]
+        return operator_pb2.ExportStateResponse(
+            snapshot=snapshot,
+            state_digest=hashlib.sha256(snapshot).hexdigest(),
+            stale=got.stale,
+            applied_index=got.applied_index,
+        )
+
+
+# -- explanations (ExplainDecision, SignatureHistory; call under the replica's lock) ---------------------
+
+
+def _rolled_back(d: Decision) -> list[tuple[str, int]]:
+    """(execution id, generation) of every member the decision rolled back (cancelled)."""
+    if d.epoch is None:
+        return []  # shadow, reconciliation, escalation: nothing was cancelled
+    gens = {s.execution_id: s.generation for s in d.scores}
+    wanted = "victim" if d.kind is DecisionKind.VICTIM else "rolled_back"
+    return [(e, gens[e]) for e, role in d.roles if role == wanted]
+
+
+def decision_response_view(st: State, d: Decision) -> operator_pb2.DecisionView:
+    """The decision as recorded, with its rolled-back members' cancellations as they stand now."""
+    book = st.cancel
+    views = []
+    for execution_id, generation in _rolled_back(d):
+        scope = book.scopes.get(victim_scope_id(execution_id, generation))
+        if scope is not None:
+            quarantined = sum(1 for e in sorted(scope.pending) if book.requests[e].quarantined_at_ms is not None)
+            views.append(convert.cancellation_view(scope, quarantined))
+    return convert.decision_view(d, views)
+
+
+def trajectory_view(st: State, signature: str) -> operator_pb2.TrajectoryView:
+    rb = st.recovery
+    decisions = [d for d in rb.decisions.values() if d.signature == signature][-MAX_SIGNATURE_DECISIONS:]
+    known = signature in rb.trajectory
+    guard = livelock_reason(rb, signature, st.now_ms) if known else None
+    return convert.trajectory_view(signature, rb.trajectory.get(signature), decisions, guard)
+
+
+def explain_response(st: State, decision_id: str, digest: str) -> operator_pb2.ExplainDecisionResponse:
+    """The decisions asked for (by id, or every one for a digest), each signature's trajectory."""
+    decisions = st.recovery.decisions
+    if decision_id:
+        found = [decisions[decision_id]] if decision_id in decisions else []
+    else:
+        found = [d for d in decisions.values() if d.digest == digest]
+    signatures = list(dict.fromkeys(d.signature for d in found))
+    return operator_pb2.ExplainDecisionResponse(
+        decisions=[decision_response_view(st, d) for d in found],
+        trajectories=[trajectory_view(st, sig) for sig in signatures],
+        epoch=st.recovery.epoch,
+    )

@@ -1,0 +1,665 @@
+"""The operator verbs of the ``waitgraph`` command, and ``serve`` (one node) and ``replay``.
+
+``waitgraph.cli`` adds ``dev`` (a local cluster, :mod:`waitgraph.dev.cli`) and is the console
+script; this module is the group every other verb hangs on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from waitgraph.statemachine import transcript
+
+# -- connection options: on the group (``waitgraph --endpoints X status``) and on every operator
+# verb (``waitgraph status --endpoints X``); the verb's value wins. -----------------------------------
+
+_CONN_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (
+        ("--endpoints", "-e"),
+        dict(help="gRPC addresses host:port,... [env WAITGRAPH_ENDPOINTS; default: the `waitgraph dev` ports]"),
+    ),
+    (("--token",), dict(help="bearer token (operator or admin) [env WAITGRAPH_TOKEN]")),
+    (("--token-file",), dict(help="file holding the bearer token [env WAITGRAPH_TOKEN_FILE]")),
+    (("--tls",), dict(is_flag=True, default=None, help="use TLS (implied by --cacert/--cert/--key)")),
+    (("--cacert",), dict(help="PEM CA bundle that signed the servers [env WAITGRAPH_CACERT]")),
+    (("--cert",), dict(help="PEM client certificate, for mTLS [env WAITGRAPH_CERT]")),
+    (("--key",), dict(help="PEM private key of --cert [env WAITGRAPH_KEY]")),
+    (("--server-name",), dict(help="name expected in the server certificate, if not the endpoint's host")),
+    (("--timeout",), dict(type=float, help="seconds per RPC (default 10)")),
+)
+_CONN_KEYS = ("endpoints", "token", "token_file", "tls", "cacert", "cert", "key", "server_name", "timeout")
+
+
+def _conn_options(fn: Any, hidden: bool = False) -> Any:
+    for decls, kw in reversed(_CONN_OPTIONS):
+        fn = click.option(*decls, **{"default": None, **kw}, hidden=hidden)(fn)
+    return fn
+
+
+@click.group()
+@click.version_option(package_name="waitgraph")
+@_conn_options
+@click.pass_context
+def main(ctx: click.Context, **conn: Any) -> None:
+    """waitgraph: find and break deadlocks and livelocks between AI agents.
+
+    Operator verbs (status, health, graph, cycles, explain, signature, vote, mode, freeze,
+    unfreeze, export, cancel) talk to a cluster over gRPC; each takes -o table|json. `waitgraph
+    dev` starts a local cluster and prints the environment they need. docs/operations.md walks
+    through a rollout and a schema rollback.
+    """
+    ctx.obj = conn
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--check", is_flag=True, help="Print a diff and exit 1 when a file's recorded output is stale.")
+def replay(files: tuple[Path, ...], check: bool) -> None:
+    """Replay scenario transcripts (tests/transcripts/README.md) against a fresh state machine."""
+    stale = False
+    for path in files:
+        recorded = path.read_text()
+        try:
+            replayed = transcript.run(recorded)
+        except transcript.TranscriptError as exc:
+            raise click.ClickException(f"{path}: {exc.message}") from exc
+        if check:
+            delta = transcript.diff(recorded, replayed, str(path))
+            stale = stale or bool(delta)
+            click.echo(delta or f"ok {path}", nl=not delta)
+        else:
+            if len(files) > 1:
+                click.echo(f"==> {path} <==")
+            click.echo(replayed, nl=False)
+    if stale:
+        raise SystemExit(1)
+
+
+# -- serve: one node process (cluster/node/server.py) -----------------------------------------------------
+
+_BOOL_KEYS = frozenset({"insecure", "recovery_bootstrap", "forward_writes", "fsync"})
+
+
+def _serve_options(fn: Any) -> Any:
+    """One option per configuration key (cluster/node/config.py KEYS): ``grpc_addr`` is ``--grpc-addr``.
+    Defaults are None: a key not given on the command line comes from the environment, the file,
+    or the built-in default (cluster/node/config.py resolve)."""
+    from waitgraph.node.config import KEYS
+
+    for key in reversed(list(KEYS)):
+        flag = "--" + key.replace("_", "-")
+        decls = [f"{flag}/--no-{key.replace('_', '-')}" if key in _BOOL_KEYS else flag, key]
+        fn = click.option(*decls, default=None, help=f"{KEYS[key]} [env WAITGRAPH_{key.upper()}]")(fn)
+    return fn
+
+
+@main.command()
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="WAITGRAPH_CONFIG",
+    help="TOML file with the same keys as the flags (flags > environment > file > defaults).",
+)
+@_serve_options
+def serve(config_file: Path | None, **flags: Any) -> None:
+    """Run one cluster node: Raft, the gRPC API (AgentService, OperatorService, health,
+    reflection) and the leader loops, until SIGTERM or SIGINT."""
+    from waitgraph.node.config import ConfigError, load_file, resolve
+
+    try:
+        file = load_file(config_file) if config_file is not None else {}
+        cfg = resolve(flags, file)
+    except ConfigError as exc:
+        click.echo(f"waitgraph serve: {exc}", err=True)
+        raise SystemExit(2) from None
+    # The node forks to write its log-compaction dumps (cluster/node/raft.py, "Log compaction"); the
+    # child never touches gRPC, so gRPC's fork handlers (which pause its threads around every
+    # fork) are not wanted. Read once, when grpc is first imported: that is just below.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    from waitgraph.node import server
+    from waitgraph.ops import liveview
+
+    raise SystemExit(server.main(cfg, http_view=liveview.serve_node))
+
+
+@main.command("hash-token")
+def hash_token() -> None:
+    """Print the sha256 of a bearer token read from stdin, for the tokens file."""
+    import hashlib
+    import sys
+
+    token = sys.stdin.readline().strip()
+    if not token:
+        raise click.ClickException("no token on stdin")
+    click.echo(hashlib.sha256(token.encode()).hexdigest())
+
+
+# -- the operator verbs (cluster/ops/opsclient.py talks, cluster/ops/render.py draws) ---------------------------
+
+
+class _Session:
+    """One verb's connection settings (verb flags > group flags > environment > defaults), its
+    client and its output format."""
+
+    def __init__(self, group: dict[str, Any], verb: dict[str, Any], output: str) -> None:
+        self.opts = {k: verb.get(k) if verb.get(k) is not None else group.get(k) for k in _CONN_KEYS}
+        self.output = output
+        self._client: Any = None
+
+    def _env(self, key: str, name: str) -> Any:
+        import os
+
+        value = self.opts.get(key)
+        return value if value is not None else (os.environ.get(name) or None)
+
+    def token(self) -> str | None:
+        import os
+
+        if self.opts.get("token"):
+            return str(self.opts["token"])
+        path = self.opts.get("token_file")
+        if path is None and not os.environ.get("WAITGRAPH_TOKEN"):
+            path = os.environ.get("WAITGRAPH_TOKEN_FILE") or None
+        if path is not None:
+            try:
+                return Path(path).read_text().strip() or None
+            except OSError as exc:
+                raise click.ClickException(f"cannot read the token file {path}: {exc.strerror}") from None
+        return os.environ.get("WAITGRAPH_TOKEN") or None
+
+    def client(self) -> Any:
+        if self._client is None:
+            from waitgraph.ops.opsclient import DEFAULT_TIMEOUT_S, OperatorClient, Tls, default_endpoints
+
+            endpoints = self._env("endpoints", "WAITGRAPH_ENDPOINTS") or ",".join(default_endpoints())
+            files = {k: self._env(k, f"WAITGRAPH_{k.upper()}") for k in ("cacert", "cert", "key")}
+            tls = None
+            if self.opts.get("tls") or any(files.values()):
+                tls = Tls(
+                    ca=Path(files["cacert"]) if files["cacert"] else None,
+                    cert=Path(files["cert"]) if files["cert"] else None,
+                    key=Path(files["key"]) if files["key"] else None,
+                    server_name=self.opts.get("server_name"),
+                )
+            self._client = OperatorClient(
+                str(endpoints).split(","), self.token(), tls, self.opts.get("timeout") or DEFAULT_TIMEOUT_S
+            )
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def emit(self, blocks: Any) -> None:
+        from waitgraph.ops import render
+
+        render.emit(blocks)
+
+    def json(self, doc: Any) -> None:
+        from waitgraph.ops import render
+
+        click.echo(render.dumps(doc))
+
+
+def _operator_verb(outputs: tuple[str, ...] = ("table", "json")) -> Any:
+    """Connection options, ``-o``, and the error rule: one line naming the gRPC code, exit 1."""
+    import functools
+
+    def wrap(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def run(**kwargs: Any) -> Any:
+            from waitgraph.ops.opsclient import OpsError
+
+            ctx = click.get_current_context()
+            verb = {k: kwargs.pop(k) for k in _CONN_KEYS}
+            session = _Session(ctx.find_root().obj or {}, verb, kwargs.pop("output"))
+            try:
+                return fn(session, **kwargs)
+            except OpsError as exc:
+                click.echo(f"waitgraph {ctx.info_name}: {exc.one_line()}", err=True)
+                raise SystemExit(1) from None
+            finally:
+                session.close()
+
+        run = click.option(
+            "-o",
+            "--output",
+            type=click.Choice(outputs),
+            default="table",
+            show_default=True,
+            help="table: aligned text (boxes and colour on a terminal); json: the stable document (docs/cli.md)",
+        )(run)
+        run.__doc__ = (run.__doc__ or "") + _CONN_EPILOG
+        return _conn_options(run, hidden=True)
+
+    return wrap
+
+
+_CONN_EPILOG = """
+
+    Connection options (--endpoints, --token, --token-file, --tls, --cacert, --cert, --key,
+    --server-name, --timeout) go before or after the verb; see `waitgraph --help`.
+    """
+
+
+_FRESH = click.option(
+    "--fresh/--stale",
+    default=None,
+    help="--fresh: only after a log barrier (fails without a leader); --stale: this node's replica, no "
+    "barrier. Default: fresh when possible, else stale and labelled.",
+)
+
+
+_REQUEST_ID = click.option(
+    "--request-id",
+    default=None,
+    help="make the write idempotent under this id (default: a new cli-<uuid>); after 'outcome unknown', "
+    "repeat the command with the id it printed to get the recorded outcome",
+)
+
+
+def _with_endpoint(doc: dict[str, Any], read: Any) -> dict[str, Any]:
+    return {"endpoint": read.endpoint, **doc}
+
+
+def _emit_write(s: _Session, w: Any) -> None:
+    from waitgraph.ops import render
+
+    if s.output == "json":
+        s.json(
+            {"endpoint": w.endpoint, "request_id": w.request_id, "hops": list(w.hops), **render.outcome_json(w.outcome)}
+        )
+    else:
+        s.emit(render.outcome_blocks(w.endpoint, w.request_id, w.outcome, w.hops))
+
+
+_UNREACHABLE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
+
+
+@main.command()
+@click.option("--digest", is_flag=True, help="also compute each replica's state digest (equal when converged)")
+@click.option("--no-discover", is_flag=True, help="only the given endpoints, not the peers they name")
+@_operator_verb()
+def status(s: _Session, digest: bool, no_discover: bool) -> None:
+    """One row per node: role, leader, term, commit/applied index, epoch, mode, admission, health."""
+    from waitgraph.ops import render
+
+    reports = s.client().status_all(digest=digest, discover=not no_discover)
+    refusals = [r.error for r in reports if r.error is not None and r.error.code_name not in _UNREACHABLE]
+    if refusals and all(r.status is None for r in reports):
+        raise refusals[0]  # the same refusal everywhere (a bad token): one line, not a table of it
+    if s.output == "json":
+        s.json(render.status_json(reports))
+    else:
+        s.emit(render.status_blocks(reports, digest))
+    if all(r.status is None for r in reports):
+        from waitgraph.ops.opsclient import most_telling
+
+        why = most_telling([r.error for r in reports if r.error is not None]).one_line()
+        click.echo(f"waitgraph status: no node answered; {why}", err=True)
+        raise SystemExit(1)
+
+
+@main.command()
+@_operator_verb()
+def health(s: _Session) -> None:
+    """Exit 0 when a leader with a quorum commits a barrier through the log; 1 (and why) otherwise."""
+    from waitgraph.ops import render
+
+    ops = s.client()
+    reports = ops.status_all(health=True)
+    up = [r.status for r in reports if r.status is not None]
+    members = max(len({st.node_id for st in up} | {p.node_id for st in up for p in st.peers}), len(reports))
+    needed = members // 2 + 1
+    down = [f"{r.node_id or r.endpoint} ({r.error.one_line()})" for r in reports if r.error is not None]
+    leader = next((st for st in up if st.role == "leader"), None)
+    healthy = False
+    if not up:
+        reason = "no node answered: " + "; ".join(down)
+    elif len(up) < needed:
+        reason = f"no quorum: {len(up)} of {members} members reachable, a quorum needs {needed}; down: " + "; ".join(
+            down
+        )
+    elif leader is None:
+        seen = ", ".join(f"{st.node_id} sees {st.leader_id or 'no leader'} ({st.role})" for st in up)
+        reason = f"no leader: {seen}"
+    else:
+        try:
+            ops.status(leader.grpc_address, fresh=True)
+            healthy = True
+            reason = (
+                f"leader {leader.node_id} at {leader.grpc_address} (term {leader.term}) committed a barrier "
+                f"through the log; {len(up)} of {members} members reachable"
+            )
+        except Exception as exc:
+            text = exc.one_line() if hasattr(exc, "one_line") else str(exc)
+            reason = f"leader {leader.node_id} could not commit a barrier through the log: {text}"
+    result = render.Health(
+        healthy,
+        reason,
+        members,
+        needed,
+        len(up),
+        leader.node_id if leader else None,
+        leader.grpc_address if leader else None,
+        reports,
+    )
+    if s.output == "json":
+        s.json(result.to_json())
+    else:
+        s.emit(result.blocks())
+    if not healthy:
+        raise SystemExit(1)
+
+
+@main.command()
+@click.option("--run", "run_id", default="", help="only this run's executions and their waits")
+@click.option("--agent", "agent_id", default="", help="only this agent's executions, waits and session")
+@click.option("--limit", type=int, default=0, help="items per list (server default 1000)")
+@_FRESH
+@_operator_verb(("table", "json", "dot", "svg"))
+def graph(s: _Session, run_id: str, agent_id: str, limit: int, fresh: bool | None) -> None:
+    """Executions, targets (with holders and satisfiers), waits, runs and sessions.
+
+    -o dot prints Graphviz, -o svg the SVG graphviz draws of it (`waitgraph graph -o svg >
+    graph.svg`; needs graphviz's `dot`): candidate deadlocks in orange, confirmed ones in red,
+    each confirmed cycle's victim filled and labelled; the picture the live view shows."""
+    from waitgraph.ops import render
+
+    ops = s.client()
+    read = ops.graph(run_id, agent_id, limit, fresh)
+    if s.output == "json":
+        s.json(_with_endpoint(render.message_json(read.reply), read))
+        return
+    cycles = ops.cycles(fresh=fresh).reply
+    if s.output in ("dot", "svg"):
+        from waitgraph.ops.opsclient import OpsError
+
+        decisions = []
+        for digest, kind in render.cycle_kinds(cycles).items():
+            if kind == "confirmed":
+                try:
+                    decisions += ops.explain(digest=digest, fresh=fresh).reply.decisions
+                except OpsError as exc:  # the decision left the retained window: draw the cycle alone
+                    if exc.code_name != "NOT_FOUND":
+                        raise
+        dot = render.graph_dot(read.reply, cycles, decisions)
+        if s.output == "dot":
+            click.echo(dot, nl=False)
+            return
+        try:
+            click.echo(render.graph_svg(dot), nl=False)
+        except RuntimeError as exc:  # GraphvizMissing included: one line, no traceback
+            click.echo(f"waitgraph graph: {exc}", err=True)
+            raise SystemExit(1) from None
+        return
+    s.emit(
+        [
+            *render.graph_blocks(read.reply, cycles),
+            render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason),
+        ]
+    )
+
+
+@main.command()
+@click.option(
+    "--all", "include_closed", is_flag=True, help="also the closed proposals (committed, retracted, rejected)"
+)
+@_FRESH
+@_operator_verb()
+def cycles(s: _Session, include_closed: bool, fresh: bool | None) -> None:
+    """The current candidate deadlocks (a full detection pass) and the recovery proposals."""
+    from waitgraph.ops import render
+
+    ops = s.client()
+    read = ops.cycles(include_closed, fresh)
+    try:
+        quorum: int | None = ops.status(read.endpoint).quorum
+    except Exception:
+        quorum = None
+    if s.output == "json":
+        s.json({**_with_endpoint(render.message_json(read.reply), read), "quorum": quorum})
+    else:
+        s.emit(
+            [
+                *render.cycles_blocks(read.reply, quorum),
+                render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason),
+            ]
+        )
+
+
+@main.command()
+@click.argument("decision")
+@_FRESH
+@_operator_verb()
+def explain(s: _Session, decision: str, fresh: bool | None) -> None:
+    """Why a recovery decided what it did. DECISION: a decision id (d1) or a recovery digest
+    (a unique prefix is enough; every decision for it is explained)."""
+    import re
+
+    from waitgraph.ops import render
+
+    ops = s.client()
+    if re.fullmatch(r"d\d+", decision):
+        read = ops.explain(decision_id=decision, fresh=fresh)
+    else:
+        read = ops.explain(digest=ops.resolve_digest(decision, fresh), fresh=fresh)
+    proposals = list(ops.cycles(include_closed=True, fresh=fresh).reply.proposals)
+    try:
+        quorum = ops.status(read.endpoint).quorum
+    except Exception:
+        quorum = None
+    docs, blocks = [], []
+    trajectories = {t.signature: t for t in read.reply.trajectories}
+    for d in read.reply.decisions:
+        own = next((p for p in proposals if p.HasField("decision_id") and p.decision_id == d.decision_id), None)
+        own = own or next((p for p in proposals if p.digest == d.digest), None)
+        before = own.proposed_at_ms if own is not None else d.at_ms
+        history = [p for p in proposals if p.signature == d.signature and p is not own and p.proposed_at_ms <= before]
+        trajectory = trajectories.get(d.signature)
+        docs.append(render.explain_json(d, own, history, trajectory))
+        blocks += render.explain_blocks(d, own, history, quorum, trajectory)
+    if s.output == "json":
+        s.json(
+            {
+                "endpoint": read.endpoint,
+                "decisions": docs,
+                "stale": read.reply.stale,
+                "applied_index": read.reply.applied_index,
+                "epoch": read.reply.epoch,
+            }
+        )
+    else:
+        s.emit([*blocks, render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason)])
+
+
+@main.command()
+@click.argument("signature")
+@_FRESH
+@_operator_verb()
+def signature(s: _Session, signature: str, fresh: bool | None) -> None:
+    """The livelock guard's memory of one cycle signature (16 hex digits, as `cycles` and
+    `explain` print it): how often it was proposed and rolled back, at which epochs, the
+    decisions made for it, and whether the guard would escalate it now."""
+    from waitgraph.ops import render
+
+    read = s.client().signature_history(signature, fresh)
+    if s.output == "json":
+        s.json(_with_endpoint(render.message_json(read.reply), read))
+    else:
+        s.emit(
+            [
+                *render.signature_blocks(read.reply),
+                render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason),
+            ]
+        )
+
+
+@main.command()
+@click.argument("digest")
+@click.option("--reject", is_flag=True, help="vote against (default: approve)")
+@_REQUEST_ID
+@_operator_verb()
+def vote(s: _Session, digest: str, reject: bool, request_id: str | None) -> None:
+    """Vote on an open recovery proposal as operator:<token name> (counted only when the
+    operator is a configured voter). DIGEST may be a unique prefix."""
+    ops = s.client()
+    _emit_write(s, ops.vote(ops.resolve_digest(digest), approve=not reject, request_id=request_id))
+
+
+MODES = ("shadow", "auto-safe", "auto", "inherit")
+
+
+@main.command()
+@click.argument("mode", type=click.Choice(MODES))
+@click.option("--run", "run_id", default=None, help="override the mode for this run only")
+@click.option(
+    "--side-effect-free/--no-side-effect-free",
+    default=None,
+    help="with --run: mark the run as one auto-safe may act on (or not)",
+)
+@_REQUEST_ID
+@_operator_verb()
+def mode(s: _Session, mode: str, run_id: str | None, side_effect_free: bool | None, request_id: str | None) -> None:
+    """Set the rollout mode (admin): shadow (detect and record, never cancel), auto-safe (act on
+    side-effect-free runs only), auto. `inherit --run R` removes R's override."""
+    from waitgraph.statemachine.recovery_state import RolloutMode
+    from waitgraph.wire import convert
+
+    if mode == "inherit" and run_id is None:
+        raise click.UsageError("`inherit` removes a run's override: give --run RUN")
+    if side_effect_free is not None and run_id is None:
+        raise click.UsageError("--side-effect-free marks a run: give --run RUN")
+    number = None if mode == "inherit" else convert.enum_number(RolloutMode(mode))
+    _emit_write(s, s.client().set_mode(number, run_id, side_effect_free, request_id))
+
+
+_WAIT = click.option(
+    "--wait",
+    is_flag=True,
+    help="then wait until it converges, showing progress (a bar on a terminal, lines when piped); "
+    "--timeout bounds the whole wait (default 120 s); exit 3 if it did not converge in time",
+)
+
+
+def _emit_waited(s: _Session, w: Any, run_id: str, reading: Any) -> None:
+    """The write's answer, then a watch until ``reading`` says converged (cluster/ops/progress.py)."""
+    import sys
+
+    from waitgraph.ops import progress, render
+
+    if s.output != "json":
+        _emit_write(s, w)
+        stream = sys.stdout
+    else:
+        stream = sys.stderr  # stdout carries one JSON document
+    timeout_s = s.opts.get("timeout") or progress.DEFAULT_WAIT_S
+    try:
+        last = progress.watch(s.client(), run_id, reading, timeout_s, stream, stream.isatty())
+        failure = None
+    except progress.NotConverged as exc:
+        last, failure = exc.last, exc
+    if s.output == "json":
+        doc = {
+            "endpoint": w.endpoint,
+            "request_id": w.request_id,
+            "hops": list(w.hops),
+            **render.outcome_json(w.outcome),
+        }
+        doc["wait"] = {"converged": failure is None, "progress": render.message_json(last.reply)}
+        s.json(doc)
+    if failure is not None:
+        quarantined = list(last.reply.quarantined)
+        where = f"; quarantined: {', '.join(quarantined)}" if quarantined else ""
+        click.echo(
+            f"waitgraph {click.get_current_context().info_name}: not converged after {failure.waited_s:.0f}s "
+            f"(--timeout): {last.line}{where}; `waitgraph export` lists who has not acknowledged",
+            err=True,
+        )
+        raise SystemExit(progress.EXIT_NOT_CONVERGED)
+
+
+@main.command()
+@click.option("--run", "run_id", default=None, help="freeze one run (default: the whole cluster)")
+@click.option("--reason", required=True, help="why (recorded in the state and shown by status/export)")
+@_WAIT
+@_REQUEST_ID
+@_operator_verb()
+def freeze(s: _Session, run_id: str | None, reason: str, wait: bool, request_id: str | None) -> None:
+    """Refuse new delegations (child creation, claims) for a run or the whole cluster; nothing
+    already admitted is cleared. --wait: then wait until no cancellation (of the run, or anywhere)
+    is still open, i.e. the frozen delegations have quiesced."""
+    w = s.client().freeze(reason, run_id, request_id)
+    if not wait:
+        _emit_write(s, w)
+        return
+    from waitgraph.ops import progress
+
+    _emit_waited(s, w, run_id or "", progress.freeze_reading(run_id))
+
+
+@main.command()
+@click.option("--run", "run_id", default=None, help="unfreeze one run (default: the whole cluster)")
+@click.option("--reason", default="unfrozen by operator", show_default=True)
+@_REQUEST_ID
+@_operator_verb()
+def unfreeze(s: _Session, run_id: str | None, reason: str, request_id: str | None) -> None:
+    """Admit new delegations again."""
+    _emit_write(s, s.client().unfreeze(reason, run_id, request_id))
+
+
+@main.command()
+@_FRESH
+@_operator_verb()
+def export(s: _Session, fresh: bool | None) -> None:
+    """The pending-edges document: open waits, holdings, claims, open cancellations and
+    reconciliation items, sorted (`-o json > pending.json` before a schema rollback)."""
+    import json
+
+    from waitgraph.ops import render
+
+    read = s.client().export_pending(fresh)
+    doc = json.loads(read.reply.document_json)
+    if s.output == "json":
+        click.echo(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
+    else:
+        s.emit(
+            [
+                *render.export_blocks(doc),
+                render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason),
+            ]
+        )
+
+
+@main.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--reason", default="cancelled by operator", show_default=True)
+@click.option(
+    "--observed-generation",
+    type=int,
+    default=None,
+    help="the run's cancel generation you saw (default: read it now); older is a recorded no-op",
+)
+@_WAIT
+@_REQUEST_ID
+@_operator_verb()
+def cancel(
+    s: _Session, run_id: str, reason: str, observed_generation: int | None, wait: bool, request_id: str | None
+) -> None:
+    """Cancel a run: raise its cancel generation and ask every unsettled execution to stop.
+    --wait: then wait until the run is CANCELLED_STABLE (every descendant settled, nothing held)."""
+    w = s.client().cancel_run(run_id, reason, observed_generation, request_id)
+    if not wait:
+        _emit_write(s, w)
+        return
+    from waitgraph.ops import progress
+    from waitgraph.statemachine.effects import CancelGenerationRaised
+
+    raised = [fx.after for fx in w.outcome.effects if isinstance(fx, CancelGenerationRaised)]
+    # A no-op (someone raised it already) waits for the generation the run is at now.
+    generation = raised[0] if raised else max(1, s.client().convergence(run_id).reply.cancel_generation)
+    _emit_waited(s, w, run_id, progress.cancel_reading(run_id, generation))

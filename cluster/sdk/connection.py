@@ -1,0 +1,644 @@
+"""The connection under the asynchronous client: endpoints, retries, typed errors, the event
+stream, operator reads. :mod:`waitgraph.sdk.client` adds sessions on top.
+
+Rules kept here:
+- Connect to any node. A write carries one request id (uuid4) for all its attempts: after an
+  UNAVAILABLE with the ``waitgraph-leader`` trailer the call follows the hint, after an outcome
+  unknown (``waitgraph-retry: same-request-id``, a deadline, a dropped connection) it is sent
+  again with the *same* id, so the cluster's idempotency table answers instead of applying twice.
+  Any other failure is raised at once as a typed :mod:`waitgraph.sdk.errors` exception.
+- Retries stop at ``retry_deadline_s`` with the last error (an :class:`~.errors.Unavailable`).
+- AgentService writes are coalesced (:class:`Batching`, :class:`WriteBatcher`): the writes
+  issued in one event-loop iteration by every task sharing the client leave as one WriteBatch
+  call per node. Each write keeps its own request id, result, typed error and retry loop above;
+  a retried write simply joins a later batch.
+- The event stream (:meth:`Connection.events`) keeps the cursor of the last event it delivered and
+  resumes after it on any node; a cursor older than the node's horizon restarts it at the head
+  (counted in :attr:`StreamStats.resyncs`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import grpc
+from google.protobuf.message import Message
+
+from waitgraph.proto.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc
+from waitgraph.statemachine import commands as C
+from waitgraph.statemachine.commands import Command
+from waitgraph.statemachine.effects import Effect
+from waitgraph.statemachine.outcome import Outcome
+from waitgraph.statemachine.recovery_state import DecisionKind, RolloutMode
+from waitgraph.wire import convert
+
+from .errors import (
+    CursorExpired,
+    Decision,
+    Internal,
+    NotFound,
+    ResourceExhausted,
+    RpcError,
+    Score,
+    SessionClosed,
+    error_from_result,
+    error_from_rpc,
+)
+
+logger = logging.getLogger("waitgraph.sdk")
+
+__all__ = ["TLS", "Batching", "Connection", "StreamStats", "WatchedEvent", "WriteBatcher"]
+
+_OPERATOR_RPC: dict[type[Command], str] = {cls: rpc for rpc, cls in convert.OPERATOR_WRITES.items()}
+_KIND_NAMES = {convert.enum_number(k): k.value for k in DecisionKind}
+_MODE_NAMES = {convert.enum_number(m): m.value for m in RolloutMode}
+
+
+@dataclass(frozen=True, slots=True)
+class TLS:
+    """TLS for the gRPC channels: the CA to trust (None: the system's), and a client certificate
+    and key for mTLS. ``server_name`` overrides the name checked in the server's certificate."""
+
+    root_certificates: bytes | None = None
+    certificate_chain: bytes | None = None
+    private_key: bytes | None = None
+    server_name: str | None = None
+
+    @classmethod
+    def from_files(
+        cls, ca: str | Path | None = None, cert: str | Path | None = None, key: str | Path | None = None
+    ) -> TLS:
+        def read(p: str | Path | None) -> bytes | None:
+            return Path(p).read_bytes() if p is not None else None
+
+        return cls(read(ca), read(cert), read(key))
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(self.root_certificates, self.private_key, self.certificate_chain)
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedEvent:
+    """One effect from ``WatchEvents``: its cursor (the same on every node), its log index, the
+    agents it concerns, and the effect as the core's dataclass."""
+
+    cursor: int
+    log_index: int
+    agent_ids: tuple[str, ...]
+    effect: Effect
+
+
+@dataclass(slots=True)
+class StreamStats:
+    """What an event stream went through (for tests and operators)."""
+
+    events: int = 0
+    reconnects: int = 0
+    resyncs: int = 0
+    duplicates: int = 0
+    """Events at or below the cursor already delivered, dropped (the server promises none)."""
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+_ITEM_OVERHEAD = 8
+"""Bytes a WriteItem adds to a WriteBatchRequest besides its own size (tag and length), at most."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batching:
+    """How a :class:`Client` coalesces AgentService writes into WriteBatch calls.
+
+    Writes issued in the same event-loop iteration (by any number of sessions, agents or tasks
+    sharing the client) leave together as one WriteBatch per node, after ``linger_s`` when it is
+    above 0; a batch leaves at once when it reaches ``max_items`` or ``max_bytes``. Every caller
+    awaits its own write's result; errors, retries (same request id) and leader hints are per
+    write, exactly as without batching. ``max_bytes`` stays below the server's 64 KiB request
+    limit; a write too large for it goes alone as its unary RPC.
+    """
+
+    enabled: bool = True
+    linger_s: float = 0.0
+    max_items: int = 256
+    max_bytes: int = 60 * 1024
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_items <= 1024:
+            raise ValueError("Batching.max_items must be 1..1024 (the server's limit)")
+        if not 1024 <= self.max_bytes <= 64 * 1024 - 1024:
+            raise ValueError("Batching.max_bytes must be 1 KiB..63 KiB (the server takes 64 KiB per request)")
+        if self.linger_s < 0:
+            raise ValueError("Batching.linger_s must be >= 0")
+
+
+class _ItemFailed(Exception):
+    """A WriteBatch item came back with an error (the call itself succeeded)."""
+
+    def __init__(self, error: RpcError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class WriteBatcher:
+    """The writes waiting to leave for one node, and the WriteBatch calls that carry them.
+
+    Every flush sends one call and does not wait for earlier ones: writes of different batches
+    may be applied in either order, like concurrent unary calls; the writes of one batch are
+    applied in the order they were issued.
+    """
+
+    def __init__(self, transport: Transport, address: str) -> None:
+        self.transport = transport
+        self.address = address
+        self._items: list[agent_pb2.WriteItem] = []
+        self._futures: list[asyncio.Future[agent_pb2.WriteResult]] = []
+        self._bytes = 0
+        self._handle: asyncio.Handle | asyncio.TimerHandle | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+        self.batches_sent = 0
+        self.items_sent = 0
+
+    def submit(self, item: agent_pb2.WriteItem) -> asyncio.Future[agent_pb2.WriteResult]:
+        loop = asyncio.get_running_loop()
+        cfg = self.transport.batching
+        size = item.ByteSize() + _ITEM_OVERHEAD
+        if self._items and self._bytes + size > cfg.max_bytes:
+            self.flush()
+        fut: asyncio.Future[agent_pb2.WriteResult] = loop.create_future()
+        self._items.append(item)
+        self._futures.append(fut)
+        self._bytes += size
+        if len(self._items) >= cfg.max_items:
+            self.flush()
+        elif self._handle is None:
+            self._handle = loop.call_later(cfg.linger_s, self.flush) if cfg.linger_s else loop.call_soon(self.flush)
+        return fut
+
+    def flush(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if not self._items:
+            return
+        items, futures = self._items, self._futures
+        self._items, self._futures, self._bytes = [], [], 0
+        task = asyncio.get_running_loop().create_task(self._send(items, futures))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _send(
+        self, items: list[agent_pb2.WriteItem], futures: list[asyncio.Future[agent_pb2.WriteResult]]
+    ) -> None:
+        transport = self.transport
+        self.batches_sent += 1
+        self.items_sent += len(items)
+        try:
+            reply = await transport.agent_stub(self.address).WriteBatch(
+                agent_pb2.WriteBatchRequest(items=items), metadata=transport.metadata, timeout=transport.call_timeout_s
+            )
+            results = list(reply.results)
+            if len(results) != len(items):
+                raise Internal(
+                    f"{self.address} answered {len(results)} results for {len(items)} writes",
+                    status=grpc.StatusCode.INTERNAL,
+                    endpoint=self.address,
+                )
+        except asyncio.CancelledError:
+            for fut in futures:
+                fut.cancel()
+            raise
+        except Exception as exc:  # the whole call failed: every write of it sees the error
+            for fut in futures:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        for fut, result in zip(futures, results, strict=True):
+            if not fut.done():
+                fut.set_result(result)
+
+    def fail_pending(self, exc: BaseException) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        futures, self._items, self._futures, self._bytes = self._futures, [], [], 0
+        for fut in futures:
+            if not fut.done():
+                fut.set_exception(exc)
+
+
+class Transport:
+    """Channels to the endpoints, the current endpoint, and the retry loop of one call."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        token: str,
+        tls: TLS | bool | None,
+        call_timeout_s: float,
+        retry_deadline_s: float,
+        interceptors: Sequence[Any] | None,
+        batching: Batching | None = None,
+    ) -> None:
+        if not endpoints:
+            raise ValueError("give at least one endpoint (host:port)")
+        self.endpoints: list[str] = list(dict.fromkeys(endpoints))
+        self._current = 0
+        self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),)
+        self.tls: TLS | None = TLS() if tls is True else (tls or None)
+        self.call_timeout_s = call_timeout_s
+        self.retry_deadline_s = retry_deadline_s
+        self.interceptors = list(interceptors or [])
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.batching = batching if batching is not None else Batching()
+        self._batchers: dict[str, WriteBatcher] = {}
+        self.closed = False
+
+    @property
+    def endpoint(self) -> str:
+        return self.endpoints[self._current]
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        if self.closed:
+            raise SessionClosed("the client is closed")
+        ch = self._channels.get(address)
+        if ch is None:
+            options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+            if self.tls is None:
+                ch = grpc.aio.insecure_channel(address, options=options, interceptors=self.interceptors or None)
+            else:
+                if self.tls.server_name:
+                    options.append(("grpc.ssl_target_name_override", self.tls.server_name))
+                ch = grpc.aio.secure_channel(
+                    address, self.tls.credentials(), options=options, interceptors=self.interceptors or None
+                )
+            self._channels[address] = ch
+        return ch
+
+    def agent_stub(self, address: str) -> Any:
+        return agent_pb2_grpc.AgentServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+
+    def operator_stub(self, address: str) -> Any:
+        return operator_pb2_grpc.OperatorServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+
+    def rotate(self, away_from: str) -> None:
+        """Move to the next endpoint, unless another call already moved away from ``away_from``."""
+        if self.endpoint == away_from:
+            self._current = (self._current + 1) % len(self.endpoints)
+
+    def follow(self, leader: str) -> None:
+        if leader not in self.endpoints:
+            self.endpoints.append(leader)
+        self._current = self.endpoints.index(leader)
+
+    async def call(
+        self,
+        service: str,
+        rpc: str,
+        request: Message,
+        request_id: str | None = None,
+        metadata: tuple[tuple[str, str], ...] | None = None,
+    ) -> Any:
+        """One unary call with retries (see the module's rules); ``request_id`` names the write."""
+        md = metadata or self.metadata
+
+        async def attempt(address: str, timeout: float) -> Any:
+            stub = self.agent_stub(address) if service == "agent" else self.operator_stub(address)
+            return await getattr(stub, rpc)(request, metadata=md, timeout=timeout)
+
+        return await self._retrying(rpc, request_id, attempt)
+
+    async def write(self, rpc: str, request: Message, request_id: str, token: str | None = None) -> Any:
+        """An AgentService write with the retries of :meth:`call`, coalesced with the other writes
+        of this client into WriteBatch calls when batching is on (the module's rules); returns the
+        ``Outcome`` message. ``token`` acts as another bearer token for this write only."""
+        authorization = f"Bearer {token}" if token is not None else ""
+        item = convert.write_item(rpc, request, authorization)
+        if not self.batching.enabled or item.ByteSize() + _ITEM_OVERHEAD > self.batching.max_bytes:
+            return await self.call(
+                "agent", rpc, request, request_id, (("authorization", authorization),) if token else None
+            )
+
+        md = (("authorization", authorization),) if authorization else self.metadata
+
+        async def attempt(address: str, timeout: float) -> Any:
+            if self.batching.enabled:
+                try:
+                    result = await self._batcher(address).submit(item)
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                        raise
+                    logger.warning("%s does not serve WriteBatch: writes go one RPC each from now on", address)
+                    self.batching = dataclasses.replace(self.batching, enabled=False)
+                else:
+                    err = error_from_result(result, address, request_id)
+                    if err is not None:
+                        raise _ItemFailed(err)
+                    return result.outcome
+            return await getattr(self.agent_stub(address), rpc)(request, metadata=md, timeout=timeout)
+
+        return await self._retrying(rpc, request_id, attempt)
+
+    def _batcher(self, address: str) -> WriteBatcher:
+        batcher = self._batchers.get(address)
+        if batcher is None:
+            batcher = self._batchers[address] = WriteBatcher(self, address)
+        return batcher
+
+    async def _retrying(self, rpc: str, request_id: str | None, attempt: Callable[[str, float], Awaitable[Any]]) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.retry_deadline_s
+        backoff = 0.05
+        tried_without_answer = 0
+        hops = 0
+        while True:
+            address = self.endpoint
+            remaining = deadline - loop.time()
+            timeout = max(0.5, min(self.call_timeout_s, remaining))
+            try:
+                return await attempt(address, timeout)
+            except grpc.aio.AioRpcError as exc:
+                err = error_from_rpc(exc, address, request_id)
+            except _ItemFailed as failed:
+                err = failed.error
+            if not self._retryable(err.status, err):
+                raise err
+            delay = backoff
+            if err.leader and err.leader != address:
+                self.follow(err.leader)  # the hint: go there at once (unless hints go round in circles)
+                hops += 1
+                delay = 0.0 if hops <= 3 else backoff
+            elif err.retry_same_id:
+                # Outcome unknown on a live node (a leader change in flight): same node, same id,
+                # unless it keeps answering that way.
+                tried_without_answer += 1
+                if tried_without_answer >= 2:
+                    self.rotate(address)
+                    tried_without_answer = 0
+            else:
+                self.rotate(address)  # no answer (down, partitioned, too slow), or no leader known here
+            if loop.time() + delay >= deadline:
+                raise err
+            logger.debug("%s on %s: %s; retrying in %.2fs", rpc, address, err, delay)
+            if delay:
+                await asyncio.sleep(delay)
+                backoff = min(backoff * 2, 1.0)
+
+    @staticmethod
+    def _retryable(status: grpc.StatusCode, err: RpcError) -> bool:
+        if status in _RETRYABLE:
+            return True
+        # Backpressure (too many commands outstanding on the node): nothing was queued.
+        return isinstance(err, ResourceExhausted) and err.code == "too_many_outstanding"
+
+    async def close(self) -> None:
+        self.closed = True
+        for batcher in self._batchers.values():
+            batcher.fail_pending(SessionClosed("the client is closed"))
+        channels, self._channels = self._channels, {}
+        for ch in channels.values():
+            await ch.close()
+
+
+class Connection:
+    """A connection to the cluster: endpoints, retries, batched writes, the event stream, reads.
+
+    :class:`~waitgraph.sdk.client.Client` is this plus agent sessions; the arguments are described there.
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        token: str,
+        *,
+        tls: TLS | bool | None = None,
+        call_timeout_s: float = 10.0,
+        retry_deadline_s: float = 30.0,
+        lease_ms: int = 30_000,
+        local_wait_threshold_s: float = 0.0,
+        interceptors: Sequence[Any] | None = None,
+        batching: Batching | None = None,
+    ) -> None:
+        self.transport = Transport(endpoints, token, tls, call_timeout_s, retry_deadline_s, interceptors, batching)
+        self.lease_ms = lease_ms
+        self.local_wait_threshold_s = local_wait_threshold_s
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+    @property
+    def endpoint(self) -> str:
+        """The node the next call goes to first."""
+        return self.transport.endpoint
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        command: Command,
+        *,
+        request_id: str | None = None,
+        service: str | None = None,
+        token: str | None = None,
+    ) -> Outcome:
+        """Send one core command as its write RPC and return the core's outcome (APPLIED or NOOP;
+        ``duplicate`` when a retry was answered from the idempotency table). A rejection raises.
+
+        ``service``: ``agent`` or ``operator``; by default AgentService for the commands it
+        carries (CancelRun included), OperatorService for the rest. AgentService writes are
+        batched with the client's other writes (:class:`Batching`). ``token``: act as this bearer
+        token for this write instead of the client's (a runtime hosting many agents, each with
+        its own token, on one client).
+        """
+        if service is None:
+            service = "agent" if command.KIND in convert.AGENT_WRITES else "operator"
+        rpc = command.KIND if service == "agent" else _OPERATOR_RPC.get(type(command), command.KIND)
+        rid = request_id or new_request_id()
+        request = convert.request_from_command(command, rid, rpc)
+        if service == "agent":
+            reply = await self.transport.write(rpc, request, rid, token)
+        else:
+            md = (("authorization", f"Bearer {token}"),) if token is not None else None
+            reply = await self.transport.call(service, rpc, request, rid, md)
+        outcome: Outcome = convert.outcome_from_proto(reply)
+        return outcome
+
+    # -- operator calls (operator or admin tokens) -------------------------------------------------
+
+    async def status(self, *, fresh: bool = False, include_digest: bool = False) -> operator_pb2.StatusResponse:
+        request = operator_pb2.StatusRequest(fresh=fresh, include_digest=include_digest)
+        reply: operator_pb2.StatusResponse = await self.transport.call("operator", "Status", request)
+        return reply
+
+    async def graph(
+        self, *, run_id: str = "", agent_id: str = "", limit: int = 0, fresh: bool = False
+    ) -> operator_pb2.GraphResponse:
+        request = operator_pb2.GraphRequest(run_id=run_id, agent_id=agent_id, limit=limit, fresh=fresh)
+        reply: operator_pb2.GraphResponse = await self.transport.call("operator", "Graph", request)
+        return reply
+
+    async def cycles(self, *, include_closed: bool = False, fresh: bool = False) -> operator_pb2.CyclesResponse:
+        request = operator_pb2.CyclesRequest(include_closed=include_closed, fresh=fresh)
+        reply: operator_pb2.CyclesResponse = await self.transport.call("operator", "Cycles", request)
+        return reply
+
+    async def explain_decision(
+        self, *, decision_id: str = "", digest: str = "", fresh: bool = False
+    ) -> list[operator_pb2.DecisionView]:
+        """The recorded decisions (by id, or every one for a digest); empty when there is none."""
+        request = operator_pb2.ExplainDecisionRequest(decision_id=decision_id, digest=digest, fresh=fresh)
+        try:
+            reply = await self.transport.call("operator", "ExplainDecision", request)
+        except NotFound:
+            return []
+        return list(reply.decisions)
+
+    async def decision(self, decision_id: str, *, fresh: bool = False) -> Decision | None:
+        """A decision record as the SDK's :class:`Decision` with every candidate's score (the
+        victim's role; None when there is no such decision)."""
+        views = await self.explain_decision(decision_id=decision_id, fresh=fresh)
+        if not views:
+            return None
+        return decision_from_view(views[0])
+
+    async def configure_recovery(
+        self, voters: Sequence[str], quorum: int, max_rollback: int, *, confirmation_window_ms: int = 500
+    ) -> Outcome:
+        return await self.submit(
+            C.ConfigureRecovery(
+                voters=tuple(voters),
+                quorum=quorum,
+                max_rollback=max_rollback,
+                confirmation_window_ms=confirmation_window_ms,
+            )
+        )
+
+    async def set_mode(self, mode: str | RolloutMode, *, run_id: str | None = None) -> Outcome:
+        return await self.submit(C.SetMode(mode=RolloutMode(mode), run_id=run_id))
+
+    async def vote(self, digest: str, approve: bool = True) -> Outcome:
+        return await self.submit(C.VoteRecovery(digest=digest, approve=approve))
+
+    # -- events ------------------------------------------------------------------------------------
+
+    async def events(
+        self,
+        *,
+        after_cursor: int | None = None,
+        kinds: Sequence[str] = (),
+        agent_id: str = "",
+        stats: StreamStats | None = None,
+        on_started: Callable[[int], None] | None = None,
+        on_resync: Callable[[], None] | None = None,
+    ) -> AsyncGenerator[WatchedEvent, None]:
+        """``WatchEvents`` as an endless async iterator that survives node failures: it resumes
+        after the last cursor it delivered, on the next endpoint. Without ``after_cursor`` it
+        starts at the head of the first node it reaches; ``on_started(cursor)`` is called once the
+        first stream is open (events after that cursor will all be delivered), ``on_resync()`` when
+        the cursor expired and the stream restarted at a node's head (events were lost)."""
+        stats = stats if stats is not None else StreamStats()
+        transport = self.transport
+        cursor = after_cursor
+        started = False
+        backoff = 0.05
+        while True:
+            address = transport.endpoint
+            request = agent_pb2.WatchEventsRequest(kinds=list(kinds), agent_id=agent_id)
+            if cursor is not None:
+                request.after_cursor = cursor
+            call = transport.agent_stub(address).WatchEvents(request, metadata=transport.metadata)
+            try:
+                async for msg in call:
+                    body = msg.WhichOneof("body")
+                    if body == "started":
+                        if cursor is None:
+                            cursor = msg.started.cursor
+                        if not started:
+                            started = True
+                            if on_started is not None:
+                                on_started(cursor)
+                        backoff = 0.05
+                    elif body == "event":
+                        ev = msg.event
+                        if cursor is not None and ev.cursor <= cursor:
+                            stats.duplicates += 1
+                            logger.warning("event %d at or below cursor %d dropped", ev.cursor, cursor)
+                            continue
+                        cursor = ev.cursor
+                        stats.events += 1
+                        yield WatchedEvent(
+                            ev.cursor, ev.log_index, tuple(ev.agent_ids), convert.effect_from_proto(ev.effect)
+                        )
+                    elif body == "progress":
+                        cursor = max(cursor or 0, msg.progress.cursor)
+                raise_again: RpcError | None = None  # the server ended the stream: reconnect
+            except grpc.aio.AioRpcError as exc:
+                err = error_from_rpc(exc, address, None)
+                if isinstance(err, CursorExpired):
+                    logger.warning("event cursor %s expired on %s: restarting at the head", cursor, address)
+                    stats.resyncs += 1
+                    cursor = None
+                    raise_again = None
+                    if on_resync is not None:
+                        on_resync()
+                elif exc.code() in _RETRYABLE or exc.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL):
+                    raise_again = None
+                    transport.rotate(address)
+                else:
+                    raise_again = err
+            finally:
+                call.cancel()
+            if raise_again is not None:
+                raise raise_again
+            if transport.closed:
+                return
+            stats.reconnects += 1
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+
+def decision_from_view(view: operator_pb2.DecisionView, role: str | None = None) -> Decision:
+    """The SDK's :class:`Decision` from an ExplainDecision record."""
+    roles = {r.execution_id: r.role for r in view.roles}
+    winner = view.winner_id if view.HasField("winner_id") else None
+    subject = winner or (view.roles[0].execution_id if view.roles else "")
+    return Decision(
+        decision_id=view.decision_id,
+        execution_id=subject,
+        generation=view.winner_generation,
+        epoch=view.epoch if view.HasField("epoch") else None,
+        role=role or roles.get(subject, "victim"),
+        digest=view.digest,
+        kind=_KIND_NAMES.get(view.kind, str(view.kind)),
+        mode=_MODE_NAMES.get(view.mode),
+        policy_version=view.policy_version,
+        reason_code=view.reason_code,
+        winner_id=winner,
+        scores=tuple(
+            Score(
+                s.execution_id,
+                s.generation,
+                s.external_side_effects,
+                s.checkpoint,
+                s.priority,
+                s.cost_consumed,
+                s.unique_evidence,
+            )
+            for s in view.scores
+        ),
+    )

@@ -1,1 +1,0 @@
-"""The waitgraph.v1 wire protocol: .proto sources and the generated Python (committed)."""

@@ -1,0 +1,126 @@
+"""The apply context every handler module shares, and the checks they all make.
+
+Rules kept here:
+- :class:`Ctx` is one apply in progress: the state, who sent the command, the logical time, and
+  the effects so far. Handlers append effects to ``ctx.fx``; nothing else is returned sideways.
+- Every check raises a typed :class:`~waitgraph.statemachine.errors.Rejection` before anything is
+  mutated, so a rejected command changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import errors as E
+from .effects import (
+    Effect,
+)
+from .enums import SessionStatus
+from .ids import (
+    ActorKind,
+    Kind,
+    id_kind,
+)
+from .state import Execution, State
+
+# Members compared on every apply, read once here: reading a member off its enum class takes the
+# metaclass's slow attribute path on Python 3.11 (EnumType defines __getattr__), ~60 ns a time.
+_AGENT = ActorKind.AGENT
+
+
+_ACTIVE = SessionStatus.ACTIVE
+
+
+@dataclass(slots=True, init=False)
+class Ctx:
+    """One apply in progress: who, when, and the effects accumulated so far."""
+
+    state: State
+    actor: str
+    actor_kind: ActorKind
+    now: int
+    fx: list[Effect]
+    agent_id: str | None
+    """The sending agent's id (None for operators and nodes), read by most handlers."""
+
+    def __init__(self, state: State, actor: str, actor_kind: ActorKind, now: int) -> None:
+        # Written out: one is made per apply, and the generated __init__ with a default factory
+        # and a __post_init__ cost twice as much.
+        self.state = state
+        self.actor = actor
+        self.actor_kind = actor_kind
+        self.now = now
+        self.fx = []
+        self.agent_id = actor.partition(":")[2] if actor_kind is _AGENT else None
+
+
+def check_reason(ctx: Ctx, reason: str) -> None:
+    if not reason or len(reason) > ctx.state.limits.max_reason_len:
+        raise E.invalid("bad_reason", f"reason must be 1..{ctx.state.limits.max_reason_len} characters")
+
+
+def check_nonneg(value: int, name: str) -> None:
+    if value < 0:
+        raise E.invalid("negative", f"{name} must not be negative", field=name)
+
+
+def require_session(ctx: Ctx) -> None:
+    agent = ctx.agent_id
+    if agent is None:
+        return
+    s = ctx.state.sessions.get(agent)
+    if s is None or s.status is not _ACTIVE:
+        raise E.precondition("no_session", f"agent {agent} has no active session; join first", agent_id=agent)
+
+
+def require_operator(ctx: Ctx, what: str) -> None:
+    if ctx.actor_kind is ActorKind.AGENT:
+        raise E.denied("operator_only", f"{what} is for operators and cluster nodes, not agents")
+
+
+_EXEC_ONLY = frozenset({Kind.EXEC})
+
+
+def owned_execution(ctx: Ctx, execution_id: str) -> Execution:
+    """The execution, checked to belong to the sending agent (operators and nodes may act on any)."""
+    id_kind(execution_id, "execution_id", _EXEC_ONLY)
+    ex = ctx.state.executions.get(execution_id)
+    if ex is None:
+        raise E.not_found("no_execution", f"{execution_id} does not exist", execution_id=execution_id)
+    agent = ctx.agent_id
+    if agent is not None and ex.agent_id != agent:
+        raise E.denied("not_owner", f"{execution_id} belongs to another agent's session", execution_id=execution_id)
+    require_session(ctx)
+    return ex
+
+
+def check_current(ex: Execution, generation: int) -> None:
+    """Acting under a generation other than the current one is refused."""
+    if generation < ex.generation:
+        raise E.precondition(
+            "stale_generation",
+            f"{ex.execution_id} is at generation {ex.generation}; g{generation} is an old attempt",
+            execution_id=ex.execution_id,
+            current=ex.generation,
+        )
+    if generation > ex.generation:
+        raise E.invalid(
+            "future_generation",
+            f"{ex.execution_id} is at generation {ex.generation}; g{generation} does not exist yet",
+            execution_id=ex.execution_id,
+            current=ex.generation,
+        )
+
+
+def check_open_execution_room(st: State, agent_id: str) -> None:
+    """Refuse one more unsettled execution for ``agent_id`` (a creation, a retry of a settled
+    execution, a claim takeover) when it already has its share."""
+    limit = st.limits.max_open_executions_per_agent
+    if st.open_executions_by_agent.get(agent_id, 0) >= limit:
+        raise E.exhausted(
+            "agent_execution_limit",
+            f"agent {agent_id} already has {limit} open executions (max_open_executions_per_agent); "
+            "finish, fail or cancel some first",
+            agent_id=agent_id,
+            limit=limit,
+        )

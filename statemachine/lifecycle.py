@@ -1,0 +1,254 @@
+"""The execution lifecycle as a table, and the cascades that move executions along it.
+
+Rules kept here:
+- :data:`TRANSITIONS` is the whole lifecycle: (state, event) -> next state; a missing pair is a
+  typed ``illegal_transition`` rejection naming both.
+- The cascades (:func:`set_status`, :func:`close_wait`, :func:`release_holding`,
+  :func:`end_attempt`, ...) run only after every check of a command has passed and cannot be
+  rejected; whatever they iterate to emit effects, they iterate in sorted order.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from . import errors as E
+from .context import Ctx
+from .effects import (
+    ClaimReleased,
+    ExecutionStateChanged,
+    GenerationAdvanced,
+    Released,
+    SatisfierClosed,
+    WaitClosed,
+    WaitRegistered,
+)
+from .enums import SETTLED, ExecStatus
+from .state import Execution, Target, WaitEdge
+
+
+class Event(StrEnum):
+    """What moves an execution; named after the command (or cascade) that causes it."""
+
+    START = "StartExecution"
+    BLOCK = "RegisterWait"
+    RESUME = "ResumeExecution"
+    WAITS_CLEARED = "WaitsCleared"
+    COMPLETE = "CompleteExecution"
+    FAIL = "FailExecution"
+    RETRY = "RetryExecution"
+    CANCEL = "CancelRun"
+    CANCEL_ACK = "AckCancel"
+    RECONCILE = "SideEffectsUnknown"
+    QUARANTINE = "CancelSloExceeded"
+    RELEASE_QUARANTINE = "ReleaseQuarantine"
+    VICTIM = "CommitRecovery"
+    """A recovery decision's CAS: only a WAITING execution can be a deadlock victim."""
+
+
+S = ExecStatus
+
+
+TRANSITIONS: dict[tuple[ExecStatus, Event], ExecStatus] = {
+    (S.PENDING, Event.START): S.RUNNING,
+    (S.PENDING, Event.BLOCK): S.WAITING,
+    (S.RUNNING, Event.BLOCK): S.WAITING,
+    (S.WAITING, Event.BLOCK): S.WAITING,
+    (S.WAITING, Event.RESUME): S.RUNNING,
+    (S.WAITING, Event.WAITS_CLEARED): S.RUNNING,
+    (S.WAITING, Event.VICTIM): S.CANCELLING,
+    (S.RUNNING, Event.COMPLETE): S.COMPLETED,
+    (S.WAITING, Event.COMPLETE): S.COMPLETED,
+    (S.PENDING, Event.FAIL): S.FAILED,
+    (S.RUNNING, Event.FAIL): S.FAILED,
+    (S.WAITING, Event.FAIL): S.FAILED,
+    (S.PENDING, Event.RETRY): S.PENDING,
+    (S.RUNNING, Event.RETRY): S.PENDING,
+    (S.WAITING, Event.RETRY): S.PENDING,
+    (S.FAILED, Event.RETRY): S.PENDING,
+    # Cancellation (statemachine/cancel.py): asked to stop, then settled by the execution's ack, by
+    # the SLO (quarantine) and an operator's release; anything UNKNOWN goes to reconciliation.
+    (S.PENDING, Event.CANCEL): S.CANCEL_REQUESTED,
+    (S.RUNNING, Event.CANCEL): S.CANCEL_REQUESTED,
+    (S.WAITING, Event.CANCEL): S.CANCEL_REQUESTED,
+    (S.CANCEL_REQUESTED, Event.CANCEL): S.CANCEL_REQUESTED,
+    (S.CANCELLING, Event.CANCEL): S.CANCELLING,
+    (S.QUARANTINED, Event.CANCEL): S.QUARANTINED,
+    (S.CANCEL_REQUESTED, Event.CANCEL_ACK): S.CANCELLED,
+    (S.CANCELLING, Event.CANCEL_ACK): S.CANCELLED,
+    (S.CANCEL_REQUESTED, Event.RECONCILE): S.NEEDS_RECONCILIATION,
+    (S.CANCELLING, Event.RECONCILE): S.NEEDS_RECONCILIATION,
+    (S.QUARANTINED, Event.RECONCILE): S.NEEDS_RECONCILIATION,
+    (S.CANCEL_REQUESTED, Event.QUARANTINE): S.QUARANTINED,
+    (S.CANCELLING, Event.QUARANTINE): S.QUARANTINED,
+    (S.QUARANTINED, Event.RELEASE_QUARANTINE): S.CANCELLED,
+    (S.CANCELLED, Event.RETRY): S.PENDING,
+}
+"""(state, event) -> next state. A missing pair is an illegal transition."""
+
+
+LIVE = frozenset({S.PENDING, S.RUNNING, S.WAITING})
+"""States in which an execution may acquire, wait, and be waited for."""
+
+
+def next_status(ex: Execution, event: Event) -> ExecStatus:
+    nxt = TRANSITIONS.get((ex.status, event))
+    if nxt is None:
+        raise E.precondition(
+            "illegal_transition",
+            f"{ex.execution_id} is {ex.status.value}; {event.value} is not allowed there",
+            execution_id=ex.execution_id,
+            state=ex.status.value,
+            command=event.value,
+        )
+    return nxt
+
+
+def check_live(ex: Execution, what: str) -> None:
+    if ex.status not in LIVE:
+        raise E.precondition(
+            "not_live",
+            f"{ex.execution_id} is {ex.status.value}; it cannot {what}",
+            execution_id=ex.execution_id,
+            state=ex.status.value,
+        )
+
+
+def set_status(ctx: Ctx, ex: Execution, nxt: ExecStatus, cause: str) -> None:
+    if ex.status is nxt:
+        return
+    ctx.fx.append(
+        ExecutionStateChanged(
+            execution_id=ex.execution_id, generation=ex.generation, before=ex.status, after=nxt, cause=cause
+        )
+    )
+    was_settled = ex.status in SETTLED
+    if was_settled is not (nxt in SETTLED):
+        ctx.state.count_open_execution(ex.agent_id, 1 if was_settled else -1)
+    ex.status = nxt
+    ex.status_at_ms = ctx.now
+    ctx.state.touch(ex.execution_id)
+
+
+def open_edge(ctx: Ctx, ex: Execution, edge: WaitEdge) -> None:
+    """Add a checked edge of ``ex``'s current attempt (an agent's RegisterWait, or an edge the
+    coordinator registers itself, like a tie-break loser waiting behind the winner)."""
+    ctx.state.add_wait(edge)
+    ex.edge_hwm[edge.target_id] = edge.edge_version
+    ctx.state.touch(ex.execution_id)
+    ctx.fx.append(
+        WaitRegistered(
+            edge_id=edge.edge_id,
+            waiter_generation=edge.waiter_generation,
+            target_generation=edge.target_generation,
+            edge_version=edge.edge_version,
+            deadline_ms=edge.deadline_ms,
+            cancel_mode=edge.cancel_mode,
+        )
+    )
+
+
+def close_wait(ctx: Ctx, edge: WaitEdge, reason: str, wake: bool = True) -> None:
+    """Close one edge; with ``wake`` a waiter whose last wait closed goes WAITING -> RUNNING."""
+    st = ctx.state
+    st.remove_wait(edge)
+    st.touch(edge.waiter_id)
+    ctx.fx.append(
+        WaitClosed(
+            edge_id=edge.edge_id,
+            waiter_generation=edge.waiter_generation,
+            edge_version=edge.edge_version,
+            reason=reason,
+        )
+    )
+    waiter = st.executions[edge.waiter_id]
+    if wake and waiter.status is S.WAITING and edge.waiter_id not in st.waits_by_waiter:
+        set_status(ctx, waiter, TRANSITIONS[(S.WAITING, Event.WAITS_CLEARED)], "waits_cleared")
+
+
+def wake_waiters(ctx: Ctx, target_id: str, reason: str, up_to: int | None = None) -> None:
+    """Close the waits a target event resolves (all, or those for generations <= ``up_to``)."""
+    for edge in ctx.state.waits_on(target_id):
+        if up_to is None or edge.target_generation <= up_to:
+            close_wait(ctx, edge, reason)
+
+
+def touch_waiters(ctx: Ctx, target_id: str) -> None:
+    """The target's satisfiers changed: its waiters' wait-for edges changed with them."""
+    for edge in ctx.state.waits_on(target_id):
+        ctx.state.touch(edge.waiter_id)
+
+
+def release_holding(ctx: Ctx, t: Target, execution_id: str, reason: str) -> None:
+    st = ctx.state
+    gen = t.holders.pop(execution_id)
+    st.drop_satisfies(execution_id, t.target_id)
+    ctx.fx.append(
+        Released(target_id=t.target_id, execution_id=execution_id, generation=gen, lease=t.version, reason=reason)
+    )
+    wake_waiters(ctx, t.target_id, "target_released")
+
+
+def close_satisfier(ctx: Ctx, t: Target, reason: str) -> None:
+    assert t.satisfier_id is not None
+    if t.satisfier_id.startswith("exec:"):
+        ctx.state.drop_satisfies(t.satisfier_id, t.target_id)
+    ctx.fx.append(
+        SatisfierClosed(
+            target_id=t.target_id,
+            satisfier_id=t.satisfier_id,
+            satisfier_generation=t.satisfier_generation,
+            reason=reason,
+        )
+    )
+    t.satisfier_id, t.satisfier_generation, t.satisfier_for = None, 0, 0
+    touch_waiters(ctx, t.target_id)
+
+
+def end_attempt(ctx: Ctx, ex: Execution, reason: str) -> None:
+    """The current attempt is over (finished, failed or superseded): close everything it had.
+
+    Its own waits close, its holdings are released (waking their waiters), satisfier edges that
+    name it close, and waits on ``exec:<it>`` at this generation close.
+    """
+    st = ctx.state
+    # No wake-up: the attempt moves straight to its next state (WAITING -> COMPLETED, not via
+    # RUNNING), so the effects show the transition the table names.
+    for edge in st.waits_of(ex.execution_id):
+        close_wait(ctx, edge, reason, wake=False)
+    for target_id in sorted(st.satisfies.get(ex.execution_id, ())):
+        t = st.targets[target_id]
+        if ex.execution_id in t.holders:
+            release_holding(ctx, t, ex.execution_id, reason)
+        if t.satisfier_id == ex.execution_id:
+            close_satisfier(ctx, t, reason)
+    for edge in st.waits_on(ex.execution_id):
+        if edge.target_generation <= ex.generation:
+            close_wait(ctx, edge, "target_" + reason)
+    release_claim(ctx, ex.execution_id, reason)
+
+
+def new_attempt(ctx: Ctx, ex: Execution, nxt: ExecStatus, cause: str, end_reason: str = "generation_changed") -> None:
+    """End the current attempt and start generation + 1 in state ``nxt`` (a retry, a claim takeover)."""
+    end_attempt(ctx, ex, end_reason)
+    before = ex.generation
+    ex.generation += 1
+    # Edge versions count per generation (``Execution.edge_hwm``): cleared here, when the generation
+    # changes, and not when an attempt merely ends, so that a late close or re-register of an
+    # edge the finished attempt had is still recognised as stale (a no-op, not "never registered").
+    ex.edge_hwm.clear()
+    ctx.fx.append(GenerationAdvanced(execution_id=ex.execution_id, before=before, after=ex.generation))
+    if ex.status is nxt:
+        ctx.state.touch(ex.execution_id)
+    set_status(ctx, ex, nxt, cause)
+
+
+def release_claim(ctx: Ctx, execution_id: str, reason: str) -> None:
+    """Part of :func:`end_attempt`: an attempt that is over holds no claim."""
+    claim = ctx.state.cancel.claims.pop(execution_id, None)
+    if claim is not None:
+        ctx.fx.append(
+            ClaimReleased(
+                execution_id=execution_id, generation=claim.generation, agent_id=claim.agent_id, reason=reason
+            )
+        )
