@@ -1,4 +1,4 @@
-"""The Prometheus collector (cluster/metrics.py): values, cardinality, and one real node's /metrics."""
+"""The Prometheus collector (cluster/node/metrics.py): values, cardinality, and one real node's /metrics."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
-from cluster import metrics as M
-from cluster.metrics import OTHER_METHOD, WaitgraphCollector
-from cluster.server import SERVED_METHODS
-from proto.waitgraph.v1 import operator_pb2, operator_pb2_grpc
-from statemachine import StateMachine
-from statemachine.cancel import HISTOGRAM_BOUNDS_MS
-from statemachine.commands import (
+from tests.world import World
+from waitgraph.node import metrics as M
+from waitgraph.node.metrics import OTHER_METHOD, WaitgraphCollector
+from waitgraph.node.server import SERVED_METHODS
+from waitgraph.proto.v1 import operator_pb2, operator_pb2_grpc
+from waitgraph.statemachine import StateMachine
+from waitgraph.statemachine.cancel import HISTOGRAM_BOUNDS_MS
+from waitgraph.statemachine.commands import (
     AcceptToolCall,
     AckCancel,
     CancelRun,
@@ -30,10 +31,9 @@ from statemachine.commands import (
     RecordSideEffect,
     ReemitCancels,
 )
-from statemachine.enums import EffectOutcome
-from statemachine.recovery_state import DecisionKind
-from statemachine.telemetry import COST_BOUNDS, GENERATION_BUCKETS
-from tests.world import World
+from waitgraph.statemachine.enums import EffectOutcome
+from waitgraph.statemachine.recovery_state import DecisionKind
+from waitgraph.statemachine.telemetry import COST_BOUNDS, GENERATION_BUCKETS
 
 from .grpc_harness import auth, token_file
 from .harness import REPO, free_ports
@@ -230,7 +230,7 @@ def test_a_serving_node_exposes_raft_and_epoch_series(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "cluster.cli",
+        "waitgraph",
         "serve",
         "--insecure",
         "--id",
@@ -286,16 +286,23 @@ def test_a_serving_node_exposes_raft_and_epoch_series(tmp_path: Path) -> None:
             with pytest.raises(grpc.RpcError) as denied:
                 stub.Status(operator_pb2.StatusRequest(), timeout=10)
         code = denied.value.code().name
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as resp:
-            families = list(text_string_to_metric_families(resp.read().decode()))
-        samples = [(s.name, s.labels, s.value) for fam in families for s in fam.samples]
-        assert len(samples) <= SERIES_BUDGET
-        handled = {
-            (labels["method"], labels["code"]): v
-            for name, labels, v in samples
-            if name == "waitgraph_grpc_server_handled_total"
-        }
         status = "waitgraph.v1.OperatorService/Status"
+        # The interceptor counts a call once its status is sent, so the client can see the
+        # refusal a moment before the counter moves: scrape until it has (bounded).
+        scrape_deadline = time.monotonic() + 10
+        while True:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as resp:
+                families = list(text_string_to_metric_families(resp.read().decode()))
+            samples = [(s.name, s.labels, s.value) for fam in families for s in fam.samples]
+            handled = {
+                (labels["method"], labels["code"]): v
+                for name, labels, v in samples
+                if name == "waitgraph_grpc_server_handled_total"
+            }
+            if (status, code) in handled or time.monotonic() > scrape_deadline:
+                break
+            time.sleep(0.05)
+        assert len(samples) <= SERIES_BUDGET
         assert handled[(status, "OK")] == 3 and handled[(status, code)] == 1, handled
         assert {m for m, _ in handled} <= {*SERVED_METHODS, OTHER_METHOD}
         count = [
