@@ -1,0 +1,74 @@
+"""scripts/check_layers.py passes on the tree and fails on each kind of violation planted in a copy."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+import check_layers  # noqa: E402
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for folder in ("cluster", "statemachine", "proto"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "scripts").mkdir()
+    monkeypatch.setattr(check_layers, "ROOT", tmp_path)
+    return tmp_path
+
+
+def problems() -> list[str]:
+    return check_layers.check_package(check_layers.modules()) + check_layers.check_outside()
+
+
+def plant(path: Path, line: str) -> None:
+    path.write_text(path.read_text() + "\n" + line + "\n")
+
+
+def test_the_tree_keeps_its_layers() -> None:
+    assert check_layers.main() == 0
+
+
+def test_the_copy_is_clean(tree: Path) -> None:
+    assert problems() == []
+    assert "waitgraph.statemachine.machine" in check_layers.modules()
+    assert "waitgraph.proto.v1" in check_layers.modules()
+
+
+@pytest.mark.parametrize(
+    ("file", "line", "expected"),
+    [
+        ("cluster/sdk/session.py", "from waitgraph.node import raft", "sdk may not import node (waitgraph.node.raft)"),
+        ("cluster/node/loops.py", "from waitgraph.ops import render", "node may not import ops (waitgraph.ops.render)"),
+        ("cluster/node/loops.py", "    from waitgraph.sdk import Client", "node may not import sdk"),
+        ("cluster/wire/convert.py", "import waitgraph.node.auth", "wire may not import node (waitgraph.node.auth)"),
+        ("cluster/ops/render.py", "from waitgraph.dev import localcluster", "ops may not import dev"),
+        ("statemachine/ids.py", "from waitgraph.wire import convert", "statemachine may not import wire"),
+        ("statemachine/ids.py", "from waitgraph import Client", "statemachine may not import root"),
+        ("statemachine/cancel.py", "from .machine import _dispatch", "imports the private name _dispatch"),
+        (
+            "cluster/ops/cli.py",
+            "from waitgraph.sdk.connection import _ItemFailed",
+            "imports the private name _ItemFailed",
+        ),
+        ("statemachine/recovery.py", "from . import machine as M\nM._dispatch", "uses the private name"),
+        ("statemachine/enums.py", "from . import machine", "import circle: "),
+        ("cluster/sdk/connection.py", "from .session import Session", "import circle: waitgraph.sdk.connection"),
+        ("cluster/node/raft.py", "from statemachine import codec", "imports statemachine: use waitgraph.*"),
+        ("tests/test_x.py", "import cluster.node.raft", "tests/test_x.py:2: imports cluster.node.raft"),
+    ],
+)
+def test_a_planted_violation_is_caught(tree: Path, file: str, line: str, expected: str) -> None:
+    path = tree / file
+    if not path.exists():
+        path.write_text("")
+    plant(path, line)
+    found = problems()
+    assert any(expected in p for p in found), found
+    assert check_layers.main() == 1
