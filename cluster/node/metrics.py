@@ -16,15 +16,17 @@ family of the replica is declared with all its label combinations (zeros include
 count is the same on an idle node and one that has seen a million runs; docs/metrics.md lists the
 families and states the budget that tests/cluster/test_metrics.py checks.
 
-:class:`GrpcMetrics` is the gRPC server interceptor that counts and times every RPC by method and
-status code (``waitgraph_grpc_server_handled_total`` and ``..._handling_seconds``).
+:class:`GrpcMetrics` is the gRPC server interceptor that counts and times every RPC under the
+standard ``grpc_server_*`` names (go-grpc-prometheus), so stock gRPC dashboards work as they are.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import logging
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
@@ -33,7 +35,17 @@ from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIServer
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    start_http_server,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -273,15 +285,30 @@ class WaitgraphCollector(Collector):
         return []  # registering must not take the machine lock
 
     def collect(self) -> Iterator[Metric]:
-        try:
-            s: Sample | None = self.read(sample)
-        except Exception as exc:  # stopped, restoring: the Raft series may still be there
-            logger.debug("metrics: the replica cannot be read now: %r", exc)
-            s = None
-        if s is not None:
-            yield from self._replica(s)
+        status = None
         if self.raft_status is not None:
-            yield from self._raft()
+            try:
+                status = self.raft_status()
+            except Exception as exc:
+                logger.debug("metrics: no Raft status: %r", exc)
+        # The replica's series are the same on every node at the same applied index: exported by
+        # the leader alone, so sum() over the nodes is the cluster's figure (docs/metrics.md).
+        exporting = self.raft_status is None or (status is not None and status.role == "leader")
+        if exporting:
+            try:
+                s: Sample | None = self.read(sample)
+            except Exception as exc:  # stopped, restoring: the Raft series may still be there
+                logger.debug("metrics: the replica cannot be read now: %r", exc)
+                s = None
+            if s is not None:
+                yield from self._replica(s)
+        yield _gauge(
+            "waitgraph_replica_series_exported",
+            "1 on the node that exports the replicated series (the leader), 0 on the others.",
+            int(exporting),
+        )
+        if status is not None:
+            yield from self._raft(status)
 
     def _replica(self, s: Sample) -> Iterator[Metric]:
         c, g = s.counters, s.gauges
@@ -334,8 +361,9 @@ class WaitgraphCollector(Collector):
             _grid(RETRACT_REASONS, gen),
         )
         yield lab.histogram(
-            "waitgraph_victim_cost",
-            "cost_consumed of each execution a decision chose to roll back or yield (SHADOW: would have), "
+            "waitgraph_victim_cost_units",
+            "cost_consumed, in the runtime's own cost units (RecordCost), of each execution a decision "
+            "chose to roll back or yield (SHADOW: would have), "
             "by decision kind and the execution's generation bucket.",
             "recovery.victim_cost",
             ["kind", "generation"],
@@ -443,13 +471,7 @@ class WaitgraphCollector(Collector):
         )
         yield _gauge("waitgraph_reconciliations_open", "Open reconciliations.", g.get("reconciliations_open", 0))
 
-    def _raft(self) -> Iterator[Metric]:
-        assert self.raft_status is not None
-        try:
-            st = self.raft_status()
-        except Exception as exc:
-            logger.debug("metrics: no Raft status: %r", exc)
-            return
+    def _raft(self, st: Any) -> Iterator[Metric]:
         roles = GaugeMetricFamily("waitgraph_raft_role", "This node's Raft role (1 = current).", labels=["role"])
         for role in RAFT_ROLES:
             roles.add_metric([role], 1 if st.role == role else 0)
@@ -467,49 +489,75 @@ class WaitgraphCollector(Collector):
 GRPC_LATENCY_BOUNDS_S = (0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10.0)
 OTHER_METHOD = "other"
 """The ``method`` label of a call to a method this node does not serve (its name is never a label)."""
-_CODES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
-def _code_name(context: grpc.aio.ServicerContext, fallback: str) -> str:
+def go_code_name(code: grpc.StatusCode) -> str:
+    """A status code as gRPC's other implementations name it in ``grpc_code`` (Go's
+    ``codes.Code.String()``): ``OK``, ``Canceled``, ``DeadlineExceeded``, ..."""
+    if code is grpc.StatusCode.OK:
+        return "OK"
+    if code is grpc.StatusCode.CANCELLED:
+        return "Canceled"
+    return "".join(word.capitalize() for word in code.name.split("_"))
+
+
+_CODES = {code.value[0]: go_code_name(code) for code in grpc.StatusCode}
+_BY_STATUS = {code: go_code_name(code) for code in grpc.StatusCode}
+
+
+def _code_name(context: grpc.aio.ServicerContext, fallback: grpc.StatusCode) -> str:
     """The status the handler set (abort, set_code), else ``fallback``: OK when it returned,
     CANCELLED when the call was cancelled, UNKNOWN when it raised (what gRPC then sends)."""
     code = context.code()
     if isinstance(code, grpc.StatusCode):
-        return str(code.name)
+        return _BY_STATUS[code]
     if isinstance(code, int) and code in _CODES:
-        return str(_CODES[code])
-    return fallback
+        return _CODES[code]
+    return _BY_STATUS[fallback]
 
 
 class GrpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Counts and times every RPC by ``method`` (one of ``methods``, else ``other``) and status
-    ``code`` (a ``grpc.StatusCode`` name): both bounded, whatever clients send. Unary and server
-    streaming calls are measured to the end of the response (a stream: until it ends)."""
+    """The gRPC server metrics every stock dashboard reads (go-grpc-prometheus' names and labels):
+
+    - ``grpc_server_started_total{grpc_service,grpc_method,grpc_type}``;
+    - ``grpc_server_handled_total{grpc_service,grpc_method,grpc_type,grpc_code}``;
+    - ``grpc_server_msg_received_total`` / ``grpc_server_msg_sent_total`` (same labels as started);
+    - ``grpc_server_handling_seconds{grpc_service,grpc_method,grpc_type}``: unary calls only, so a
+      stream held open for an hour never skews the latency of writes.
+
+    ``grpc_service`` and ``grpc_method`` are one of ``methods`` (``/pkg.Service/Method``), else
+    ``other``/``other``: bounded whatever clients send. Every handler shape is wrapped: a unary
+    handler, a server stream written by yielding (an async generator) and one written with
+    ``context.write`` (a coroutine, as grpc_health's ``Watch``).
+    """
 
     def __init__(self, methods: Iterable[str], clock: Callable[[], float] = time.perf_counter) -> None:
         self.methods = frozenset(m.lstrip("/") for m in methods)
         self.clock = clock
+        kinds = ["grpc_service", "grpc_method", "grpc_type"]
+        self.started = Counter("grpc_server_started", "RPCs started on the server.", kinds, registry=None)
         self.handled = Counter(
-            "waitgraph_grpc_server_handled",
-            "RPCs completed by this node, by method and status code.",
-            ["method", "code"],
-            registry=None,
-        )
+            "grpc_server_handled", "RPCs completed on the server, regardless of success or failure.",
+            [*kinds, "grpc_code"], registry=None,
+        )  # fmt: skip
+        self.received = Counter("grpc_server_msg_received", "Messages received from clients.", kinds, registry=None)
+        self.sent = Counter("grpc_server_msg_sent", "Messages sent to clients.", kinds, registry=None)
         self.latency = Histogram(
-            "waitgraph_grpc_server_handling_seconds",
-            "Time from receiving an RPC to its status, by method and status code.",
-            ["method", "code"],
+            "grpc_server_handling_seconds",
+            "Time from receiving a unary RPC to its status (streams are not observed).",
+            kinds,
             buckets=GRPC_LATENCY_BOUNDS_S,
             registry=None,
         )
 
     def collectors(self) -> tuple[Collector, ...]:
-        return (self.handled, self.latency)
+        return (self.started, self.handled, self.received, self.sent, self.latency)
 
-    def _done(self, method: str, started: float, context: grpc.aio.ServicerContext, fallback: str) -> None:
-        code = _code_name(context, fallback)
-        self.handled.labels(method, code).inc()
-        self.latency.labels(method, code).observe(self.clock() - started)
+    def _labels(self, full: str) -> tuple[str, str]:
+        if full not in self.methods:
+            return OTHER_METHOD, OTHER_METHOD
+        service, _, method = full.rpartition("/")
+        return service, method
 
     async def intercept_service(
         self,
@@ -517,55 +565,123 @@ class GrpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        full = str(handler_call_details.method).lstrip("/")
-        method = full if full in self.methods else OTHER_METHOD
         if handler is None:
             return handler
+        full = str(handler_call_details.method).lstrip("/")
+        service, method = self._labels(full)
+        log_name = full if full in self.methods else OTHER_METHOD
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                self._unary(method, handler.unary_unary),
+                self._unary((service, method, "unary"), log_name, handler.unary_unary),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                self._stream(method, handler.unary_stream),
+                self._stream((service, method, "server_stream"), log_name, handler.unary_stream),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        return handler  # client-streaming methods: none are served
+        return handler  # client-streaming and bidirectional methods: none are served
 
-    def _unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+    def _finish(self, labels: Labels, context: grpc.aio.ServicerContext, fallback: grpc.StatusCode) -> None:
+        self.handled.labels(*labels, _code_name(context, fallback)).inc()
+
+    def _unary(self, labels: Labels, log_name: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
         async def measured(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            started, fallback = self.clock(), "UNKNOWN"
+            started, fallback = self.clock(), grpc.StatusCode.UNKNOWN
+            self.started.labels(*labels).inc()
+            self.received.labels(*labels).inc()
             try:
-                with request_context(method, request):
+                with request_context(log_name, request):
                     response = await behavior(request, context)
-                fallback = "OK"
+                fallback = grpc.StatusCode.OK
+                self.sent.labels(*labels).inc()
                 return response
             except asyncio.CancelledError:
-                fallback = "CANCELLED"
+                fallback = grpc.StatusCode.CANCELLED
                 raise
             finally:
-                self._done(method, started, context, fallback)
+                self._finish(labels, context, fallback)
+                self.latency.labels(*labels).observe(self.clock() - started)
 
         return measured
 
-    def _stream(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
-        async def measured(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            started, fallback = self.clock(), "UNKNOWN"
+    def _stream(self, labels: Labels, log_name: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        if not inspect.isasyncgenfunction(behavior):
+            # Written with ``await context.write(...)``: the handler is a coroutine, and gRPC
+            # counts what it writes; only the call itself is wrapped.
+            async def written(request: Any, context: grpc.aio.ServicerContext) -> None:
+                fallback = grpc.StatusCode.UNKNOWN
+                self.started.labels(*labels).inc()
+                self.received.labels(*labels).inc()
+                try:
+                    with request_context(log_name, request):
+                        await behavior(request, context)
+                    fallback = grpc.StatusCode.OK
+                except asyncio.CancelledError:
+                    fallback = grpc.StatusCode.CANCELLED  # the client went away mid-stream
+                    raise
+                finally:
+                    self._finish(labels, context, fallback)
+
+            return written
+
+        async def yielded(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            fallback = grpc.StatusCode.UNKNOWN
+            self.started.labels(*labels).inc()
+            self.received.labels(*labels).inc()
+            sent = self.sent.labels(*labels)
             try:
-                with request_context(method, request):
+                with request_context(log_name, request):
                     async for response in behavior(request, context):
+                        sent.inc()
                         yield response
-                fallback = "OK"
+                fallback = grpc.StatusCode.OK
             except (asyncio.CancelledError, GeneratorExit):
-                fallback = "CANCELLED"  # the client went away mid-stream
+                fallback = grpc.StatusCode.CANCELLED  # the client went away mid-stream
                 raise
             finally:
-                self._done(method, started, context, fallback)
+                self._finish(labels, context, fallback)
 
-        return measured
+        return yielded
+
+
+def build_info() -> Info:
+    """``waitgraph_build_info{version,python,pysyncobj,grpcio,protobuf} 1``: what this node runs."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "unknown"
+
+    info = Info("waitgraph_build", "The versions this node runs.", registry=None)
+    info.info(
+        {
+            "version": of("waitgraph"),
+            "python": ".".join(str(v) for v in sys.version_info[:3]),
+            "pysyncobj": of("pysyncobj"),
+            "grpcio": of("grpcio"),
+            "protobuf": of("protobuf"),
+        }
+    )
+    return info
+
+
+def node_collectors(read: Reader, raft_status: Callable[[], Any], grpc_metrics: GrpcMetrics) -> tuple[Collector, ...]:
+    """Everything one node's /metrics serves: the replica (on the leader), its Raft view, its gRPC
+    server, what it runs (``waitgraph_build_info``) and the process and platform collectors
+    (``process_*``: CPU, resident memory, open fds, start time; ``python_info``; ``python_gc_*``)."""
+    return (
+        WaitgraphCollector(read, raft_status),
+        *grpc_metrics.collectors(),
+        build_info(),
+        ProcessCollector(registry=None),
+        PlatformCollector(registry=None),
+        GCCollector(registry=CollectorRegistry(auto_describe=False)),  # its own registers it; ours too
+    )
 
 
 @dataclass

@@ -38,7 +38,7 @@ from waitgraph.node.config import INSECURE_SECRET, ServeConfig
 from waitgraph.node.errors import Stopped
 from waitgraph.node.events import EventfulMachine, EventJournal
 from waitgraph.node.loops import LoopConfig, Loops
-from waitgraph.node.metrics import GrpcMetrics, MetricsServer, WaitgraphCollector
+from waitgraph.node.metrics import GrpcMetrics, MetricsServer, node_collectors
 from waitgraph.node.metrics import serve as serve_metrics
 from waitgraph.node.raft import RaftConfig, RaftNode
 from waitgraph.node.service import AgentServicer, Gateway, OperatorServicer
@@ -175,8 +175,7 @@ class NodeProcess:
             # port fails the start before Raft runs.
             self.metrics = serve_metrics(
                 self.cfg.metrics_address,
-                WaitgraphCollector(lambda fn: self.node.obj.read(fn), self.node.status),
-                *self.grpc_metrics.collectors(),
+                *node_collectors(lambda fn: self.node.obj.read(fn), self.node.status, self.grpc_metrics),
             )
             logger.info("metrics: http://%s/metrics", self.cfg.metrics_address)
         if self.cfg.http_address is not None:
@@ -227,9 +226,8 @@ class NodeProcess:
         if self.http_view is None:
             raise RuntimeError("--http-addr: this node was started without a live view (use `waitgraph serve`)")
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(WaitgraphCollector(lambda fn: self.node.obj.read(fn), self.node.status))
-        for collector in self.grpc_metrics.collectors():  # the same series as --metrics-addr
-            registry.register(collector)
+        for collector in node_collectors(lambda fn: self.node.obj.read(fn), self.node.status, self.grpc_metrics):
+            registry.register(collector)  # the same series as --metrics-addr
         httpd, thread = self.http_view(self, address, make_wsgi_app(registry))
         return MetricsServer(httpd, thread, registry)
 

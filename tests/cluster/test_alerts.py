@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from waitgraph.node.metrics import GrpcMetrics, WaitgraphCollector
+from waitgraph.node.metrics import GrpcMetrics, node_collectors
 from waitgraph.node.server import SERVED_METHODS
 from waitgraph.statemachine import StateMachine
 
@@ -32,12 +32,12 @@ def exposed_names() -> set[str]:
     """Every sample name a leader node exposes, from its three sources (replica, Raft, gRPC)."""
     raft = SimpleNamespace(role="leader", term=1, commit_index=1, applied_index=1, has_quorum=True)
     grpc_metrics = GrpcMetrics(SERVED_METHODS)
-    grpc_metrics.handled.labels(SERVED_METHODS[0], "OK").inc()
-    grpc_metrics.latency.labels(SERVED_METHODS[0], "OK").observe(0.01)
+    service, _, method = SERVED_METHODS[0].lstrip("/").rpartition("/")
+    grpc_metrics.handled.labels(service, method, "unary", "OK").inc()
+    grpc_metrics.latency.labels(service, method, "unary").observe(0.01)
     registry = CollectorRegistry(auto_describe=False)
     machine = StateMachine()
-    registry.register(WaitgraphCollector(lambda fn: fn(machine), lambda: raft))
-    for c in grpc_metrics.collectors():
+    for c in node_collectors(lambda fn: fn(machine), lambda: raft, grpc_metrics):
         registry.register(c)
     text = generate_latest(registry).decode()
     return {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
@@ -64,7 +64,7 @@ def test_every_rule_reads_metrics_that_exist_and_the_required_alerts_are_there()
         exprs[alert.strip()] = match.group(1)
     assert len(exprs) == text.count("- alert: ") >= len(REQUIRED)
     for alert, expr in exprs.items():
-        used = set(re.findall(r"\bwaitgraph_[a-z_]+", expr))
+        used = set(re.findall(r"\b(?:waitgraph|grpc_server|process)_[a-z_]+", expr))
         assert used, alert
         assert used <= names, (alert, sorted(used - names))
     for alert, metric in REQUIRED.items():

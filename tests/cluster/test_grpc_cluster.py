@@ -185,6 +185,13 @@ async def test_health_serving_and_reflection(cluster: GrpcCluster) -> None:
                 return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
             await until(serving, 15, f"{node.name} SERVING")
+            # Watch: what Envoy and gRPC's own client-side health checking use. The handler
+            # writes with context.write (not a generator): the metrics interceptor must pass it.
+            for service in ("", "waitgraph.v1.AgentService"):
+                watch = health.Watch(health_pb2.HealthCheckRequest(service=service), timeout=10)
+                first = await watch.read()
+                watch.cancel()
+                assert first.status == health_pb2.HealthCheckResponse.SERVING, (node.name, service, first)
     with grpc.insecure_channel(cluster.nodes[0].grpc) as channel:
         services = set(ProtoReflectionDescriptorDatabase(channel).get_services())
     assert {"waitgraph.v1.AgentService", "waitgraph.v1.OperatorService", "grpc.health.v1.Health"} <= services

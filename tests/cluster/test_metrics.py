@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -39,10 +42,12 @@ from .grpc_harness import auth, token_file
 from .harness import REPO, free_ports
 from .nodeworld import NodeWorld
 
-REPLICA_SERIES = 499
-"""Series of the replica's families: all label combinations are declared, so this is exact."""
-SERIES_BUDGET = 1_000
-"""docs/metrics.md: the replica's 499 + Raft's 7 + 11 per gRPC (method, code) pair returned."""
+REPLICA_SERIES = 500
+"""Series of the replica's families (and ``waitgraph_replica_series_exported``): all label
+combinations are declared, so this is exact."""
+SERIES_BUDGET = 1_500
+"""docs/metrics.md: the replica's 500, Raft's 7, the process, platform, GC and build series, and
+per gRPC method 3 (started, received, sent) + 10 (unary latency) + 1 per code returned."""
 
 
 def scrape(machine: StateMachine, now_s: float) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -131,9 +136,9 @@ def test_collector_reports_a_recovered_deadlock_and_an_acknowledged_cancel() -> 
     assert value(s, "waitgraph_livelock_fingerprint_total") == 0
     assert value(s, "waitgraph_cancellations_acknowledged_total") == 2
     # The victim's cost (0: nothing recorded) in the lowest bucket of its kind and generation.
-    assert value(s, "waitgraph_victim_cost_count", kind="VICTIM", generation="1") == 1
-    assert value(s, "waitgraph_victim_cost_bucket", kind="VICTIM", generation="1", le="0.0") == 1
-    assert total(s, "waitgraph_victim_cost_count", kind="TIE_BREAK") == 0
+    assert value(s, "waitgraph_victim_cost_units_count", kind="VICTIM", generation="1") == 1
+    assert value(s, "waitgraph_victim_cost_units_bucket", kind="VICTIM", generation="1", le="0.0") == 1
+    assert total(s, "waitgraph_victim_cost_units_count", kind="TIE_BREAK") == 0
     # Histograms in seconds, cumulative: 40 ms lands in le=0.1, 2 s in le=10; the victim's
     # cancellation was caused by recovery, the third run's by the operator.
     prop = "waitgraph_cancel_propagation_seconds"
@@ -155,6 +160,52 @@ def test_collector_reports_a_recovered_deadlock_and_an_acknowledged_cancel() -> 
     assert value(s, "waitgraph_quarantined_executions") == 0
     assert total(s, "waitgraph_wait_edges") == w.st.edge_count
     assert not any(name.startswith("waitgraph_raft_") for name, _ in s)  # no raft_status given
+
+
+_PROMQL_WORDS = frozenset({"sum", "max", "min", "count", "rate", "histogram_quantile"})
+_NOT_NAMES = re.compile(r'\{[^}]*\}|\[[^\]]*\]|"[^"]*"|\b(?:by|without)\s*\([^)]*\)')
+
+
+def dashboard_metrics(path: Path) -> set[str]:
+    """Every metric name a Grafana dashboard's queries read: label matchers, ranges, strings and
+    grouping clauses removed, PromQL functions left out."""
+    doc = json.loads(path.read_text())
+    names: set[str] = set()
+    for panel in doc["panels"]:
+        for target in panel.get("targets", ()):
+            bare = _NOT_NAMES.sub(" ", target["expr"])
+            names |= {w for w in re.findall(r"[a-z_][a-z0-9_]*", bare) if w not in _PROMQL_WORDS}
+    return names
+
+
+def test_the_dashboard_parser_sees_every_metric(tmp_path: Path) -> None:
+    """The dashboard check must be able to fail: a panel on a metric no node serves is found."""
+    shipped = REPO / "docs" / "grafana-dashboard.json"
+    names = dashboard_metrics(shipped)
+    assert {"waitgraph_epoch", "grpc_server_handled_total", "grpc_server_handling_seconds_bucket"} <= names
+    assert not names & {"grpc_method", "target_kind", "le", "instance", "by", "unary"}, names
+    doc = json.loads(shipped.read_text())
+    bogus = 'sum by (x) (rate(waitgraph_no_such_series_total{a="b"}[5m]))'
+    doc["panels"][0]["targets"].append({"refId": "Z", "expr": bogus})
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    assert dashboard_metrics(tmp_path / "bad.json") - names == {"waitgraph_no_such_series_total"}
+
+
+def test_only_the_leader_exports_the_replicated_series() -> None:
+    """The replica's families are equal on every node at one applied index: a follower exports
+    none of them (sum() over nodes would count each event once per node), only its Raft view."""
+    machine = StateMachine()
+    for role, exported in (("leader", 1.0), ("follower", 0.0), ("candidate", 0.0)):
+        raft = SimpleNamespace(role=role, term=2, commit_index=5, applied_index=5, has_quorum=role == "leader")
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(WaitgraphCollector(lambda fn: fn(machine), lambda raft=raft: raft))
+        text = generate_latest(registry).decode()
+        names = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
+        replica = {n for n in names if not n.startswith(("waitgraph_raft_", "waitgraph_replica_series_exported"))}
+        assert ("waitgraph_epoch" in replica) is (exported == 1.0), (role, sorted(replica)[:5])
+        assert bool(replica) is (exported == 1.0), (role, replica)
+        assert f"waitgraph_replica_series_exported {exported}" in text
+        assert "waitgraph_raft_term 2.0" in text
 
 
 def test_series_stay_bounded_and_carry_no_ids_over_10000_runs_and_agents(tmp_path: Path) -> None:
@@ -285,7 +336,7 @@ def test_a_serving_node_exposes_raft_and_epoch_series(tmp_path: Path) -> None:
                 stub.Status(operator_pb2.StatusRequest(), metadata=auth("ops"), timeout=10)
             with pytest.raises(grpc.RpcError) as denied:
                 stub.Status(operator_pb2.StatusRequest(), timeout=10)
-        code = denied.value.code().name
+        code = M.go_code_name(denied.value.code())
         status = "waitgraph.v1.OperatorService/Status"
         # The interceptor counts a call once its status is sent, so the client can see the
         # refusal a moment before the counter moves: scrape until it has (bounded).
@@ -295,20 +346,36 @@ def test_a_serving_node_exposes_raft_and_epoch_series(tmp_path: Path) -> None:
                 families = list(text_string_to_metric_families(resp.read().decode()))
             samples = [(s.name, s.labels, s.value) for fam in families for s in fam.samples]
             handled = {
-                (labels["method"], labels["code"]): v
+                (f"{labels['grpc_service']}/{labels['grpc_method']}", labels["grpc_code"]): v
                 for name, labels, v in samples
-                if name == "waitgraph_grpc_server_handled_total"
+                if name == "grpc_server_handled_total"
             }
             if (status, code) in handled or time.monotonic() > scrape_deadline:
                 break
             time.sleep(0.05)
         assert len(samples) <= SERIES_BUDGET
         assert handled[(status, "OK")] == 3 and handled[(status, code)] == 1, handled
-        assert {m for m, _ in handled} <= {*SERVED_METHODS, OTHER_METHOD}
+        served = {m.lstrip("/") for m in SERVED_METHODS}
+        assert {m for m, _ in handled} <= {*served, f"{OTHER_METHOD}/{OTHER_METHOD}"}
         count = [
-            v for n, ls, v in samples if n == "waitgraph_grpc_server_handling_seconds_count" and ls["code"] == "OK"
+            v for n, ls, v in samples if n == "grpc_server_handling_seconds_count" and ls["grpc_method"] == "Status"
         ]
-        assert sum(count) >= 3
+        assert count == [4.0], count  # unary calls only, every status: 3 OK + 1 refused
+        assert all(ls["grpc_type"] == "unary" for n, ls, _ in samples if n.startswith("grpc_server_handling_seconds"))
+        build = [ls for n, ls, _ in samples if n == "waitgraph_build_info"]
+        assert len(build) == 1 and build[0]["version"] and build[0]["pysyncobj"] == "0.3.17", build
+        assert any(n == "process_resident_memory_bytes" for n, _, _ in samples)
+        assert [v for n, _, v in samples if n == "waitgraph_replica_series_exported"] == [1.0]
+        # The shipped dashboard reads only series a live node serves, and promtool accepts them.
+        live = {n for n, _, _ in samples}
+        used = dashboard_metrics(REPO / "docs" / "grafana-dashboard.json")
+        assert used and used <= live, sorted(used - live)
+        promtool = shutil.which("promtool")
+        if promtool is not None:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as resp:
+                text = resp.read()
+            checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
+            assert checked.returncode == 0, checked.stdout + checked.stderr
         assert not any(n.endswith("_created") for n, _, _ in samples)
         # The node logs JSON lines (stderr is not a terminal) carrying its id; the leader's
         # bootstrap runs on its loop, so wait for its decision to be applied and logged.
