@@ -134,7 +134,7 @@ def test_every_node_serves_the_view_json_and_metrics_on_one_port(ring: LocalClus
         assert [c["kind"] for c in doc["cycles"]] == ["confirmed"]
         assert doc["victims"][0]["victims"] == ["exec:pipe-d"] and doc["mode"] == "shadow"
         status, metrics = get(f"{base}/metrics")  # open, like --metrics-addr
-        assert status == 200 and "waitgraph_epoch " in metrics and "waitgraph_grpc_server_handled_total" in metrics
+        assert status == 200 and "waitgraph_epoch " in metrics and "grpc_server_handled_total" in metrics
 
 
 def wg(ring: LocalCluster, *args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
