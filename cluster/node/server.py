@@ -44,6 +44,7 @@ from waitgraph.node.raft import RaftConfig, RaftNode
 from waitgraph.node.service import AgentServicer, Gateway, OperatorServicer
 from waitgraph.proto.v1 import agent_pb2, operator_pb2
 from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES
+from waitgraph.statemachine.readiness import Readiness, readiness
 from waitgraph.wire import convert
 
 logger = logging.getLogger("waitgraph.node.server")
@@ -52,6 +53,10 @@ SERVICE_NAMES = (
     agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
     operator_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name,
 )
+RECOVERY_HEALTH = "waitgraph.v1.Recovery"
+"""The health service name that is SERVING only while a recovery could commit: this node knows
+a leader with a quorum and enough recovery voters are reachable (statemachine/readiness.py).
+Load balancers check "" or a service name (writes); alerting and `waitgraph health` check this."""
 MAX_RECEIVE_BYTES = 4 * MAX_PAYLOAD_BYTES
 """gRPC's own limit (RESOURCE_EXHAUSTED beyond it). Requests between the codec's 64 KiB and this
 reach the handler and are refused as INVALID_ARGUMENT with their size, like every bad input."""
@@ -193,7 +198,7 @@ class NodeProcess:
             )
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        for name in ("", *SERVICE_NAMES):
+        for name in ("", *SERVICE_NAMES, RECOVERY_HEALTH):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -231,8 +236,18 @@ class NodeProcess:
         httpd, thread = self.http_view(self, address, make_wsgi_app(registry))
         return MetricsServer(httpd, thread, registry)
 
+    def recovery_readiness(self) -> Readiness:
+        """This node's view: itself and the peers it is connected to. Reads the replicated voter
+        set without the machine lock: one tuple attribute, replaced whole by ConfigureRecovery."""
+        config = self.machine.state.recovery.config
+        status = self.node.status()
+        by_raft = {p.raft_address: p.node_id for p in self.cfg.peers}
+        up = {self.cfg.node_id, *(by_raft.get(a, a) for a, ok in status.peers_connected.items() if ok)}
+        return readiness(config.voters, config.quorum, bool(config.voters), up)
+
     async def _health_loop(self) -> None:
         serving: bool | None = None
+        recovering: bool | None = None
         while True:
             try:
                 now = self.node.has_quorum()
@@ -244,6 +259,17 @@ class NodeProcess:
                 for name in ("", *SERVICE_NAMES):
                     await self.health.set(name, status)
                 logger.info("health: %s", "SERVING" if now else "NOT_SERVING (no leader with a quorum)")
+            try:
+                ready = self.recovery_readiness()
+                can = now and ready.can_commit
+                why = ready.describe() if now else "no leader with a quorum"
+            except Exception as exc:  # stopped or restoring: no recovery either
+                can, why = False, f"recovery readiness unknown: {exc!r}"
+            if can != recovering:
+                recovering = can
+                serving_status = health_pb2.HealthCheckResponse
+                await self.health.set(RECOVERY_HEALTH, serving_status.SERVING if can else serving_status.NOT_SERVING)
+                logger.info("health %s: %s (%s)", RECOVERY_HEALTH, "SERVING" if can else "NOT_SERVING", why)
             await asyncio.sleep(HEALTH_PERIOD_S)
 
     async def stop(self) -> None:

@@ -305,10 +305,18 @@ def status(s: _Session, digest: bool, no_discover: bool) -> None:
 
 
 @main.command()
+@click.option(
+    "--writes-only",
+    is_flag=True,
+    help="exit 0 when writes are served, even if no recovery could commit (what a load balancer needs)",
+)
 @_operator_verb()
-def health(s: _Session) -> None:
-    """Exit 0 when a leader with a quorum commits a barrier through the log; 1 (and why) otherwise."""
+def health(s: _Session, writes_only: bool) -> None:
+    """Exit 0 when a leader with a quorum commits a barrier through the log and enough recovery
+    voters are reachable for a recovery to commit; 1 (and why) otherwise."""
     from waitgraph.ops import render
+    from waitgraph.ops.opsclient import refused_token
+    from waitgraph.statemachine.readiness import readiness
 
     ops = s.client()
     reports = ops.status_all(health=True)
@@ -318,7 +326,14 @@ def health(s: _Session) -> None:
     down = [f"{r.node_id or r.endpoint} ({r.error.one_line()})" for r in reports if r.error is not None]
     leader = next((st for st in up if st.role == "leader"), None)
     healthy = False
-    if not up:
+    recovery = None
+    if not up and any(refused_token(r.error) for r in reports):
+        refused = sum(refused_token(r.error) for r in reports)
+        reason = (
+            f"no node accepted the token ({refused} answered and refused it; check --token, --token-file, "
+            "$WAITGRAPH_TOKEN): " + "; ".join(down)
+        )
+    elif not up:
         reason = "no node answered: " + "; ".join(down)
     elif len(up) < needed:
         reason = f"no quorum: {len(up)} of {members} members reachable, a quorum needs {needed}; down: " + "; ".join(
@@ -338,6 +353,9 @@ def health(s: _Session) -> None:
         except Exception as exc:
             text = exc.one_line() if hasattr(exc, "one_line") else str(exc)
             reason = f"leader {leader.node_id} could not commit a barrier through the log: {text}"
+        # The leader's view of its peers, as the node's own waitgraph.v1.Recovery health has it.
+        reachable = {leader.node_id, *(p.node_id for p in leader.peers if p.connected)}
+        recovery = readiness(leader.voters, leader.quorum, leader.recovery_configured, reachable)
     result = render.Health(
         healthy,
         reason,
@@ -347,12 +365,13 @@ def health(s: _Session) -> None:
         leader.node_id if leader else None,
         leader.grpc_address if leader else None,
         reports,
+        recovery,
     )
     if s.output == "json":
         s.json(result.to_json())
     else:
         s.emit(result.blocks())
-    if not healthy:
+    if not healthy or (not writes_only and (recovery is None or not recovery.can_commit)):
         raise SystemExit(1)
 
 

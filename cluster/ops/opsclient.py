@@ -122,6 +122,11 @@ class OpsError(Exception):
         }
 
 
+def refused_token(error: OpsError | None) -> bool:
+    """The node answered, and refused the credentials: not an outage."""
+    return error is not None and error.code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+
 def most_telling(errors: Sequence[OpsError]) -> OpsError:
     """Of several failures, the one to show: "outcome unknown" first (the write may have been
     applied: the operator must know, and retry with its request id), then the last one from a node

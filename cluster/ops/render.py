@@ -27,7 +27,9 @@ from typing import Any, TextIO
 from google.protobuf.descriptor import EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from waitgraph.ops.opsclient import refused_token
 from waitgraph.statemachine.outcome import Outcome
+from waitgraph.statemachine.readiness import Readiness
 from waitgraph.statemachine.recovery_state import POLICY_VERSION, Score
 from waitgraph.statemachine.transcript import render_value
 from waitgraph.wire import convert
@@ -364,6 +366,8 @@ class Health:
     leader_id: str | None
     leader_address: str | None
     reports: Sequence[Any]
+    recovery: Readiness | None = None
+    """Whether a recovery could commit now (None when there is no leader to ask)."""
 
     def to_json(self) -> dict[str, Any]:
         nodes = []
@@ -389,6 +393,16 @@ class Health:
             "quorum_needed": self.quorum_needed,
             "reachable": self.reachable,
             "leader": {"node_id": self.leader_id, "address": self.leader_address} if self.leader_id else None,
+            "recovery": None
+            if self.recovery is None
+            else {
+                "can_commit": self.recovery.can_commit,
+                "configured": self.recovery.configured,
+                "quorum": self.recovery.quorum,
+                "reachable_voters": list(self.recovery.reachable),
+                "unreachable_voters": list(self.recovery.unreachable),
+                "reason": self.recovery.describe(),
+            },
             "nodes": nodes,
         }
 
@@ -402,7 +416,9 @@ class Health:
                     [
                         r.node_id or "?",
                         r.endpoint,
-                        Styled("unreachable", "bold red"),
+                        Styled("token refused", "bold yellow")
+                        if refused_token(r.error)
+                        else Styled("unreachable", "bold red"),
                         serving,
                         "-",
                         "-",
@@ -412,10 +428,19 @@ class Health:
             else:
                 rows.append([st.node_id, r.endpoint, st.role, serving, st.leader_id or "-", st.has_quorum, ""])
         verdict = Styled("healthy", "bold green") if self.healthy else Styled("UNHEALTHY", "bold red")
-        return [
+        blocks: list[Block] = [
             Table(["node", "endpoint", "role", "serving", "leader", "quorum", "error"], rows),
             Text(f"{verdict.text}: {self.reason}", verdict.style),
         ]
+        if self.recovery is not None:
+            ok = self.recovery.can_commit
+            blocks.append(
+                Text(
+                    f"recovery {'ready' if ok else 'NOT READY'}: {self.recovery.describe()}",
+                    "green" if ok else "bold red",
+                )
+            )
+        return blocks
 
 
 # -- the graph ---------------------------------------------------------------------------------------------
