@@ -486,7 +486,7 @@ With the owners recorded and the old scheduler restored, lift admission control:
 | anomaly | `waitgraph mode shadow` (detection, edges and alerts stay) |
 | schema rollback | `freeze --reason R --wait`, `export -o json > F`, `cycles`, `graph --run RUN`, `unfreeze` |
 
-`--wait` exits 0 once converged and 3 at `--timeout` (default 120 s), naming what is still
+`--wait` exits 0 once converged and 3 at `--wait-timeout` (default 120 s), naming what is still
 pending; `waitgraph export` lists who has not acknowledged.
 """
     )

@@ -28,9 +28,26 @@ _CONN_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("--cert",), dict(help="PEM client certificate, for mTLS [env WAITGRAPH_CERT]")),
     (("--key",), dict(help="PEM private key of --cert [env WAITGRAPH_KEY]")),
     (("--server-name",), dict(help="name expected in the server certificate, if not the endpoint's host")),
-    (("--timeout",), dict(type=float, help="seconds per RPC (default 10)")),
+    (
+        ("--rpc-timeout",),
+        dict(type=float, help="seconds per RPC (default 10); --wait verbs bound the wait with --wait-timeout"),
+    ),
 )
-_CONN_KEYS = ("endpoints", "token", "token_file", "tls", "cacert", "cert", "key", "server_name", "timeout")
+_CONN_KEYS = ("endpoints", "token", "token_file", "tls", "cacert", "cert", "key", "server_name", "rpc_timeout")
+
+# The scripting contract (docs/cli.md, "Exit status"): one meaning per code on every verb.
+EXIT_OK = 0
+EXIT_REFUSED = 1
+"""Not found, refused (an error status, or a no-op that means the write was not allowed), unhealthy."""
+EXIT_USAGE = 2
+"""Bad arguments (click's own code): nothing was sent."""
+EXIT_TIMED_OUT = 3
+"""An RPC deadline passed, or --wait-timeout before the operation converged."""
+REFUSING_NOOPS = frozenset(
+    {"not_a_voter", "not_open", "no_session", "stale_generation", "stale_edge_version", "stale_version"}
+)
+"""NOOP reasons that mean "this did not take effect because you may not / it is too late"
+(exit 1), unlike the already-done ones (``already_frozen``, ``unchanged``: exit 0)."""
 
 
 def _conn_options(fn: Any, hidden: bool = False) -> Any:
@@ -176,6 +193,7 @@ class _Session:
             from waitgraph.ops.opsclient import DEFAULT_TIMEOUT_S, OperatorClient, Tls, default_endpoints
 
             endpoints = self._env("endpoints", "WAITGRAPH_ENDPOINTS") or ",".join(default_endpoints())
+            check_endpoints(str(endpoints))
             files = {k: self._env(k, f"WAITGRAPH_{k.upper()}") for k in ("cacert", "cert", "key")}
             tls = None
             if self.opts.get("tls") or any(files.values()):
@@ -186,7 +204,7 @@ class _Session:
                     server_name=self.opts.get("server_name"),
                 )
             self._client = OperatorClient(
-                str(endpoints).split(","), self.token(), tls, self.opts.get("timeout") or DEFAULT_TIMEOUT_S
+                str(endpoints).split(","), self.token(), tls, self.opts.get("rpc_timeout") or DEFAULT_TIMEOUT_S
             )
         return self._client
 
@@ -221,7 +239,7 @@ def _operator_verb(outputs: tuple[str, ...] = ("table", "json")) -> Any:
                 return fn(session, **kwargs)
             except OpsError as exc:
                 click.echo(f"waitgraph {ctx.info_name}: {exc.one_line()}", err=True)
-                raise SystemExit(1) from None
+                raise SystemExit(EXIT_TIMED_OUT if exc.code_name == "DEADLINE_EXCEEDED" else EXIT_REFUSED) from None
             finally:
                 session.close()
 
@@ -242,7 +260,7 @@ def _operator_verb(outputs: tuple[str, ...] = ("table", "json")) -> Any:
 _CONN_EPILOG = """
 
     Connection options (--endpoints, --token, --token-file, --tls, --cacert, --cert, --key,
-    --server-name, --timeout) go before or after the verb; see `waitgraph --help`.
+    --server-name, --rpc-timeout) go before or after the verb; see `waitgraph --help`.
     """
 
 
@@ -266,8 +284,20 @@ def _with_endpoint(doc: dict[str, Any], read: Any) -> dict[str, Any]:
     return {"endpoint": read.endpoint, **doc}
 
 
+def check_endpoints(endpoints: str) -> None:
+    """Every endpoint is host:port: a bare host is named as the problem, before anything is sent."""
+    for endpoint in endpoints.split(","):
+        host, sep, port = endpoint.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise click.BadParameter(
+                f"{endpoint.strip()!r} has no port: give host:port (the `waitgraph dev` nodes are 127.0.0.1:50051..)",
+                param_hint="--endpoints / $WAITGRAPH_ENDPOINTS",
+            )
+
+
 def _emit_write(s: _Session, w: Any) -> None:
     from waitgraph.ops import render
+    from waitgraph.statemachine.outcome import Result
 
     if s.output == "json":
         s.json(
@@ -275,6 +305,13 @@ def _emit_write(s: _Session, w: Any) -> None:
         )
     else:
         s.emit(render.outcome_blocks(w.endpoint, w.request_id, w.outcome, w.hops))
+    if w.outcome.result is Result.NOOP and w.outcome.code in REFUSING_NOOPS:
+        click.echo(
+            f"waitgraph {click.get_current_context().info_name}: nothing changed: {w.outcome.code}: "
+            f"{w.outcome.message}",
+            err=True,
+        )
+        raise SystemExit(EXIT_REFUSED)
 
 
 _UNREACHABLE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
@@ -503,10 +540,12 @@ def explain(s: _Session, decision: str, fresh: bool | None) -> None:
 def signature(s: _Session, signature: str, fresh: bool | None) -> None:
     """The livelock guard's memory of one cycle signature (16 hex digits, as `cycles` and
     `explain` print it): how often it was proposed and rolled back, at which epochs, the
-    decisions made for it, and whether the guard would escalate it now."""
+    decisions made for it, and whether the guard would escalate it now. SIGNATURE may be a unique
+    prefix. Exit 1 when this replica does not know it."""
     from waitgraph.ops import render
 
-    read = s.client().signature_history(signature, fresh)
+    ops = s.client()
+    read = ops.signature_history(ops.resolve_signature(signature, fresh), fresh)
     if s.output == "json":
         s.json(_with_endpoint(render.message_json(read.reply), read))
     else:
@@ -516,6 +555,9 @@ def signature(s: _Session, signature: str, fresh: bool | None) -> None:
                 render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason),
             ]
         )
+    t = read.reply.trajectory
+    if not t.known and not t.decisions:
+        raise SystemExit(EXIT_REFUSED)
 
 
 @main.command()
@@ -534,7 +576,7 @@ MODES = ("shadow", "auto-safe", "auto", "inherit")
 
 
 @main.command()
-@click.argument("mode", type=click.Choice(MODES))
+@click.argument("mode", type=click.Choice(MODES), required=False)
 @click.option("--run", "run_id", default=None, help="override the mode for this run only")
 @click.option(
     "--side-effect-free/--no-side-effect-free",
@@ -543,12 +585,20 @@ MODES = ("shadow", "auto-safe", "auto", "inherit")
 )
 @_REQUEST_ID
 @_operator_verb()
-def mode(s: _Session, mode: str, run_id: str | None, side_effect_free: bool | None, request_id: str | None) -> None:
+def mode(
+    s: _Session, mode: str | None, run_id: str | None, side_effect_free: bool | None, request_id: str | None
+) -> None:
     """Set the rollout mode (admin): shadow (detect and record, never cancel), auto-safe (act on
-    side-effect-free runs only), auto. `inherit --run R` removes R's override."""
+    side-effect-free runs only), auto. `inherit --run R` removes R's override. Without MODE:
+    print the cluster-wide mode (as the leader has it, else this node's replica)."""
     from waitgraph.statemachine.recovery_state import RolloutMode
     from waitgraph.wire import convert
 
+    if mode is None:
+        if run_id is not None or side_effect_free is not None:
+            raise click.UsageError("--run and --side-effect-free set a mode: give MODE")
+        _emit_mode(s)
+        return
     if mode == "inherit" and run_id is None:
         raise click.UsageError("`inherit` removes a run's override: give --run RUN")
     if side_effect_free is not None and run_id is None:
@@ -557,15 +607,42 @@ def mode(s: _Session, mode: str, run_id: str | None, side_effect_free: bool | No
     _emit_write(s, s.client().set_mode(number, run_id, side_effect_free, request_id))
 
 
-_WAIT = click.option(
-    "--wait",
-    is_flag=True,
-    help="then wait until it converges, showing progress (a bar on a terminal, lines when piped); "
-    "--timeout bounds the whole wait (default 120 s); exit 3 if it did not converge in time",
-)
+def _emit_mode(s: _Session) -> None:
+    from waitgraph.ops import render
+
+    reports = s.client().status_all()
+    up = [r.status for r in reports if r.status is not None]
+    if not up:
+        raise next(r.error for r in reports if r.error is not None)
+    st = next((st for st in up if st.role == "leader"), up[0])
+    current = render.enum_text(st.DESCRIPTOR.fields_by_name["mode"].enum_type, st.mode)
+    if s.output == "json":
+        s.json({"mode": current, "node_id": st.node_id, "role": st.role, "stale": st.role != "leader"})
+    else:
+        where = "leader" if st.role == "leader" else f"{st.role}, no leader answered: this replica's view"
+        click.echo(f"{current} (as {st.node_id} sees it: {where})")
 
 
-def _emit_waited(s: _Session, w: Any, run_id: str, reading: Any) -> None:
+def _wait(fn: Any) -> Any:
+    fn = click.option(
+        "--wait-timeout",
+        type=float,
+        default=None,
+        help="with --wait: seconds for the whole wait (default 120); exit 3 if it did not converge in time",
+    )(fn)
+    return click.option(
+        "--wait",
+        is_flag=True,
+        help="then wait until it converges, showing progress (a bar on a terminal, lines when piped)",
+    )(fn)
+
+
+def _wait_timeout_needs_wait(wait: bool, wait_timeout: float | None) -> None:
+    if wait_timeout is not None and not wait:
+        raise click.UsageError("--wait-timeout bounds --wait: give --wait too")
+
+
+def _emit_waited(s: _Session, w: Any, run_id: str, reading: Any, wait_timeout_s: float | None) -> None:
     """The write's answer, then a watch until ``reading`` says converged (cluster/ops/progress.py)."""
     import sys
 
@@ -576,7 +653,7 @@ def _emit_waited(s: _Session, w: Any, run_id: str, reading: Any) -> None:
         stream = sys.stdout
     else:
         stream = sys.stderr  # stdout carries one JSON document
-    timeout_s = s.opts.get("timeout") or progress.DEFAULT_WAIT_S
+    timeout_s = wait_timeout_s or progress.DEFAULT_WAIT_S
     try:
         last = progress.watch(s.client(), run_id, reading, timeout_s, stream, stream.isatty())
         failure = None
@@ -596,7 +673,7 @@ def _emit_waited(s: _Session, w: Any, run_id: str, reading: Any) -> None:
         where = f"; quarantined: {', '.join(quarantined)}" if quarantined else ""
         click.echo(
             f"waitgraph {click.get_current_context().info_name}: not converged after {failure.waited_s:.0f}s "
-            f"(--timeout): {last.line}{where}; `waitgraph export` lists who has not acknowledged",
+            f"(--wait-timeout): {last.line}{where}; `waitgraph export` lists who has not acknowledged",
             err=True,
         )
         raise SystemExit(progress.EXIT_NOT_CONVERGED)
@@ -605,20 +682,23 @@ def _emit_waited(s: _Session, w: Any, run_id: str, reading: Any) -> None:
 @main.command()
 @click.option("--run", "run_id", default=None, help="freeze one run (default: the whole cluster)")
 @click.option("--reason", required=True, help="why (recorded in the state and shown by status/export)")
-@_WAIT
+@_wait
 @_REQUEST_ID
 @_operator_verb()
-def freeze(s: _Session, run_id: str | None, reason: str, wait: bool, request_id: str | None) -> None:
+def freeze(
+    s: _Session, run_id: str | None, reason: str, wait: bool, wait_timeout: float | None, request_id: str | None
+) -> None:
     """Refuse new delegations (child creation, claims) for a run or the whole cluster; nothing
     already admitted is cleared. --wait: then wait until no cancellation (of the run, or anywhere)
     is still open, i.e. the frozen delegations have quiesced."""
+    _wait_timeout_needs_wait(wait, wait_timeout)
     w = s.client().freeze(reason, run_id, request_id)
     if not wait:
         _emit_write(s, w)
         return
     from waitgraph.ops import progress
 
-    _emit_waited(s, w, run_id or "", progress.freeze_reading(run_id))
+    _emit_waited(s, w, run_id or "", progress.freeze_reading(run_id), wait_timeout)
 
 
 @main.command()
@@ -644,7 +724,7 @@ def export(s: _Session, fresh: bool | None) -> None:
     read = s.client().export_pending(fresh)
     doc = json.loads(read.reply.document_json)
     if s.output == "json":
-        click.echo(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
+        click.echo(json.dumps(render.snake_keys(doc), indent=2, sort_keys=True, ensure_ascii=False))
     else:
         s.emit(
             [
@@ -663,14 +743,21 @@ def export(s: _Session, fresh: bool | None) -> None:
     default=None,
     help="the run's cancel generation you saw (default: read it now); older is a recorded no-op",
 )
-@_WAIT
+@_wait
 @_REQUEST_ID
 @_operator_verb()
 def cancel(
-    s: _Session, run_id: str, reason: str, observed_generation: int | None, wait: bool, request_id: str | None
+    s: _Session,
+    run_id: str,
+    reason: str,
+    observed_generation: int | None,
+    wait: bool,
+    wait_timeout: float | None,
+    request_id: str | None,
 ) -> None:
     """Cancel a run: raise its cancel generation and ask every unsettled execution to stop.
     --wait: then wait until the run is CANCELLED_STABLE (every descendant settled, nothing held)."""
+    _wait_timeout_needs_wait(wait, wait_timeout)
     w = s.client().cancel_run(run_id, reason, observed_generation, request_id)
     if not wait:
         _emit_write(s, w)
@@ -681,4 +768,4 @@ def cancel(
     raised = [fx.after for fx in w.outcome.effects if isinstance(fx, CancelGenerationRaised)]
     # A no-op (someone raised it already) waits for the generation the run is at now.
     generation = raised[0] if raised else max(1, s.client().convergence(run_id).reply.cancel_generation)
-    _emit_waited(s, w, run_id, progress.cancel_reading(run_id, generation))
+    _emit_waited(s, w, run_id, progress.cancel_reading(run_id, generation), wait_timeout)

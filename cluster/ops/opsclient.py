@@ -92,7 +92,7 @@ class OpsError(Exception):
             # gRPC's text names every address it tried; the last clause is the cause.
             details = f"cannot connect ({details.rsplit(': ', 1)[-1]})"
         elif code is grpc.StatusCode.DEADLINE_EXCEEDED:
-            details = "no answer within the deadline (--timeout)"
+            details = "no answer within the deadline (--rpc-timeout)"
         return cls(
             code,
             details,
@@ -120,6 +120,28 @@ class OpsError(Exception):
             "waitgraph_code": self.waitgraph_code,
             "leader": self.leader,
         }
+
+
+def resolve_prefix(prefix: str, length: int, known: Callable[[], Sequence[str]], what: str, hint: str) -> str:
+    """The one id of ``known()`` that starts with ``prefix`` (``git``-style; a complete id is taken
+    as it is, without asking): every verb that takes a digest or a signature resolves it here, so
+    the same prefix rule holds everywhere."""
+    prefix = prefix.strip().lower()
+    if not prefix or len(prefix) > length or any(c not in "0123456789abcdef" for c in prefix):
+        raise OpsError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{prefix!r} is not a {what}: up to {length} hex digits ({hint})",
+        )
+    if len(prefix) == length:
+        return prefix
+    found = sorted({k for k in known() if k.startswith(prefix)})
+    if len(found) == 1:
+        return found[0]
+    count = "no" if not found else f"{len(found)}"
+    raise OpsError(
+        grpc.StatusCode.NOT_FOUND if not found else grpc.StatusCode.INVALID_ARGUMENT,
+        f"{count} {what}s start with {prefix!r}; give more of it ({hint})",
+    )
 
 
 def refused_token(error: OpsError | None) -> bool:
@@ -356,19 +378,21 @@ class OperatorClient:
     def resolve_digest(self, prefix: str, fresh: bool | None = None) -> str:
         """A full recovery digest from a unique prefix (``git``-style), looked up among the proposals
         and the current candidates."""
-        prefix = prefix.strip().lower()
-        if len(prefix) == 64:
-            return prefix
-        reply = self.cycles(include_closed=True, fresh=fresh).reply
-        found: list[str] = sorted({p.digest for p in reply.proposals if p.digest.startswith(prefix)})
-        found += sorted({c.digest for c in reply.cycles if c.digest.startswith(prefix)} - set(found))
-        if len(found) == 1:
-            return found[0]
-        what = "no" if not found else f"{len(found)}"
-        raise OpsError(
-            grpc.StatusCode.NOT_FOUND if not found else grpc.StatusCode.INVALID_ARGUMENT,
-            f"{what} recovery digests start with {prefix!r}; give more of it (`waitgraph cycles --all` lists them)",
-        )
+
+        def known() -> list[str]:
+            reply = self.cycles(include_closed=True, fresh=fresh).reply
+            return [p.digest for p in reply.proposals] + [c.digest for c in reply.cycles]
+
+        return resolve_prefix(prefix, 64, known, "recovery digest", "`waitgraph cycles --all` lists them")
+
+    def resolve_signature(self, prefix: str, fresh: bool | None = None) -> str:
+        """A full cycle signature from a unique prefix, the same way as :meth:`resolve_digest`."""
+
+        def known() -> list[str]:
+            reply = self.cycles(include_closed=True, fresh=fresh).reply
+            return [p.signature for p in reply.proposals] + [c.signature for c in reply.cycles]
+
+        return resolve_prefix(prefix, 16, known, "cycle signature", "`waitgraph cycles --all` lists them")
 
     # -- writes ---------------------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from waitgraph.ops.opsclient import OperatorClient, Read
 FIRST_POLL_S = 0.25
 MAX_POLL_S = 1.0
 DEFAULT_WAIT_S = 120.0
-"""How long ``--wait`` waits when no ``--timeout`` is given."""
+"""How long ``--wait`` waits when no ``--wait-timeout`` is given."""
 EXIT_NOT_CONVERGED = 3
 """The write was applied but did not converge within the deadline (errors exit 1, usage 2)."""
 

@@ -243,7 +243,7 @@ def rich_print(blocks: Iterable[Block], stream: TextIO, color: bool = True) -> N
                 title=block.title, title_justify="left", title_style="bold", box=box.ROUNDED, header_style="bold"
             )
             for c in block.columns:
-                table.add_column(c.upper())
+                table.add_column(c.upper(), overflow="fold")  # wrapped, never cut with an ellipsis
             for row in block.rows:
                 table.add_row(*(_rich_cell(v) for v in row))
             console.print(table)
@@ -277,6 +277,20 @@ def wall(at_ms: int) -> str:
     if at_ms <= 0:
         return "-"
     return dt.datetime.fromtimestamp(at_ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def snake_keys(doc: Any) -> Any:
+    """The same document with every mapping key in snake_case (``clusterFrozen`` ->
+    ``cluster_frozen``): the CLI's JSON has one casing, whatever the core's document uses."""
+    if isinstance(doc, dict):
+        return {_snake(str(k)): snake_keys(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [snake_keys(v) for v in doc]
+    return doc
+
+
+def _snake(key: str) -> str:
+    return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in key).lstrip("_")
 
 
 def read_note(endpoint: str, stale: bool, applied_index: int, fallback: str | None = None) -> Text:

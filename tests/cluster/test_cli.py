@@ -287,6 +287,10 @@ def test_deadlock_graph_cycles_vote_explain_export(cluster: LocalCluster) -> Non
     assert cast["voter"] == "operator:admin" and cast["approve"] is True and cast["approvals"] == 4
     again = wg(cluster, "vote", digest)  # the proposal is being decided or decided: said clearly
     assert_plain(again.stdout)
+    assert again.stdout.startswith("NOOP"), again.stdout
+    refused = "not_open" in again.stdout  # decided already: too late, exit 1; else already_voted, 0
+    assert again.returncode == (1 if refused else 0), (again.stdout, again.stderr)
+    assert ("nothing changed: not_open" in again.stderr) is refused
 
     def decided() -> Any:
         got = wg(cluster, "explain", digest[:16], "-o", "json")
@@ -306,10 +310,10 @@ def test_deadlock_graph_cycles_vote_explain_export(cluster: LocalCluster) -> Non
 
     export = ok_json(cluster, "export")
     assert export["format"] == "waitgraph-pending" and export["version"] == 1
-    assert ("exec:A-cli", "artifact:review-cli") in {(e["waiterExecution"], e["targetId"]) for e in export["edges"]}
+    assert ("exec:A-cli", "artifact:review-cli") in {(e["waiter_execution"], e["target_id"]) for e in export["edges"]}
     (scope,) = [c for c in export["cancellations"] if c["root"] == "exec:B-cli"]
     assert scope["pending"][0]["execution"] == "exec:B-cli"
-    assert {"targetId": "resource:browser-cli", "lease": 1, "holder": "exec:A-cli", "holderGeneration": 1} in export[
+    assert {"target_id": "resource:browser-cli", "lease": 1, "holder": "exec:A-cli", "holder_generation": 1} in export[
         "holdings"
     ]
     table = ok_table(cluster, "export")
@@ -347,13 +351,13 @@ def test_mode_freeze_unfreeze_cancel(cluster: LocalCluster) -> None:
     table = ok_table(cluster, "status")
     assert "frozen" in table and "admission frozen: schema rollback" in table
     assert ok_json(cluster, "export")["admission"] == {
-        "clusterFrozen": "schema rollback",
-        "frozenRuns": [{"run": "run-a-ops", "reason": "maintenance"}],
+        "cluster_frozen": "schema rollback",
+        "frozen_runs": [{"run": "run-a-ops", "reason": "maintenance"}],
     }
     table = ok_table(cluster, "unfreeze")
     assert table.startswith("APPLIED") and "AdmissionChanged" in table and "frozen=false" in table
     assert ok_json(cluster, "unfreeze", "--run", "run-a-ops")["result"] == "APPLIED"
-    assert ok_json(cluster, "export")["admission"] == {"clusterFrozen": None, "frozenRuns": []}
+    assert ok_json(cluster, "export")["admission"] == {"cluster_frozen": None, "frozen_runs": []}
 
     out = ok_json(cluster, "cancel", "run-a-ops", "--reason", "operator test")
     assert out["result"] == "APPLIED"

@@ -5,7 +5,7 @@ every candidate's scores, the epoch committed (from -> to), what was released an
 cancellation, and the signature's history; a cycle that re-forms after its victim retried is
 explained as "seen before". ``signature`` shows the livelock guard's trajectory. ``cancel --wait``
 and ``freeze --wait`` show progress while agents acknowledge (plain lines when piped, a bar on a
-terminal), exit 0 once converged and 3 at ``--timeout``.
+terminal), exit 0 once converged and 3 at ``--wait-timeout``.
 """
 
 from __future__ import annotations
@@ -165,8 +165,10 @@ def test_explain_narrates_path_votes_epochs_releases_and_history(cluster: LocalC
     assert f"SIGNATURE {d['signature']}" in table and "DECISIONS (2)" in table and "LIVELOCK" not in table
     bad = wg(cluster, "signature", "not-a-signature")
     assert bad.returncode == 1 and "INVALID_ARGUMENT" in bad.stderr and "16 hex digits" in bad.stderr
-    unknown = ok_table(cluster, "signature", "0" * 16)
-    assert "is not on this replica" in unknown
+    unknown = wg(cluster, "signature", "0" * 16)  # said, and exit 1 like `explain d99` (docs/cli.md)
+    assert unknown.returncode == 1 and "is not on this replica" in unknown.stdout
+    prefix = ok_json(cluster, "signature", d["signature"][:6])  # a unique prefix, as `vote` takes
+    assert prefix["trajectory"]["signature"] == d["signature"]
 
 
 def run_with_children(cluster: LocalCluster, run_id: str, children: int) -> list[str]:
@@ -252,16 +254,16 @@ def test_cancel_wait_prints_progress_lines_until_cancelled_stable(cluster: Local
 @pytest.mark.timeout(120)
 def test_cancel_wait_times_out_with_exit_3_and_says_what_is_pending(cluster: LocalCluster) -> None:
     (root,) = run_with_children(cluster, "run-t", 0)
-    out = wg(cluster, "cancel", "run-t", "--wait", "--timeout", "2")
+    out = wg(cluster, "cancel", "run-t", "--wait", "--wait-timeout", "2")
     assert out.returncode == 3, out.stderr
     assert_plain(out.stdout)
     assert "cancel run:run-t gen 1: 0/1 settled, 1 CANCEL_REQUESTED" in out.stdout
     (line,) = out.stderr.splitlines()
-    assert line.startswith("waitgraph cancel: not converged after 2s (--timeout): cancel run:run-t gen 1: 0/1")
+    assert line.startswith("waitgraph cancel: not converged after 2s (--wait-timeout): cancel run:run-t gen 1: 0/1")
     assert "`waitgraph export` lists who has not acknowledged" in line
 
     # freeze --wait on that run: its cancellation is still open, so it does not quiesce
-    out = wg(cluster, "freeze", "--run", "run-t", "--reason", "rollback drill", "--wait", "--timeout", "2")
+    out = wg(cluster, "freeze", "--run", "run-t", "--reason", "rollback drill", "--wait", "--wait-timeout", "2")
     assert out.returncode == 3
     assert "freeze run:run-t: admission frozen; 1 cancellation(s) open, 1 execution(s) not acknowledged" in out.stdout
     ack(cluster, root)
