@@ -37,7 +37,7 @@ expect 0 -- waitgraph freeze --reason contract;             # applied
 expect 0 -- waitgraph freeze --reason contract;             # already frozen: a NOOP that is not a refusal
 expect 0 -- waitgraph export -o json;                       json_has "d['admission']['cluster_frozen'] == 'contract'"
 expect 0 -- waitgraph export -o json
-"$PY" -c "import json,sys; ks=[]; json.load(open(sys.argv[1]), object_pairs_hook=lambda ps: ks.extend(k for k, _ in ps) or dict(ps)); bad=[k for k in ks if k != k.lower()]; print('ok json keys are snake_case' if ks and not bad else f'FAIL camelCase keys {bad}')" "$TMP/wg-contract.out"
+"$PY" "$TMP/helpers.py" snake "$TMP/wg-contract.out"
 expect 0 -- waitgraph unfreeze;
 expect 1 -- waitgraph explain d999;                         # not found
 expect 1 -- waitgraph signature 0000000000000000;           # unknown on this replica
@@ -48,11 +48,28 @@ grep -q "has no port" $TMP/wg-contract.err && echo "ok names the endpoint" || ec
 expect 2 -- waitgraph freeze --reason x --wait-timeout 2;   # --wait-timeout needs --wait
 expect 2 -- waitgraph status --timeout 3;                   # the old ambiguous option is gone
 # a listener that accepts and never answers: the RPC deadline passes
-"$PY" -c 'import socket,time; s=socket.socket(); s.bind(("127.0.0.1",0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(60)' >$TMP/wg-contract.port &
+"$PY" "$TMP/helpers.py" silent >$TMP/wg-contract.port &
 silent=$!; sleep 0.5
 expect 3 -- waitgraph explain d1 --rpc-timeout 1 --endpoints "127.0.0.1:$(cat $TMP/wg-contract.port)"
 kill $silent
 expect 0 -- waitgraph health
+"""
+
+
+HELPERS = """
+import json, socket, sys, time
+
+if sys.argv[1] == "snake":  # every key of the JSON document is snake_case
+    keys = []
+    json.load(open(sys.argv[2]), object_pairs_hook=lambda pairs: keys.extend(k for k, _ in pairs) or dict(pairs))
+    bad = [k for k in keys if k != k.lower()]
+    print("ok json keys are snake_case" if keys and not bad else f"FAIL camelCase keys {bad}")
+elif sys.argv[1] == "silent":  # a listener that accepts and never answers
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    print(s.getsockname()[1], flush=True)
+    time.sleep(60)
 """
 
 
@@ -77,6 +94,7 @@ def test_a_script_written_against_the_contract_works(cluster: LocalCluster, tmp_
     env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")}
     env.update(cluster.env(), PY=sys.executable, TMP=str(tmp_path), PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
     assert (bin_dir / "waitgraph").exists(), "the console script is installed beside the interpreter"
+    (tmp_path / "helpers.py").write_text(HELPERS)
     done = subprocess.run(["bash", "-c", SCRIPT], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
     lines = done.stdout.splitlines()
     assert len(lines) >= 20, done.stdout + done.stderr
