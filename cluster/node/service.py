@@ -444,6 +444,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             "Convergence",
             "ExportPending",
             "ExportState",
+            "ListDecisions",
         ):
             setattr(self, rpc, gateway.unary(f"/waitgraph.v1.OperatorService/{rpc}", getattr(self, f"_{rpc.lower()}")))
 
@@ -582,6 +583,20 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
         got.value.stale, got.value.applied_index = got.stale, got.applied_index
         return got.value
 
+    async def _listdecisions(
+        self, principal: Principal, request: operator_pb2.ListDecisionsRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.ListDecisionsResponse:
+        kind = convert.decision_kind_from_wire(request.kind) if request.kind else None
+        limit = min(request.limit or DEFAULT_DECISIONS, MAX_DECISIONS)
+        run_id = request.run_id
+
+        def look(m: StateMachine) -> operator_pb2.ListDecisionsResponse:
+            return list_decisions_response(m.state, run_id, kind, request.since_ms, limit)
+
+        got = await self.gw.read(look, request.fresh)
+        got.value.stale, got.value.applied_index = got.stale, got.applied_index
+        return got.value
+
     async def _convergence(
         self, principal: Principal, request: operator_pb2.ConvergenceRequest, context: grpc.aio.ServicerContext
     ) -> operator_pb2.ConvergenceResponse:
@@ -648,6 +663,37 @@ def trajectory_view(st: State, signature: str) -> operator_pb2.TrajectoryView:
     known = signature in rb.trajectory
     guard = livelock_reason(rb, signature, st.now_ms) if known else None
     return convert.trajectory_view(signature, rb.trajectory.get(signature), decisions, guard)
+
+
+DEFAULT_DECISIONS = 100
+MAX_DECISIONS = 1000
+
+
+def list_decisions_response(
+    st: State, run_id: str, kind: DecisionKind | None, since_ms: int, limit: int
+) -> operator_pb2.ListDecisionsResponse:
+    """The recorded decisions that pass the filters, newest first, at most ``limit``."""
+    decisions = st.recovery.decisions
+    executions = st.executions
+    found: list[Decision] = []
+    truncated = False
+    for d in reversed(decisions.values()):  # log order: reversed is newest first
+        if (kind is not None and d.kind is not kind) or d.at_ms < since_ms:
+            continue
+        if run_id and not any(
+            (ex := executions.get(execution_id)) is not None and ex.run_id == run_id for execution_id, _ in d.roles
+        ):
+            continue
+        if len(found) == limit:
+            truncated = True
+            break
+        found.append(d)
+    return operator_pb2.ListDecisionsResponse(
+        decisions=[decision_response_view(st, d) for d in found],
+        truncated=truncated,
+        epoch=st.recovery.epoch,
+        retained=len(decisions),
+    )
 
 
 def explain_response(st: State, decision_id: str, digest: str) -> operator_pb2.ExplainDecisionResponse:

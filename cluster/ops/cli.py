@@ -534,6 +534,67 @@ def explain(s: _Session, decision: str, fresh: bool | None) -> None:
 
 
 @main.command()
+@click.option("--run", "run_id", default="", help="only decisions about this run's executions")
+@click.option(
+    "--kind",
+    type=click.Choice(["victim", "tie_break", "shadow", "reconciliation", "escalation"], case_sensitive=False),
+    default=None,
+    help="only this kind of decision",
+)
+@click.option(
+    "--since",
+    default=None,
+    metavar="WHEN",
+    help="only decisions at or after WHEN: an ISO 8601 UTC time (2026-12-01T09:00:00Z) or an age (90s, 15m, 2h, 1d)",
+)
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="newest first, at most")
+@_FRESH
+@_operator_verb()
+def decisions(s: _Session, run_id: str, kind: str | None, since: str | None, limit: int, fresh: bool | None) -> None:
+    """Recorded recovery decisions, newest first: kind, mode, reason, epoch, winner, every
+    member's role. `explain DECISION` tells the story of one."""
+    from waitgraph.ops import render
+    from waitgraph.statemachine.recovery_state import DecisionKind
+    from waitgraph.wire import convert
+
+    number = convert.enum_number(DecisionKind(kind.upper())) if kind else 0
+    read = s.client().list_decisions(run_id, number, _since_ms(since), limit, fresh)
+    if s.output == "json":
+        s.json(_with_endpoint(render.message_json(read.reply), read))
+    else:
+        s.emit(
+            [
+                *render.decisions_blocks(read.reply),
+                render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason),
+            ]
+        )
+
+
+def _since_ms(since: str | None) -> int:
+    """``--since``: an ISO 8601 time or an age before now, as ms since 1970 (0: no bound)."""
+    import datetime as dt
+    import re
+    import time
+
+    if since is None:
+        return 0
+    age = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", since.strip())
+    if age is not None:
+        seconds = float(age.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[age.group(2)]
+        return int((time.time() - seconds) * 1000)
+    try:
+        when = dt.datetime.fromisoformat(since.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(
+            f"{since!r}: give an ISO 8601 time (2026-12-01T09:00:00Z) or an age (90s, 15m, 2h, 1d)",
+            param_hint="--since",
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int(when.timestamp() * 1000)
+
+
+@main.command()
 @click.argument("signature")
 @_FRESH
 @_operator_verb()

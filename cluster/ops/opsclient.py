@@ -362,6 +362,17 @@ class OperatorClient:
             fresh,
         )
 
+    def list_decisions(
+        self, run_id: str = "", kind: int = 0, since_ms: int = 0, limit: int = 0, fresh: bool | None = None
+    ) -> Read:
+        return self.read(
+            "ListDecisions",
+            lambda f: operator_pb2.ListDecisionsRequest(
+                run_id=run_id, kind=kind, since_ms=since_ms, limit=limit, fresh=f
+            ),
+            fresh,
+        )
+
     def signature_history(self, signature: str, fresh: bool | None = None) -> Read:
         return self.read(
             "SignatureHistory",

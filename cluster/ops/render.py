@@ -1136,6 +1136,35 @@ def explain_blocks(
     return blocks
 
 
+def decisions_blocks(reply: Any) -> list[Block]:
+    """``waitgraph decisions``: one row per recorded decision, newest first."""
+    rows = []
+    for d in reply.decisions:
+        winner = at(d.winner_id, d.winner_generation) if d.HasField("winner_id") else None
+        rows.append(
+            [
+                d.decision_id,
+                _enum(d, "kind"),
+                _enum(d, "mode"),
+                d.reason_code,
+                d.epoch if d.HasField("epoch") else None,
+                winner,
+                [f"{r.execution_id}:{r.role}" for r in d.roles],
+                short(d.digest),
+                wall(d.at_ms),
+            ]
+        )
+    shown = f"{len(rows)} of {reply.retained} retained" + (", more match: raise --limit" if reply.truncated else "")
+    return [
+        Table(
+            ["decision", "kind", "mode", "reason", "epoch", "winner", "roles", "digest", "at"],
+            rows,
+            title=f"DECISIONS ({shown})",
+            empty="(no decision matches)",
+        )
+    ]
+
+
 def signature_blocks(reply: Any) -> list[Block]:
     """``waitgraph signature SIG``: the livelock guard's memory of one cycle signature."""
     t = reply.trajectory

@@ -302,6 +302,28 @@ def test_deadlock_graph_cycles_vote_explain_export(cluster: LocalCluster) -> Non
     assert d["policy_order"] == ["exec:B-cli", "exec:A-cli"] and d["decided_by"] == "external side effects"
     assert d["proposal"]["digest"] == digest and "operator:admin" in d["proposal"]["approvals"]
     assert d["signature_history"] == []
+
+    # the list of decisions: newest first, filtered by run, kind and time
+    listed = ok_json(cluster, "decisions")
+    ids = [x["decision_id"] for x in listed["decisions"]]
+    assert d["decision_id"] in ids and listed["retained"] >= len(ids) >= 1 and listed["truncated"] is False
+    (mine,) = [x for x in listed["decisions"] if x["decision_id"] == d["decision_id"]]
+    assert mine["kind"] == "VICTIM" and mine["winner_id"] == "exec:B-cli" and mine["digest"] == digest
+    assert d["decision_id"] in [
+        x["decision_id"] for x in ok_json(cluster, "decisions", "--run", "run-b-cli")["decisions"]
+    ]
+    assert ok_json(cluster, "decisions", "--run", "run-nobody")["decisions"] == []
+    assert d["decision_id"] in [
+        x["decision_id"] for x in ok_json(cluster, "decisions", "--kind", "victim")["decisions"]
+    ]
+    assert d["decision_id"] not in [
+        x["decision_id"] for x in ok_json(cluster, "decisions", "--kind", "shadow")["decisions"]
+    ]
+    assert d["decision_id"] in [x["decision_id"] for x in ok_json(cluster, "decisions", "--since", "1h")["decisions"]]
+    assert ok_json(cluster, "decisions", "--since", "2999-01-01T00:00:00Z")["decisions"] == []
+    assert wg(cluster, "decisions", "--since", "yesterday").returncode == 2
+    table = ok_table(cluster, "decisions", "--limit", "1")
+    assert table.startswith("DECISIONS (1 of ") and ids[0] in table
     assert {r["execution_id"]: r["role"] for r in d["roles"]} == {"exec:A-cli": "kept", "exec:B-cli": "victim"}
     text = ok_table(cluster, "explain", d["decision_id"])
     assert f"DECISION {d['decision_id']}" in text and "It chose exec:B-cli" in text

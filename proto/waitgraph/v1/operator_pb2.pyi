@@ -649,3 +649,33 @@ class ExportStateResponse(_message.Message):
     stale: bool
     applied_index: int
     def __init__(self, snapshot: _Optional[bytes] = ..., state_digest: _Optional[str] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ...) -> None: ...
+
+class ListDecisionsRequest(_message.Message):
+    __slots__ = ("run_id", "kind", "since_ms", "limit", "fresh")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    FRESH_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    kind: _types_pb2.DecisionKind
+    since_ms: int
+    limit: int
+    fresh: bool
+    def __init__(self, run_id: _Optional[str] = ..., kind: _Optional[_Union[_types_pb2.DecisionKind, str]] = ..., since_ms: _Optional[int] = ..., limit: _Optional[int] = ..., fresh: _Optional[bool] = ...) -> None: ...
+
+class ListDecisionsResponse(_message.Message):
+    __slots__ = ("decisions", "truncated", "stale", "applied_index", "epoch", "retained")
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    STALE_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RETAINED_FIELD_NUMBER: _ClassVar[int]
+    decisions: _containers.RepeatedCompositeFieldContainer[DecisionView]
+    truncated: bool
+    stale: bool
+    applied_index: int
+    epoch: int
+    retained: int
+    def __init__(self, decisions: _Optional[_Iterable[_Union[DecisionView, _Mapping]]] = ..., truncated: _Optional[bool] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ..., epoch: _Optional[int] = ..., retained: _Optional[int] = ...) -> None: ...

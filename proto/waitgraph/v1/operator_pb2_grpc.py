@@ -76,6 +76,11 @@ class OperatorServiceStub:
                 request_serializer=waitgraph_dot_v1_dot_operator__pb2.ExportStateRequest.SerializeToString,
                 response_deserializer=waitgraph_dot_v1_dot_operator__pb2.ExportStateResponse.FromString,
                 _registered_method=True)
+        self.ListDecisions = channel.unary_unary(
+                '/waitgraph.v1.OperatorService/ListDecisions',
+                request_serializer=waitgraph_dot_v1_dot_operator__pb2.ListDecisionsRequest.SerializeToString,
+                response_deserializer=waitgraph_dot_v1_dot_operator__pb2.ListDecisionsResponse.FromString,
+                _registered_method=True)
         self.Vote = channel.unary_unary(
                 '/waitgraph.v1.OperatorService/Vote',
                 request_serializer=waitgraph_dot_v1_dot_commands__pb2.VoteRequest.SerializeToString,
@@ -181,6 +186,13 @@ class OperatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDecisions(self, request, context):
+        """Recorded recovery decisions, newest first, filtered by run, kind and time (`waitgraph decisions`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Vote(self, request, context):
         """An operator's vote on an open recovery proposal (VoteRecovery with the operator as actor;
         counted only when the operator is in the configured voter set).
@@ -273,6 +285,11 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     servicer.ExportState,
                     request_deserializer=waitgraph_dot_v1_dot_operator__pb2.ExportStateRequest.FromString,
                     response_serializer=waitgraph_dot_v1_dot_operator__pb2.ExportStateResponse.SerializeToString,
+            ),
+            'ListDecisions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDecisions,
+                    request_deserializer=waitgraph_dot_v1_dot_operator__pb2.ListDecisionsRequest.FromString,
+                    response_serializer=waitgraph_dot_v1_dot_operator__pb2.ListDecisionsResponse.SerializeToString,
             ),
             'Vote': grpc.unary_unary_rpc_method_handler(
                     servicer.Vote,
@@ -531,6 +548,33 @@ class OperatorService:
             '/waitgraph.v1.OperatorService/ExportState',
             waitgraph_dot_v1_dot_operator__pb2.ExportStateRequest.SerializeToString,
             waitgraph_dot_v1_dot_operator__pb2.ExportStateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDecisions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/waitgraph.v1.OperatorService/ListDecisions',
+            waitgraph_dot_v1_dot_operator__pb2.ListDecisionsRequest.SerializeToString,
+            waitgraph_dot_v1_dot_operator__pb2.ListDecisionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
