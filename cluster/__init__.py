@@ -18,107 +18,236 @@ The rest of the package, by role (each subpackage's docstring says what it may i
 - :mod:`waitgraph.cli`: the ``waitgraph`` command, where the roles meet.
 """
 
-from waitgraph.sdk import (
-    TLS,
-    AlreadyExists,
-    Assignment,
-    Batching,
-    CancellationRequested,
-    Client,
-    Conflict,
-    CursorExpired,
-    DeadlockVictim,
-    Decision,
-    Delegation,
-    Execution,
-    ExecutionScope,
-    FailedPrecondition,
-    Holding,
-    Internal,
-    InvalidArgument,
-    NoSession,
-    NotFound,
-    NotLeader,
-    OutcomeUnknown,
-    PermissionDenied,
-    ResourceExhausted,
-    RpcError,
-    RunCancelled,
-    Score,
-    Session,
-    SessionClosed,
-    StaleCancelGeneration,
-    StaleEpoch,
-    StaleGeneration,
-    StreamStats,
-    SyncClient,
-    SyncDelegation,
-    SyncExecution,
-    SyncHolding,
-    SyncSession,
-    SyncWait,
-    Unauthenticated,
-    Unavailable,
-    Wait,
-    WaitgraphClientError,
-    WatchedEvent,
-)
-from waitgraph.statemachine import commands
-from waitgraph.statemachine.enums import CancelMode, EffectOutcome, ExecStatus, Relation
-from waitgraph.statemachine.outcome import Outcome, Result
-from waitgraph.statemachine.recovery_state import DecisionKind, RolloutMode
+from __future__ import annotations
 
-__all__ = [
-    "TLS",
-    "AlreadyExists",
-    "Assignment",
-    "Batching",
-    "CancelMode",
-    "CancellationRequested",
-    "Client",
-    "Conflict",
-    "CursorExpired",
-    "DeadlockVictim",
-    "Decision",
-    "DecisionKind",
-    "Delegation",
-    "EffectOutcome",
-    "ExecStatus",
-    "Execution",
-    "ExecutionScope",
-    "FailedPrecondition",
-    "Holding",
-    "Internal",
-    "InvalidArgument",
-    "NoSession",
-    "NotFound",
-    "NotLeader",
-    "Outcome",
-    "OutcomeUnknown",
-    "PermissionDenied",
-    "Relation",
-    "ResourceExhausted",
-    "Result",
-    "RolloutMode",
-    "RpcError",
-    "RunCancelled",
-    "Score",
-    "Session",
-    "SessionClosed",
-    "StaleCancelGeneration",
-    "StaleEpoch",
-    "StaleGeneration",
-    "StreamStats",
-    "SyncClient",
-    "SyncDelegation",
-    "SyncExecution",
-    "SyncHolding",
-    "SyncSession",
-    "SyncWait",
-    "Unauthenticated",
-    "Unavailable",
-    "Wait",
-    "WaitgraphClientError",
-    "WatchedEvent",
-    "commands",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported on first use, not with the package: `waitgraph serve` must turn gRPC's fork handlers off
+# before anything imports grpc (the node forks to write dumps and serve whole-state reads), and
+# `import waitgraph.cli` or `waitgraph.node` must not drag the SDK, and grpc with it, in first.
+_LAZY: dict[str, str] = {
+    "TLS": "waitgraph.sdk",
+    "AlreadyExists": "waitgraph.sdk",
+    "Assignment": "waitgraph.sdk",
+    "Batching": "waitgraph.sdk",
+    "CancellationRequested": "waitgraph.sdk",
+    "Client": "waitgraph.sdk",
+    "Conflict": "waitgraph.sdk",
+    "CursorExpired": "waitgraph.sdk",
+    "DeadlockVictim": "waitgraph.sdk",
+    "Decision": "waitgraph.sdk",
+    "Delegation": "waitgraph.sdk",
+    "Execution": "waitgraph.sdk",
+    "ExecutionScope": "waitgraph.sdk",
+    "FailedPrecondition": "waitgraph.sdk",
+    "Holding": "waitgraph.sdk",
+    "Internal": "waitgraph.sdk",
+    "InvalidArgument": "waitgraph.sdk",
+    "NoSession": "waitgraph.sdk",
+    "NotFound": "waitgraph.sdk",
+    "NotLeader": "waitgraph.sdk",
+    "OutcomeUnknown": "waitgraph.sdk",
+    "PermissionDenied": "waitgraph.sdk",
+    "ResourceExhausted": "waitgraph.sdk",
+    "RpcError": "waitgraph.sdk",
+    "RunCancelled": "waitgraph.sdk",
+    "Score": "waitgraph.sdk",
+    "Session": "waitgraph.sdk",
+    "SessionClosed": "waitgraph.sdk",
+    "StaleCancelGeneration": "waitgraph.sdk",
+    "StaleEpoch": "waitgraph.sdk",
+    "StaleGeneration": "waitgraph.sdk",
+    "StreamStats": "waitgraph.sdk",
+    "SyncClient": "waitgraph.sdk",
+    "SyncDelegation": "waitgraph.sdk",
+    "SyncExecution": "waitgraph.sdk",
+    "SyncHolding": "waitgraph.sdk",
+    "SyncSession": "waitgraph.sdk",
+    "SyncWait": "waitgraph.sdk",
+    "Unauthenticated": "waitgraph.sdk",
+    "Unavailable": "waitgraph.sdk",
+    "Wait": "waitgraph.sdk",
+    "WaitgraphClientError": "waitgraph.sdk",
+    "WatchedEvent": "waitgraph.sdk",
+    "CancelMode": "waitgraph.statemachine.enums",
+    "EffectOutcome": "waitgraph.statemachine.enums",
+    "ExecStatus": "waitgraph.statemachine.enums",
+    "Relation": "waitgraph.statemachine.enums",
+    "Outcome": "waitgraph.statemachine.outcome",
+    "Result": "waitgraph.statemachine.outcome",
+    "DecisionKind": "waitgraph.statemachine.recovery_state",
+    "RolloutMode": "waitgraph.statemachine.recovery_state",
+    "commands": "waitgraph.statemachine",
+}
+
+if TYPE_CHECKING:  # the same names for type checkers, re-exported (`X as X`); tests check they agree
+    from waitgraph.sdk import (
+        TLS as TLS,
+    )
+    from waitgraph.sdk import (
+        AlreadyExists as AlreadyExists,
+    )
+    from waitgraph.sdk import (
+        Assignment as Assignment,
+    )
+    from waitgraph.sdk import (
+        Batching as Batching,
+    )
+    from waitgraph.sdk import (
+        CancellationRequested as CancellationRequested,
+    )
+    from waitgraph.sdk import (
+        Client as Client,
+    )
+    from waitgraph.sdk import (
+        Conflict as Conflict,
+    )
+    from waitgraph.sdk import (
+        CursorExpired as CursorExpired,
+    )
+    from waitgraph.sdk import (
+        DeadlockVictim as DeadlockVictim,
+    )
+    from waitgraph.sdk import (
+        Decision as Decision,
+    )
+    from waitgraph.sdk import (
+        Delegation as Delegation,
+    )
+    from waitgraph.sdk import (
+        Execution as Execution,
+    )
+    from waitgraph.sdk import (
+        ExecutionScope as ExecutionScope,
+    )
+    from waitgraph.sdk import (
+        FailedPrecondition as FailedPrecondition,
+    )
+    from waitgraph.sdk import (
+        Holding as Holding,
+    )
+    from waitgraph.sdk import (
+        Internal as Internal,
+    )
+    from waitgraph.sdk import (
+        InvalidArgument as InvalidArgument,
+    )
+    from waitgraph.sdk import (
+        NoSession as NoSession,
+    )
+    from waitgraph.sdk import (
+        NotFound as NotFound,
+    )
+    from waitgraph.sdk import (
+        NotLeader as NotLeader,
+    )
+    from waitgraph.sdk import (
+        OutcomeUnknown as OutcomeUnknown,
+    )
+    from waitgraph.sdk import (
+        PermissionDenied as PermissionDenied,
+    )
+    from waitgraph.sdk import (
+        ResourceExhausted as ResourceExhausted,
+    )
+    from waitgraph.sdk import (
+        RpcError as RpcError,
+    )
+    from waitgraph.sdk import (
+        RunCancelled as RunCancelled,
+    )
+    from waitgraph.sdk import (
+        Score as Score,
+    )
+    from waitgraph.sdk import (
+        Session as Session,
+    )
+    from waitgraph.sdk import (
+        SessionClosed as SessionClosed,
+    )
+    from waitgraph.sdk import (
+        StaleCancelGeneration as StaleCancelGeneration,
+    )
+    from waitgraph.sdk import (
+        StaleEpoch as StaleEpoch,
+    )
+    from waitgraph.sdk import (
+        StaleGeneration as StaleGeneration,
+    )
+    from waitgraph.sdk import (
+        StreamStats as StreamStats,
+    )
+    from waitgraph.sdk import (
+        SyncClient as SyncClient,
+    )
+    from waitgraph.sdk import (
+        SyncDelegation as SyncDelegation,
+    )
+    from waitgraph.sdk import (
+        SyncExecution as SyncExecution,
+    )
+    from waitgraph.sdk import (
+        SyncHolding as SyncHolding,
+    )
+    from waitgraph.sdk import (
+        SyncSession as SyncSession,
+    )
+    from waitgraph.sdk import (
+        SyncWait as SyncWait,
+    )
+    from waitgraph.sdk import (
+        Unauthenticated as Unauthenticated,
+    )
+    from waitgraph.sdk import (
+        Unavailable as Unavailable,
+    )
+    from waitgraph.sdk import (
+        Wait as Wait,
+    )
+    from waitgraph.sdk import (
+        WaitgraphClientError as WaitgraphClientError,
+    )
+    from waitgraph.sdk import (
+        WatchedEvent as WatchedEvent,
+    )
+    from waitgraph.statemachine import commands as commands
+    from waitgraph.statemachine.enums import (
+        CancelMode as CancelMode,
+    )
+    from waitgraph.statemachine.enums import (
+        EffectOutcome as EffectOutcome,
+    )
+    from waitgraph.statemachine.enums import (
+        ExecStatus as ExecStatus,
+    )
+    from waitgraph.statemachine.enums import (
+        Relation as Relation,
+    )
+    from waitgraph.statemachine.outcome import (
+        Outcome as Outcome,
+    )
+    from waitgraph.statemachine.outcome import (
+        Result as Result,
+    )
+    from waitgraph.statemachine.recovery_state import (
+        DecisionKind as DecisionKind,
+    )
+    from waitgraph.statemachine.recovery_state import (
+        RolloutMode as RolloutMode,
+    )
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'waitgraph' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -72,3 +72,21 @@ def test_a_planted_violation_is_caught(tree: Path, file: str, line: str, expecte
     found = problems()
     assert any(expected in p for p in found), found
     assert check_layers.main() == 1
+
+
+def test_the_lazy_root_names_agree_with_their_type_checking_imports() -> None:
+    """``waitgraph`` imports its SDK on first use (so `waitgraph serve` can turn gRPC's fork
+    handlers off before grpc loads); the names type checkers see and the lazy map are one list."""
+    import ast
+    import importlib
+
+    import waitgraph
+
+    tree = ast.parse((REPO / "cluster" / "__init__.py").read_text())
+    (guard,) = [n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING"]
+    typed = {(node.module, a.name) for node in guard.body if isinstance(node, ast.ImportFrom) for a in node.names}
+    lazy = waitgraph._LAZY
+    assert {name for _, name in typed} == set(lazy) == set(waitgraph.__all__)
+    for module, name in typed:
+        assert lazy[name] == module, name
+        assert getattr(waitgraph, name) is getattr(importlib.import_module(module), name)

@@ -56,7 +56,10 @@ def readme_sdk_example() -> str:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
     """(the wheel, the fresh venv's bin directory, an environment that knows nothing of the checkout)."""
     root = tmp_path_factory.mktemp("packaging")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    # A user's environment: nothing of the checkout, and gRPC's fork handlers as grpc defaults them
+    # (the test suite turns them off for itself; `waitgraph serve` must do it on its own).
+    drop = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "GRPC_ENABLE_FORK_SUPPORT")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     dist = root / "dist"
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO)], root, env)
     (wheel,) = dist.glob("waitgraph-*.whl")
@@ -106,6 +109,11 @@ def test_cli_and_readme_example_from_the_wheel(installed: tuple[Path, Path, dict
     cwd = tmp_path / "agent"
     cwd.mkdir()
     assert "waitgraph dev" in _run([str(bin_dir / "waitgraph"), "--help"], cwd, env)
+    # The command line imports no grpc before `serve` turns its fork handlers off.
+    assert (
+        _run([str(bin_dir / "python"), "-c", "import sys, waitgraph.cli; print('grpc' in sys.modules)"], cwd, env)
+        == "False\n"
+    )
     data = tmp_path / "dev"
     log = open(tmp_path / "dev.log", "w+")  # noqa: SIM115 - read back while the process runs
     dev = subprocess.Popen(
@@ -134,6 +142,13 @@ def test_cli_and_readme_example_from_the_wheel(installed: tuple[Path, Path, dict
             timeout=120,
         )
         assert re.fullmatch(r"exec:B holds resource:browser-9 under lease \d+\n", out), out
+        # A whole-state read is served by a child the node forks (RaftNode.read_image): it must
+        # survive gRPC's threads, which it does only with their fork handlers off.
+        admin = ["--endpoints", endpoints, "--token-file", str(data / "admin.token")]
+        cycles = _run([str(bin_dir / "waitgraph"), *admin, "cycles", "-o", "json"], cwd, env)
+        assert json.loads(cycles)["cycles"] == [], cycles
+        digests = json.loads(_run([str(bin_dir / "waitgraph"), *admin, "status", "--digest", "-o", "json"], cwd, env))
+        assert len({n["state_digest"] for n in digests["nodes"]}) == 1, digests
     finally:
         os.killpg(dev.pid, 2)  # Ctrl-C: `waitgraph dev` stops every node it started
         try:

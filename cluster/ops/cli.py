@@ -6,6 +6,7 @@ script; this module is the group every other verb hangs on."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -135,8 +136,12 @@ def serve(config_file: Path | None, **flags: Any) -> None:
         raise SystemExit(2) from None
     # The node forks to write its log-compaction dumps (cluster/node/raft.py, "Log compaction"); the
     # child never touches gRPC, so gRPC's fork handlers (which pause its threads around every
-    # fork) are not wanted. Read once, when grpc is first imported: that is just below.
+    # fork) are not wanted. Read once, when grpc is first imported: that is just below, so nothing
+    # the command line imports may import grpc first (the `waitgraph` package imports its SDK
+    # lazily for this reason); a child forked with the handlers on dies of SIGABRT or SIGSEGV.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    if "grpc" in sys.modules and os.environ["GRPC_ENABLE_FORK_SUPPORT"].lower() not in ("false", "0"):
+        raise click.ClickException("grpc was imported before serve could turn its fork handlers off (a bug)")
     from waitgraph.node import server
     from waitgraph.ops import liveview
 
