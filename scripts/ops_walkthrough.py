@@ -327,8 +327,13 @@ by hand and wait until it has converged (agent b acknowledges a moment later):
         """
 Once the shadow decisions look right, `auto-safe` lets recovery act, but only on cycles whose
 every run is marked side-effect-free; any other cycle is still only reported (`SHADOW`, reason
-`not_side_effect_free`). Two test runs start (`exec:T1`, `exec:T2`, each holding one sandbox;
-T2 has a checkpoint) and are marked:
+`not_side_effect_free`). A mode change acts on what already stands too: a cycle that was decided
+in shadow and is still deadlocked when its runs come under a mode that acts is proposed again by
+the leader (same digest, a new proposal), voted on, confirmed by the second read and committed,
+epoch first, like a new one; `waitgraph decisions` then lists the SHADOW decision and, after it,
+the one that acted. (Here the first seed's cycle was already cancelled by hand above, so there is
+nothing standing.) Two test runs start (`exec:T1`, `exec:T2`, each holding one sandbox; T2 has a
+checkpoint) and are marked:
 """
     )
     g.run("waitgraph mode auto-safe", expect=("APPLIED",))

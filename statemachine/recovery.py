@@ -195,6 +195,31 @@ def _retract(ctx: Ctx, p: Proposal, reason: str) -> None:
     ctx.fx.append(RecoveryRetracted(digest=p.digest, reason=reason))
 
 
+def acts(rb: RecoveryBook, mode: RolloutMode, runs: list[str]) -> bool:
+    """Whether a recovery of these runs under ``mode`` rolls anything back (else it is SHADOW)."""
+    return mode is RolloutMode.AUTO or (mode is RolloutMode.AUTO_SAFE and all(r in rb.side_effect_free for r in runs))
+
+
+def reproposable(st: State, digest: str) -> bool:
+    """A cycle decided in shadow whose runs are now in a mode that acts may be proposed again.
+
+    Switching shadow -> auto-safe or auto must act on the deadlocks that already stand, not only
+    on new ones: the standing cycle's digest is unchanged, so without this rule the shadow
+    decision would be its last word and the operator would have to cancel by hand. The new
+    proposal goes through votes, the confirmation window and the second read like any other; a
+    cycle that dissolved meanwhile is simply no longer a candidate.
+    """
+    rb = st.recovery
+    p = rb.proposals.get(digest)
+    if p is None or p.status is not ProposalStatus.COMMITTED or p.decision_id is None:
+        return False
+    d = rb.decisions.get(p.decision_id)
+    if d is None or d.kind is not DecisionKind.SHADOW:
+        return False
+    runs = sorted({st.executions[m].run_id for m, _ in p.members if m in st.executions})
+    return acts(rb, rb.mode_for(runs), runs)
+
+
 def propose(ctx: Ctx, cmd: ProposeRecovery) -> Outcome:
     require_operator(ctx, "ProposeRecovery")
     st, rb = ctx.state, book(ctx.state)
@@ -202,7 +227,7 @@ def propose(ctx: Ctx, cmd: ProposeRecovery) -> Outcome:
     if not rb.config.voters:
         raise E.precondition("no_voters", "recovery is not configured: ConfigureRecovery first")
     known = rb.proposals.get(c.digest)
-    if known is not None:
+    if known is not None and not reproposable(st, c.digest):
         return noop("already_proposed", f"{c.digest[:16]} is already {known.status.value}")
     for digest in sorted({rb.open_members[m] for m in c.member_ids if m in rb.open_members}):
         other = rb.proposals[digest]
@@ -471,8 +496,7 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
         _count_outcome(st, mode, "escalated")
         ctx.fx.append(RecoveryEscalated(digest=c.digest, reason="exceeds_max_rollback", run_ids=tuple(runs)))
         return applied(ctx.fx)
-    acts = mode is RolloutMode.AUTO or (mode is RolloutMode.AUTO_SAFE and all(r in rb.side_effect_free for r in runs))
-    if not acts:
+    if not acts(rb, mode, runs):
         reason = "shadow_mode" if mode is RolloutMode.SHADOW else "not_side_effect_free"
         winner = min(members) if livelock else victim
         decide(DecisionKind.SHADOW, reason, winner, [(m, "victim" if m == winner else "kept") for m in members], None)

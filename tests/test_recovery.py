@@ -510,3 +510,44 @@ def test_tie_break_rolls_back_producers_instead_of_making_them_wait() -> None:
     assert d.roles == [("exec:A", "winner"), ("exec:B", "rolled_back")]
     assert w.st.executions["exec:B"].status is ExecStatus.CANCELLING
     assert full_pass(w.st) == []
+
+
+def test_a_cycle_decided_in_shadow_is_proposed_again_once_the_mode_acts() -> None:
+    """Switching shadow -> auto acts on what already stands: the same digest may be proposed
+    again, and goes through votes, the window and the second read, epoch first, like any other."""
+    w = World()
+    browser_review(w)
+    w.configure(mode=RolloutMode.SHADOW)
+    w.recover()
+    assert w.st.recovery.decisions["d1"].kind is DecisionKind.SHADOW
+    [c] = w.candidates()
+    again = w.propose(c)  # still in shadow: the decision stands, nothing new to propose
+    assert again.result is Result.NOOP and again.code == "already_proposed"
+    w.ok("operator:op", SetMode(mode=RolloutMode.AUTO))
+    proposed = w.propose(c)
+    assert proposed.ok and kinds(proposed) == ["RecoveryProposed"]
+    w.vote_all(c)
+    out = w.commit(c)
+    d2 = w.st.recovery.decisions["d2"]
+    assert d2.kind is DecisionKind.VICTIM and d2.digest == c.digest and d2.epoch == 1 == w.st.recovery.epoch
+    order = kinds(out)
+    assert order.index("EpochCommitted") < order.index("Released")  # nothing released before the epoch
+    # Decided for real now: never proposed again, and the shadow record is still there to explain.
+    assert w.st.recovery.decisions["d1"].kind is DecisionKind.SHADOW
+    assert w.candidates() == []
+    late = w.propose(c)
+    assert late.result is Result.NOOP and late.code == "already_proposed"
+
+
+def test_a_mode_that_would_still_only_shadow_does_not_propose_again() -> None:
+    w = World()
+    browser_review(w)
+    w.configure(mode=RolloutMode.SHADOW)
+    w.recover()
+    [c] = w.candidates()
+    w.ok("operator:op", SetMode(mode=RolloutMode.AUTO_SAFE))  # the runs are not side-effect-free
+    out = w.propose(c)
+    assert out.result is Result.NOOP and out.code == "already_proposed"
+    w.ok("operator:op", SetMode(mode=None, run_id="run-A", side_effect_free=True))
+    w.ok("operator:op", SetMode(mode=None, run_id="run-B", side_effect_free=True))
+    assert w.propose(c).ok  # now auto-safe acts on both runs

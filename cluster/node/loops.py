@@ -44,7 +44,7 @@ from waitgraph.statemachine.commands import (
 )
 from waitgraph.statemachine.detect import Candidate, IncrementalDetector, still_deadlocked
 from waitgraph.statemachine.outcome import Outcome, Result
-from waitgraph.statemachine.recovery import propose_command
+from waitgraph.statemachine.recovery import propose_command, reproposable
 from waitgraph.statemachine.recovery_state import ProposalStatus, RolloutMode
 from waitgraph.statemachine.state import State
 
@@ -74,8 +74,12 @@ class Survey:
     applied_index: int = 0
     unconfigured: bool = False
     proposals: list[Candidate] = field(default_factory=list)
-    votes: list[tuple[str, bool]] = field(default_factory=list)
-    commits: list[str] = field(default_factory=list)
+    superseding: dict[str, str] = field(default_factory=dict)
+    """digest -> the shadow decision a new proposal of a standing cycle follows (a mode change)."""
+    votes: list[tuple[str, bool, str]] = field(default_factory=list)
+    """(digest, approve, the proposal's instance key)."""
+    commits: list[tuple[str, str]] = field(default_factory=list)
+    """(digest, the proposal's instance key)."""
     tick_due: bool = False
     reemit_due: bool = False
 
@@ -90,17 +94,26 @@ def survey(m: StateMachine, actor: str, leader: bool, now_ms: int, detector: Inc
     for p in rb.proposals.values():
         if p.status is not ProposalStatus.OPEN:
             continue
+        # A digest can be proposed again after a shadow decision (a mode change): the request ids
+        # of votes and commits name the proposal they are for, or the idempotency table would
+        # answer the new proposal's vote with the old one's outcome.
+        instance = f"{p.digest[:16]}@{p.proposed_at_ms}"
         if actor in cfg.voters and actor not in p.approvals and actor not in p.rejections:
-            out.votes.append((p.digest, still_deadlocked(st, Candidate.build(p.members, p.edges))))
+            out.votes.append((p.digest, still_deadlocked(st, Candidate.build(p.members, p.edges)), instance))
         if leader:
             approvals = sum(1 for v in p.approvals if v in cfg.voters)
             if approvals >= cfg.quorum and now >= p.proposed_at_ms + cfg.confirmation_window_ms:
-                out.commits.append(p.digest)
+                out.commits.append((p.digest, instance))
     if not leader:
         return out
     if detector is not None and cfg.voters:
         detector.pass_(st)
-        out.proposals = [c for c in detector.open_candidates() if c.digest not in rb.proposals]
+        for c in detector.open_candidates():
+            if c.digest not in rb.proposals:
+                out.proposals.append(c)
+            elif reproposable(st, c.digest):
+                out.proposals.append(c)
+                out.superseding[c.digest] = str(rb.proposals[c.digest].decision_id)
     out.tick_due, out.reemit_due = housekeeping_due(st, now)
     return out
 
@@ -194,16 +207,18 @@ class Loops:
         actor, now = self.cfg.actor, self.now_ms()
         read = await self.node.read_local(lambda m: survey(m, actor, leader, now, detector))
         s: Survey = read.value
-        for digest, approve in s.votes:
-            self._propose(f"vote:{digest[:16]}", VoteRecovery(digest=digest, approve=approve))
+        for digest, approve, instance in s.votes:
+            self._propose(f"vote:{instance}", VoteRecovery(digest=digest, approve=approve))
         if not leader:
             return
         if s.unconfigured and not self._bootstrapped and self.cfg.bootstrap is not None:
             self._bootstrap()
         for c in s.proposals:
-            self._propose(f"propose:{c.digest[:16]}", propose_command(c, read.applied_index))
-        for digest in s.commits:
-            self._propose(f"commit:{digest[:16]}", CommitRecovery(digest=digest))
+            after = s.superseding.get(c.digest)
+            key = f"propose:{c.digest[:16]}" + (f"/after-{after}" if after else "")
+            self._propose(key, propose_command(c, read.applied_index))
+        for digest, instance in s.commits:
+            self._propose(f"commit:{instance}", CommitRecovery(digest=digest))
         mono = time.monotonic()
         if mono - self._last_housekeeping >= self.cfg.housekeeping_s:
             self._last_housekeeping = mono
