@@ -22,7 +22,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -49,6 +49,7 @@ from waitgraph.statemachine.cancel import (
 from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES
 from waitgraph.statemachine.detect import full_pass
 from waitgraph.statemachine.effects import EFFECTS
+from waitgraph.statemachine.enums import ExecStatus
 from waitgraph.statemachine.errors import CodecError, Rejection, Status, WaitgraphError, not_found
 from waitgraph.statemachine.outcome import Outcome, Result
 from waitgraph.statemachine.recovery import livelock_reason
@@ -63,6 +64,8 @@ Handler = Callable[[Principal, Any, grpc.aio.ServicerContext], Awaitable[Message
 
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 10_000
+MAX_HOPS = 10
+"""``GraphRequest.hops`` beyond this is taken as this: ten steps already reach most of a graph."""
 WATCH_BATCH = 512
 PROGRESS_INTERVAL_S = 1.0
 """A watcher whose filter matched nothing for this long gets a ``progress`` with its position."""
@@ -370,10 +373,17 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
 
 
 def graph_response(
-    st: State, limit: int, run_id: str | None = None, agent_id: str | None = None
+    st: State,
+    limit: int,
+    run_id: str | None = None,
+    agent_id: str | None = None,
+    statuses: frozenset[ExecStatus] = frozenset(),
+    around: tuple[str, ...] = (),
+    hops: int = 0,
 ) -> operator_pb2.GraphResponse:
-    """The Graph RPC's answer on ``st`` (call it under the replica's lock): at most ``limit`` items
-    per list, in id order; also what the live view draws (cluster/ops/liveview.py)."""
+    """The Graph RPC's answer on ``st`` (call it under the replica's lock): the executions that
+    pass the filters, their waits and the targets those name, at most ``limit`` items per list,
+    in id order, with how many matched; also what the live view draws (cluster/ops/liveview.py)."""
     truncated = False
 
     def cap(items: list[Any]) -> list[Any]:
@@ -383,13 +393,18 @@ def graph_response(
             return items[:limit]
         return items
 
+    near = neighbourhood(st, around, hops) if around else None
     execs = [
         ex
-        for _, ex in sorted(st.executions.items())
-        if (run_id is None or ex.run_id == run_id) and (agent_id is None or ex.agent_id == agent_id)
+        for eid, ex in sorted(st.executions.items())
+        if (run_id is None or ex.run_id == run_id)
+        and (agent_id is None or ex.agent_id == agent_id)
+        and (not statuses or ex.status in statuses)
+        and (near is None or eid in near)
     ]
+    matched_executions = len(execs)
     execs = cap(execs)
-    filtered = run_id is not None or agent_id is not None
+    filtered = run_id is not None or agent_id is not None or bool(statuses) or near is not None
     waits = (
         [e for ex in execs for e in st.waits_of(ex.execution_id)]
         if filtered
@@ -410,7 +425,37 @@ def graph_response(
         runs=[convert.run_view(r, cancel_state(st, r.run_id)) for r in cap(runs)],
         truncated=truncated,
         epoch=st.recovery.epoch,
+        matched_executions=matched_executions,
+        matched_waits=len(waits),
+        matched_targets=len(targets),
     )
+
+
+def neighbourhood(st: State, seeds: Iterable[str], hops: int) -> set[str]:
+    """The executions among ``seeds`` and those within ``hops`` wait-for steps of them, either
+    way: a waiter and what satisfies its wait (an ``exec:`` target, a producer, provider or
+    holder), and the waiters of what an execution satisfies or of the execution itself."""
+    executions, targets = st.executions, st.targets
+    seen = {s for s in seeds if s in executions}
+    frontier = set(seen)
+    for _ in range(hops):
+        reached: set[str] = set()
+        for eid in sorted(frontier):
+            for edge in st.waits_of(eid):
+                tid = edge.target_id
+                if tid in executions:
+                    reached.add(tid)
+                elif (t := targets.get(tid)) is not None:
+                    reached.update(t.holders)
+                    if t.satisfier_id is not None and t.satisfier_id in executions:
+                        reached.add(t.satisfier_id)
+            for tid in (eid, *sorted(st.satisfies.get(eid, ()))):
+                reached.update(edge.waiter_id for edge in st.waits_on(tid))
+        frontier = reached - seen
+        seen |= frontier
+        if not frontier:
+            break
+    return seen
 
 
 def cycles_response(st: State, include_closed: bool = False) -> operator_pb2.CyclesResponse:
@@ -526,9 +571,14 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
     ) -> operator_pb2.GraphResponse:
         limit = _limit(request.limit)
         run_id, agent_id = request.run_id or None, request.agent_id or None
+        statuses = frozenset(convert.exec_status_from_wire(n) for n in request.statuses)
+        around = tuple(sorted(set(request.around)))
+        if len(around) > MAX_LIMIT:
+            raise convert.WireError(f"GraphRequest.around: at most {MAX_LIMIT} executions", field="around")
+        hops = min(request.hops, MAX_HOPS)
 
         def look(m: StateMachine) -> operator_pb2.GraphResponse:
-            return graph_response(m.state, limit, run_id, agent_id)
+            return graph_response(m.state, limit, run_id, agent_id, statuses, around, hops)
 
         got = await self.gw.read(look, request.fresh)
         got.value.stale = got.stale

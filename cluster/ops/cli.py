@@ -417,25 +417,76 @@ def health(s: _Session, writes_only: bool) -> None:
         raise SystemExit(1)
 
 
+PICTURE_LIMIT = 200
+"""Executions (and waits, targets) ``graph -o dot|svg`` draws unless --limit says otherwise."""
+
+_STATUSES = (
+    "pending", "running", "waiting", "cancel_requested", "cancelling", "cancelled", "completed", "failed",
+    "needs_reconciliation", "quarantined",
+)  # fmt: skip
+
+
 @main.command()
 @click.option("--run", "run_id", default="", help="only this run's executions and their waits")
 @click.option("--agent", "agent_id", default="", help="only this agent's executions, waits and session")
-@click.option("--limit", type=int, default=0, help="items per list (server default 1000)")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(_STATUSES, case_sensitive=False),
+    help="only executions in this state (repeat for several)",
+)
+@click.option("--cycles", "cycles_only", is_flag=True, help="only the candidate and confirmed deadlocks' members")
+@click.option(
+    "--around",
+    type=click.IntRange(0, 10),
+    default=0,
+    show_default=True,
+    help="with --cycles: also what lies within N wait-for steps of them",
+)
+@click.option("--limit", type=int, default=0, help="items per list (server default 1000); the rest is counted")
 @_FRESH
 @_operator_verb(("table", "json", "dot", "svg"))
-def graph(s: _Session, run_id: str, agent_id: str, limit: int, fresh: bool | None) -> None:
-    """Executions, targets (with holders and satisfiers), waits, runs and sessions.
+def graph(
+    s: _Session,
+    run_id: str,
+    agent_id: str,
+    statuses: tuple[str, ...],
+    cycles_only: bool,
+    around: int,
+    limit: int,
+    fresh: bool | None,
+) -> None:
+    """Executions, targets (with holders and satisfiers), waits, runs and sessions; filtered by
+    run, agent, status or to the cycles and their neighbourhood, with a size cap that says how
+    much more there is.
 
     -o dot prints Graphviz, -o svg the SVG graphviz draws of it (`waitgraph graph -o svg >
     graph.svg`; needs graphviz's `dot`): candidate deadlocks in orange, confirmed ones in red,
     each confirmed cycle's victim filled and labelled; the picture the live view shows."""
     from waitgraph.ops import render
+    from waitgraph.statemachine.enums import ExecStatus
+    from waitgraph.wire import convert
 
+    if around and not cycles_only:
+        raise click.UsageError("--around N widens --cycles: give --cycles too")
     ops = s.client()
-    read = ops.graph(run_id, agent_id, limit, fresh)
+    cycles = ops.cycles(fresh=fresh).reply if cycles_only or s.output != "json" else None
+    seeds = (
+        sorted(render.cycle_members(cycles) | {m.execution_id for p in cycles.proposals for m in p.members})
+        if cycles_only and cycles is not None
+        else []
+    )
+    if cycles_only and not seeds:
+        seeds = ["exec:-"]  # no cycle: an id no execution has, so nothing matches
+    numbers = [convert.enum_number(ExecStatus(x.upper())) for x in statuses]
+    if not limit and s.output in ("dot", "svg"):
+        limit = PICTURE_LIMIT  # a picture of thousands of nodes is unreadable: the rest is counted on it
+    read = ops.graph(run_id, agent_id, limit, fresh, numbers, seeds, around)
     if s.output == "json":
         s.json(_with_endpoint(render.message_json(read.reply), read))
         return
+    assert cycles is not None
     cycles = ops.cycles(fresh=fresh).reply
     if s.output in ("dot", "svg"):
         from waitgraph.ops.opsclient import OpsError
@@ -448,7 +499,7 @@ def graph(s: _Session, run_id: str, agent_id: str, limit: int, fresh: bool | Non
                 except OpsError as exc:  # the decision left the retained window: draw the cycle alone
                     if exc.code_name != "NOT_FOUND":
                         raise
-        dot = render.graph_dot(read.reply, cycles, decisions)
+        dot = render.graph_dot(read.reply, cycles, decisions, render.graph_more(read.reply))
         if s.output == "dot":
             click.echo(dot, nl=False)
             return

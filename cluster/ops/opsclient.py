@@ -347,9 +347,22 @@ class OperatorClient:
             r.node_id = r.status.node_id if r.status is not None else names.get(r.endpoint)
         return reports
 
-    def graph(self, run_id: str = "", agent_id: str = "", limit: int = 0, fresh: bool | None = None) -> Read:
+    def graph(
+        self,
+        run_id: str = "",
+        agent_id: str = "",
+        limit: int = 0,
+        fresh: bool | None = None,
+        statuses: Sequence[int] = (),
+        around: Sequence[str] = (),
+        hops: int = 0,
+    ) -> Read:
         return self.read(
-            "Graph", lambda f: operator_pb2.GraphRequest(run_id=run_id, agent_id=agent_id, limit=limit, fresh=f), fresh
+            "Graph",
+            lambda f: operator_pb2.GraphRequest(
+                run_id=run_id, agent_id=agent_id, limit=limit, fresh=f, statuses=statuses, around=around, hops=hops
+            ),
+            fresh,
         )
 
     def cycles(self, include_closed: bool = False, fresh: bool | None = None) -> Read:

@@ -520,10 +520,29 @@ def graph_blocks(graph: Any, cycles: Any = None) -> list[Block]:
         Table(["agent", "incarnation", "status", "expires"], sessions, f"SESSIONS ({len(sessions)})"),
     ]
     summary = f"epoch {graph.epoch}; {len(in_cycle)} executions in candidate cycles"
-    if graph.truncated:
-        summary += "; TRUNCATED (raise --limit)"
+    more = graph_more(graph)
+    if more:
+        summary += f"; {more}"
     blocks.append(Text(summary))
     return blocks
+
+
+def graph_more(graph: Any) -> str | None:
+    """What the size cap left out, counted: ``950 more executions, 1,900 more waits not shown``."""
+    if not graph.truncated:
+        return None
+    parts = [
+        f"{n - len(shown):,} more {what}"
+        for n, shown, what in (
+            (graph.matched_executions, graph.executions, "executions"),
+            (graph.matched_waits, graph.waits, "waits"),
+            (graph.matched_targets, graph.targets, "targets"),
+        )
+        if n > len(shown)
+    ]
+    return (
+        ", ".join(parts) or "more"
+    ) + " not shown (raise --limit, or narrow with --run, --agent, --status, --cycles)"
 
 
 def _dot_id(text: str) -> str:

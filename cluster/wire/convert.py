@@ -261,6 +261,13 @@ def _enum_from_wire(cls: type[StrEnum], number: int, where: str) -> StrEnum:
     return member
 
 
+def exec_status_from_wire(number: int) -> ExecStatus:
+    """A request's ExecStatus filter (a WireError naming the field when unknown)."""
+    member = _enum_from_wire(ExecStatus, number, "statuses")
+    assert isinstance(member, ExecStatus)
+    return member
+
+
 def decision_kind_from_wire(number: int) -> DecisionKind:
     """A request's DecisionKind filter (a WireError naming the field when unknown)."""
     member = _enum_from_wire(DecisionKind, number, "kind")

@@ -279,6 +279,16 @@ def test_deadlock_graph_cycles_vote_explain_export(cluster: LocalCluster) -> Non
     assert '"exec:A-cli" -> "artifact:review-cli" [label="waits: review", color="darkorange"' in dot.stdout
     assert '"resource:browser-cli" -> "exec:A-cli" [label="held by", style="dashed", color="darkorange"' in dot.stdout
     assert '"artifact:review-cli" -> "exec:B-cli" [label="produced by"' in dot.stdout
+    # filters: the cycles alone, by status, and a size cap that counts what it left out
+    only = ok_json(cluster, "graph", "--cycles")
+    assert [e["execution_id"] for e in only["executions"]] == ["exec:A-cli", "exec:B-cli"]
+    assert only["matched_executions"] == 2 and only["truncated"] is False
+    waiting = ok_json(cluster, "graph", "--status", "waiting", "--status", "running")
+    assert {e["status"] for e in waiting["executions"]} <= {"WAITING", "RUNNING"}
+    assert ok_json(cluster, "graph", "--status", "completed")["executions"] == []
+    assert wg(cluster, "graph", "--around", "1").returncode == 2  # --around widens --cycles
+    capped = ok_table(cluster, "graph", "--limit", "1")
+    assert "EXECUTIONS (1)" in capped and "1 more executions" in capped and "not shown" in capped
 
     # the operator's vote completes the quorum; sent to a follower, which forwards it
     out = ok_json(cluster, "vote", digest[:10], endpoints=followers[1])

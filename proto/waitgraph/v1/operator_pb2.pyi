@@ -98,16 +98,22 @@ class StatusResponse(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., ready: _Optional[bool] = ..., epoch: _Optional[int] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., admission_frozen: _Optional[bool] = ..., admission_frozen_reason: _Optional[str] = ..., frozen_runs: _Optional[int] = ..., recovery_configured: _Optional[bool] = ..., voters: _Optional[_Iterable[str]] = ..., quorum: _Optional[int] = ..., max_rollback: _Optional[int] = ..., now_ms: _Optional[int] = ..., state_digest: _Optional[str] = ..., stale: _Optional[bool] = ..., peers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., open_proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., event_head_cursor: _Optional[int] = ..., event_horizon_cursor: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class GraphRequest(_message.Message):
-    __slots__ = ("run_id", "agent_id", "limit", "fresh")
+    __slots__ = ("run_id", "agent_id", "limit", "fresh", "statuses", "around", "hops")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     FRESH_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    AROUND_FIELD_NUMBER: _ClassVar[int]
+    HOPS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     agent_id: str
     limit: int
     fresh: bool
-    def __init__(self, run_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., limit: _Optional[int] = ..., fresh: _Optional[bool] = ...) -> None: ...
+    statuses: _containers.RepeatedScalarFieldContainer[_types_pb2.ExecStatus]
+    around: _containers.RepeatedScalarFieldContainer[str]
+    hops: int
+    def __init__(self, run_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., limit: _Optional[int] = ..., fresh: _Optional[bool] = ..., statuses: _Optional[_Iterable[_Union[_types_pb2.ExecStatus, str]]] = ..., around: _Optional[_Iterable[str]] = ..., hops: _Optional[int] = ...) -> None: ...
 
 class SideEffectView(_message.Message):
     __slots__ = ("effect_id", "outcome", "compensatable", "generation")
@@ -232,7 +238,7 @@ class RunView(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., root_id: _Optional[str] = ..., cancel_generation: _Optional[int] = ..., cancel_state: _Optional[_Union[_types_pb2.CancelState, str]] = ...) -> None: ...
 
 class GraphResponse(_message.Message):
-    __slots__ = ("executions", "targets", "waits", "sessions", "runs", "truncated", "stale", "applied_index", "epoch")
+    __slots__ = ("executions", "targets", "waits", "sessions", "runs", "truncated", "stale", "applied_index", "epoch", "matched_executions", "matched_waits", "matched_targets")
     EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
     TARGETS_FIELD_NUMBER: _ClassVar[int]
     WAITS_FIELD_NUMBER: _ClassVar[int]
@@ -242,6 +248,9 @@ class GraphResponse(_message.Message):
     STALE_FIELD_NUMBER: _ClassVar[int]
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_WAITS_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_TARGETS_FIELD_NUMBER: _ClassVar[int]
     executions: _containers.RepeatedCompositeFieldContainer[ExecutionView]
     targets: _containers.RepeatedCompositeFieldContainer[TargetView]
     waits: _containers.RepeatedCompositeFieldContainer[WaitView]
@@ -251,7 +260,10 @@ class GraphResponse(_message.Message):
     stale: bool
     applied_index: int
     epoch: int
-    def __init__(self, executions: _Optional[_Iterable[_Union[ExecutionView, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[TargetView, _Mapping]]] = ..., waits: _Optional[_Iterable[_Union[WaitView, _Mapping]]] = ..., sessions: _Optional[_Iterable[_Union[SessionView, _Mapping]]] = ..., runs: _Optional[_Iterable[_Union[RunView, _Mapping]]] = ..., truncated: _Optional[bool] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+    matched_executions: int
+    matched_waits: int
+    matched_targets: int
+    def __init__(self, executions: _Optional[_Iterable[_Union[ExecutionView, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[TargetView, _Mapping]]] = ..., waits: _Optional[_Iterable[_Union[WaitView, _Mapping]]] = ..., sessions: _Optional[_Iterable[_Union[SessionView, _Mapping]]] = ..., runs: _Optional[_Iterable[_Union[RunView, _Mapping]]] = ..., truncated: _Optional[bool] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ..., epoch: _Optional[int] = ..., matched_executions: _Optional[int] = ..., matched_waits: _Optional[int] = ..., matched_targets: _Optional[int] = ...) -> None: ...
 
 class CyclesRequest(_message.Message):
     __slots__ = ("include_closed", "fresh")
