@@ -495,6 +495,24 @@ With the owners recorded and the old scheduler restored, lift admission control:
 pending; `waitgraph export` lists who has not acknowledged.
 """
     )
+    g.section("8. Orphaned executions")
+    g.say(
+        """
+An execution is **orphaned** when it is not settled and its owner's session expired (the agent
+process crashed or was cut off longer than its lease) or left. Nobody is working on it, but it
+keeps its waits and holdings: detection still sees it, so a deadlock it is part of is still
+broken, and it can be the victim. `waitgraph status` counts them (`orphaned_executions`),
+`waitgraph graph` marks them `(orphaned)` (`orphaned` in JSON), and
+`waitgraph_orphaned_executions` alerts on them.
+
+The leader does **not** cancel them after a grace period, on purpose: a session expires during a
+partition too, and the agent that comes back and re-joins under its agent id resumes its
+executions where they stood (its claims and generations fence anything stale); cancelling would
+throw that work away and, for a run with committed side effects, force a reconciliation. What
+an orphan holds is what an operator should decide about: `waitgraph graph --status running
+--status waiting --agent AGENT` lists them, and `waitgraph cancel RUN --wait` releases a run's.
+"""
+    )
 
 
 def main() -> int:

@@ -707,3 +707,24 @@ def _waits_from(
     )
     heapq.heapify(heap)
     return by_waiter, by_target, heap, n
+
+
+def is_orphaned(st: State, ex: Execution) -> bool:
+    """Unsettled, and its owner has no active session: the agent process crashed or left, and
+    nobody is working on it. It keeps its waits and holdings (detection still sees it, and it can
+    be a deadlock victim) until its agent re-joins and resumes it, or an operator cancels its run."""
+    if ex.status in SETTLED:
+        return False
+    session = st.sessions.get(ex.agent_id)
+    return session is None or session.status is not SessionStatus.ACTIVE
+
+
+def orphaned_count(st: State) -> int:
+    """How many executions :func:`is_orphaned`: O(agents), from the per-agent count of unsettled
+    executions, so status and metrics can afford it on every call."""
+    sessions = st.sessions
+    return sum(
+        n
+        for agent_id, n in st.open_executions_by_agent.items()
+        if (s := sessions.get(agent_id)) is None or s.status is not SessionStatus.ACTIVE
+    )

@@ -57,6 +57,7 @@ from waitgraph.statemachine.cancel import metrics as cancel_metrics
 from waitgraph.statemachine.enums import EffectOutcome
 from waitgraph.statemachine.ids import TARGET_KINDS, kind_of
 from waitgraph.statemachine.recovery_state import DecisionKind, RolloutMode
+from waitgraph.statemachine.state import orphaned_count
 from waitgraph.statemachine.telemetry import COST_BOUNDS, GENERATION_BUCKETS, generation_bucket, parse
 
 logger = logging.getLogger("waitgraph.node.metrics")
@@ -168,7 +169,7 @@ def sample(m: StateMachine) -> Sample:
         mode=rb.mode.value,
         cancel_slo_ms=st.cancel.slo_ms,
         counters=dict(st.counters),
-        gauges=cancel_metrics(st),
+        gauges={**cancel_metrics(st), "orphaned": orphaned_count(st)},
         decisions=decisions,
         unknown_side_effects=unknown,
     )
@@ -454,6 +455,11 @@ class WaitgraphCollector(Collector):
             "waitgraph_quarantined_executions",
             "Executions that ignored their cancel request past the emission budget.",
             g.get("quarantined", 0),
+        )
+        yield _gauge(
+            "waitgraph_orphaned_executions",
+            "Unsettled executions whose owner's session expired or left: nobody is working on them.",
+            g.get("orphaned", 0),
         )
         yield _gauge(
             "waitgraph_open_cancellations", "Cancellation scopes not yet stable.", g.get("open_cancellations", 0)

@@ -54,7 +54,7 @@ from waitgraph.statemachine.errors import CodecError, Rejection, Status, Waitgra
 from waitgraph.statemachine.outcome import Outcome, Result
 from waitgraph.statemachine.recovery import livelock_reason
 from waitgraph.statemachine.recovery_state import Decision, DecisionKind, ProposalStatus
-from waitgraph.statemachine.state import State
+from waitgraph.statemachine.state import State, is_orphaned, orphaned_count
 from waitgraph.wire import convert, metadata
 
 logger = logging.getLogger("waitgraph.node.service")
@@ -418,7 +418,7 @@ def graph_response(
     sessions = [s for a, s in sorted(st.sessions.items()) if agent_id is None or a == agent_id]
     runs = [r for k, r in sorted(st.runs.items()) if run_id is None or k == run_id]
     return operator_pb2.GraphResponse(
-        executions=[convert.execution_view(ex) for ex in execs],
+        executions=[convert.execution_view(ex, is_orphaned(st, ex)) for ex in execs],
         waits=[convert.wait_view(e) for e in cap(waits)],
         targets=[convert.target_view(t) for t in cap(targets)],
         sessions=[convert.session_view(s) for s in cap(sessions)],
@@ -518,6 +518,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
                 open_proposals=len(set(rb.open_members.values())),
                 decisions=len(rb.decisions),
                 counters=counters,
+                orphaned_executions=orphaned_count(st),
             )
 
         if include_digest:

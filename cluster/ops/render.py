@@ -361,6 +361,11 @@ def status_blocks(reports: Sequence[Any], digest: bool = False) -> list[Block]:
         facts.append(f"open proposals {leader.open_proposals}, decisions {leader.decisions}")
         if leader.admission_frozen:
             facts.append(f"admission frozen: {leader.admission_frozen_reason}")
+        if leader.orphaned_executions:
+            facts.append(
+                f"{leader.orphaned_executions} orphaned executions (their agent's session ended: "
+                "`waitgraph graph --status running --status waiting` shows them)"
+            )
     else:
         facts.insert(0, "no reachable node is the leader")
     if digest:
@@ -480,7 +485,7 @@ def graph_blocks(graph: Any, cycles: Any = None) -> list[Block]:
                 ex.run_id,
                 ex.agent_id,
                 ex.generation,
-                status,
+                Styled(f"{status} (orphaned)", "bold yellow") if ex.orphaned else status,
                 Styled("yes", "bold red") if ex.execution_id in in_cycle else "",
                 ex.priority,
                 ex.checkpoint,

@@ -454,14 +454,16 @@ def event_to_proto(cursor: int, log_index: int, agent_ids: Iterable[str], effect
 # -- views of the state (OperatorService reads) ---------------------------------------------------------
 
 
-def execution_view(ex: Execution) -> operator_pb2.ExecutionView:
+def execution_view(ex: Execution, orphaned: bool = False) -> operator_pb2.ExecutionView:
     side_effects = [
         operator_pb2.SideEffectView(
             effect_id=k, outcome=_to_wire(s.outcome), compensatable=s.compensatable, generation=s.generation
         )
         for k, s in sorted(ex.side_effects.items())
     ]
-    view: operator_pb2.ExecutionView = _write(ex, operator_pb2.ExecutionView, side_effects=side_effects)
+    view: operator_pb2.ExecutionView = _write(
+        ex, operator_pb2.ExecutionView, side_effects=side_effects, orphaned=orphaned
+    )
     return view
 
 
@@ -581,7 +583,7 @@ def convergence_response(c: Convergence) -> operator_pb2.ConvergenceResponse:
 # -- the schema check -------------------------------------------------------------------------------------
 
 _VIEWS: tuple[tuple[type[Message], type, frozenset[str]], ...] = (
-    (operator_pb2.ExecutionView, Execution, frozenset({"side_effects"})),
+    (operator_pb2.ExecutionView, Execution, frozenset({"side_effects", "orphaned"})),
     (operator_pb2.TargetView, Target, frozenset({"holders"})),
     (operator_pb2.WaitView, WaitEdge, frozenset()),
     (operator_pb2.SessionView, Session, frozenset()),

@@ -57,3 +57,28 @@ def test_status_run_and_the_size_cap_are_counted() -> None:
     more = render.graph_more(capped)
     assert more is not None and more.startswith("4 more executions, 3 more waits") and "not shown" in more
     assert render.graph_more(graph_response(st, 1000)) is None
+
+
+def test_an_execution_whose_agent_left_is_orphaned_until_it_settles() -> None:
+    from waitgraph.statemachine.commands import CompleteExecution, LeaveSession
+    from waitgraph.statemachine.state import is_orphaned, orphaned_count
+
+    w = world()
+    st = w.st
+    assert orphaned_count(st) == 0 and not any(ex.orphaned for ex in graph_response(st, 1000).executions)
+    w.ok("agent:D", CompleteExecution(execution_id="exec:D", generation=1, observed_cancel_generation=0))
+    w.ok("agent:D", LeaveSession(agent_id="D"))  # settled first: leaving orphans nothing
+    w.ok("agent:E", LeaveSession(agent_id="E"))  # E is still WAITING for A
+    assert [eid for eid, ex in sorted(st.executions.items()) if is_orphaned(st, ex)] == ["exec:E"]
+    assert orphaned_count(st) == 1
+    views = {ex.execution_id: ex.orphaned for ex in graph_response(st, 1000).executions}
+    assert views == {
+        "exec:A": False,
+        "exec:B": False,
+        "exec:C": False,
+        "exec:D": False,
+        "exec:E": True,
+        "exec:F": False,
+    }
+    rendered = render.plain(render.graph_blocks(graph_response(st, 1000)))
+    assert "WAITING (orphaned)" in rendered and rendered.count("(orphaned)") == 1

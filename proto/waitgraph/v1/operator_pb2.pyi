@@ -29,7 +29,7 @@ class PeerStatus(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., connected: _Optional[bool] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("node_id", "raft_address", "grpc_address", "role", "leader_id", "leader_address", "term", "commit_index", "applied_index", "has_quorum", "ready", "epoch", "mode", "admission_frozen", "admission_frozen_reason", "frozen_runs", "recovery_configured", "voters", "quorum", "max_rollback", "now_ms", "state_digest", "stale", "peers", "open_proposals", "decisions", "event_head_cursor", "event_horizon_cursor", "counters")
+    __slots__ = ("node_id", "raft_address", "grpc_address", "role", "leader_id", "leader_address", "term", "commit_index", "applied_index", "has_quorum", "ready", "epoch", "mode", "admission_frozen", "admission_frozen_reason", "frozen_runs", "recovery_configured", "voters", "quorum", "max_rollback", "now_ms", "state_digest", "stale", "peers", "open_proposals", "decisions", "event_head_cursor", "event_horizon_cursor", "counters", "orphaned_executions")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class StatusResponse(_message.Message):
     EVENT_HEAD_CURSOR_FIELD_NUMBER: _ClassVar[int]
     EVENT_HORIZON_CURSOR_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    ORPHANED_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     raft_address: str
     grpc_address: str
@@ -95,7 +96,8 @@ class StatusResponse(_message.Message):
     event_head_cursor: int
     event_horizon_cursor: int
     counters: _containers.ScalarMap[str, int]
-    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., ready: _Optional[bool] = ..., epoch: _Optional[int] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., admission_frozen: _Optional[bool] = ..., admission_frozen_reason: _Optional[str] = ..., frozen_runs: _Optional[int] = ..., recovery_configured: _Optional[bool] = ..., voters: _Optional[_Iterable[str]] = ..., quorum: _Optional[int] = ..., max_rollback: _Optional[int] = ..., now_ms: _Optional[int] = ..., state_digest: _Optional[str] = ..., stale: _Optional[bool] = ..., peers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., open_proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., event_head_cursor: _Optional[int] = ..., event_horizon_cursor: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    orphaned_executions: int
+    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., ready: _Optional[bool] = ..., epoch: _Optional[int] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., admission_frozen: _Optional[bool] = ..., admission_frozen_reason: _Optional[str] = ..., frozen_runs: _Optional[int] = ..., recovery_configured: _Optional[bool] = ..., voters: _Optional[_Iterable[str]] = ..., quorum: _Optional[int] = ..., max_rollback: _Optional[int] = ..., now_ms: _Optional[int] = ..., state_digest: _Optional[str] = ..., stale: _Optional[bool] = ..., peers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., open_proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., event_head_cursor: _Optional[int] = ..., event_horizon_cursor: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., orphaned_executions: _Optional[int] = ...) -> None: ...
 
 class GraphRequest(_message.Message):
     __slots__ = ("run_id", "agent_id", "limit", "fresh", "statuses", "around", "hops")
@@ -128,7 +130,7 @@ class SideEffectView(_message.Message):
     def __init__(self, effect_id: _Optional[str] = ..., outcome: _Optional[_Union[_types_pb2.EffectOutcome, str]] = ..., compensatable: _Optional[bool] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class ExecutionView(_message.Message):
-    __slots__ = ("execution_id", "run_id", "parent_id", "agent_id", "generation", "status", "priority", "checkpoint", "unique_evidence", "cost_consumed", "created_at_ms", "status_at_ms", "children", "side_effects")
+    __slots__ = ("execution_id", "run_id", "parent_id", "agent_id", "generation", "status", "priority", "checkpoint", "unique_evidence", "cost_consumed", "created_at_ms", "status_at_ms", "children", "side_effects", "orphaned")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +145,7 @@ class ExecutionView(_message.Message):
     STATUS_AT_MS_FIELD_NUMBER: _ClassVar[int]
     CHILDREN_FIELD_NUMBER: _ClassVar[int]
     SIDE_EFFECTS_FIELD_NUMBER: _ClassVar[int]
+    ORPHANED_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     run_id: str
     parent_id: str
@@ -157,7 +160,8 @@ class ExecutionView(_message.Message):
     status_at_ms: int
     children: _containers.RepeatedScalarFieldContainer[str]
     side_effects: _containers.RepeatedCompositeFieldContainer[SideEffectView]
-    def __init__(self, execution_id: _Optional[str] = ..., run_id: _Optional[str] = ..., parent_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., generation: _Optional[int] = ..., status: _Optional[_Union[_types_pb2.ExecStatus, str]] = ..., priority: _Optional[int] = ..., checkpoint: _Optional[bool] = ..., unique_evidence: _Optional[bool] = ..., cost_consumed: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., status_at_ms: _Optional[int] = ..., children: _Optional[_Iterable[str]] = ..., side_effects: _Optional[_Iterable[_Union[SideEffectView, _Mapping]]] = ...) -> None: ...
+    orphaned: bool
+    def __init__(self, execution_id: _Optional[str] = ..., run_id: _Optional[str] = ..., parent_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., generation: _Optional[int] = ..., status: _Optional[_Union[_types_pb2.ExecStatus, str]] = ..., priority: _Optional[int] = ..., checkpoint: _Optional[bool] = ..., unique_evidence: _Optional[bool] = ..., cost_consumed: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., status_at_ms: _Optional[int] = ..., children: _Optional[_Iterable[str]] = ..., side_effects: _Optional[_Iterable[_Union[SideEffectView, _Mapping]]] = ..., orphaned: _Optional[bool] = ...) -> None: ...
 
 class HolderView(_message.Message):
     __slots__ = ("execution_id", "generation")
