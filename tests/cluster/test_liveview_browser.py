@@ -123,6 +123,7 @@ def get(url: str, token: str | None = None) -> tuple[int, str]:
 def test_every_node_serves_the_view_json_and_metrics_on_one_port(ring: LocalCluster) -> None:
     """No browser needed: the wiring in cluster/node/server.py, on each of the three nodes."""
     assert ring.credentials is not None
+    exported: list[bool] = []
     for m in ring.members:
         base = f"http://{m.http_address}"
         assert get(f"{base}/api/view")[0] == 401
@@ -134,7 +135,12 @@ def test_every_node_serves_the_view_json_and_metrics_on_one_port(ring: LocalClus
         assert [c["kind"] for c in doc["cycles"]] == ["confirmed"]
         assert doc["victims"][0]["victims"] == ["exec:pipe-d"] and doc["mode"] == "shadow"
         status, metrics = get(f"{base}/metrics")  # open, like --metrics-addr
-        assert status == 200 and "waitgraph_epoch " in metrics and "grpc_server_handled_total" in metrics
+        assert status == 200 and "waitgraph_raft_term " in metrics and "grpc_server_handled_total" in metrics
+        # the replica's series come from the leader only (docs/metrics.md): sum() over nodes is right
+        leader = "waitgraph_replica_series_exported 1.0" in metrics
+        assert ("waitgraph_epoch " in metrics) is leader, (m.node_id, leader)
+        exported.append(leader)
+    assert exported.count(True) == 1, exported
 
 
 def wg(ring: LocalCluster, *args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
