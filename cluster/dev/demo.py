@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from waitgraph.sdk import Client, DeadlockVictim, Session, StaleEpoch, WaitgraphClientError
+from waitgraph.sdk import Client, DeadlockVictim, OperatorClient, Session, StaleEpoch, WaitgraphClientError
 from waitgraph.statemachine import commands as C
 from waitgraph.statemachine.effects import (
     CancellationStable,
@@ -395,8 +395,8 @@ class Driver:
         self.endpoints = endpoints
         self.credentials = credentials
         self.t0 = started
-        self.ops = Client(endpoints, credentials.operator)
-        self.admin = Client(endpoints, credentials.admin)
+        self.ops = OperatorClient(endpoints, credentials.operator)
+        self.admin = OperatorClient(endpoints, credentials.admin)
         self.scope: Scope | None = None
         self.agents: list[AgentProcess] = []
         self._watch: asyncio.Task[None] | None = None
@@ -508,8 +508,7 @@ class Driver:
         decision = await self.ops.decision(decision_id, fresh=True)
         if decision is None or not decision.scores:
             return
-        views = await self.ops.explain_decision(decision_id=decision_id, fresh=True)
-        roles = {r.execution_id: r.role for r in views[0].roles} if views else {}
+        roles = dict(decision.roles)
 
         def yes(flag: bool) -> str:
             return "yes" if flag else "no"

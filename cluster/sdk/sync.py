@@ -30,6 +30,7 @@ from waitgraph.statemachine.outcome import Outcome
 
 from .client import Client
 from .connection import WatchedEvent
+from .operator import OperatorClient
 from .session import Delegation, Execution, ExecutionScope, Holding, Session, Wait
 
 T = TypeVar("T")
@@ -40,6 +41,7 @@ __all__ = [
     "SyncExecution",
     "SyncExecutionScope",
     "SyncHolding",
+    "SyncOperatorClient",
     "SyncSession",
     "SyncWait",
 ]
@@ -146,6 +148,27 @@ class SyncClient(_Proxy):
                     return
         finally:
             self._run(stream.aclose())
+
+
+class SyncOperatorClient(_Proxy):
+    """The blocking twin of :class:`~waitgraph.sdk.operator.OperatorClient` (same arguments, same methods)."""
+
+    def __init__(self, endpoints: Sequence[str], token: str, **kwargs: Any) -> None:
+        runner = _LoopThread()
+        super().__init__(runner, OperatorClient(endpoints, token, **kwargs))
+        self.client: OperatorClient = self._target
+
+    def __enter__(self) -> SyncOperatorClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self._run(self.client.close())
+        finally:
+            self._runner.stop()
 
 
 class SyncSession(_Proxy):
