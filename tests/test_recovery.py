@@ -326,13 +326,41 @@ def test_unknown_non_compensatable_side_effect_freezes_runs_for_a_human() -> Non
     assert "RecoveryEscalated" in kinds(out)
 
 
-def test_a_rollback_larger_than_allowed_is_escalated() -> None:
-    w = World()
-    seven_agent_cycle(w, n=4)
-    w.configure(voters=NODES3, quorum=2, max_rollback=1)
-    # Force the tie-break path: it would roll back 3 executions, more than max_rollback=1.
+def _force_livelock(w: World) -> None:
+    """Make the next recovery of the one candidate a tie-break (as if it had re-formed)."""
     w.st.recovery.config.livelock_repeats = 1
     w.st.recovery.trajectory_of(w.candidates()[0].signature).recoveries.append((0, w.t))
+
+
+def test_a_tie_break_on_the_default_cluster_yields_rather_than_rolls_back() -> None:
+    """The default 3-node voters (quorum 2, max_rollback 1) break a re-forming 4-cycle over
+    resources: the lowest id wins, the other three yield (no rollback: they keep their attempt),
+    and the epoch is committed before anything is released."""
+    w = World()
+    ring = seven_agent_cycle(w, n=4)
+    w.configure(voters=NODES3, quorum=2, max_rollback=1)
+    _force_livelock(w)
+    [out] = w.recover()
+    d = w.st.recovery.decisions["d1"]
+    assert d.kind is DecisionKind.TIE_BREAK and d.winner_id == "exec:a0" and d.epoch == 1
+    assert dict(d.roles) == {ring[0]: "winner", **{m: "yielded" for m in ring[1:]}}
+    names = kinds(out)
+    assert names.index("EpochCommitted") < names.index("Released")
+    assert {w.gen(m) for m in ring} == {1}  # nobody rolled back
+    assert "RecoveryEscalated" not in names
+
+
+def test_a_tie_break_that_must_roll_back_more_than_allowed_is_escalated() -> None:
+    """A ring of produced artifacts: yielding frees none of its waits, so a tie-break would roll
+    back every loser (3 > max_rollback=1): a human decides."""
+    w = World()
+    ring = [w.execution(f"p{i}") for i in range(4)]
+    for i, eid in enumerate(ring):
+        w.produces(eid, f"artifact:out{i}")
+    for i, eid in enumerate(ring):
+        w.wait(eid, f"artifact:out{(i + 1) % 4}")
+    w.configure(voters=NODES3, quorum=2, max_rollback=1)
+    _force_livelock(w)
     [out] = w.recover()
     assert w.st.recovery.decisions["d1"].kind is DecisionKind.ESCALATION
     assert "RecoveryEscalated" in kinds(out)
