@@ -76,11 +76,13 @@ from waitgraph.sdk import (
     Unauthenticated,
     Unavailable,
     Vote,
+    Voter,
     Wait,
     WaitgraphClientError,
     WatchedEvent,
 )
 from waitgraph.statemachine import commands
+from waitgraph.statemachine.effects import RecoveryProposed
 from waitgraph.statemachine.enums import CancelMode, CancelState, EffectOutcome, ExecStatus, Relation
 from waitgraph.statemachine.outcome import Outcome, Result
 from waitgraph.statemachine.recovery_state import DecisionKind, ProposalStatus, RolloutMode
@@ -126,6 +128,7 @@ __all__ = [
     "Proposal",
     "ProposalStatus",
     "RateLimited",
+    "RecoveryProposed",
     "Relation",
     "Release",
     "ResourceExhausted",
@@ -153,6 +156,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "Vote",
+    "Voter",
     "Wait",
     "WaitgraphClientError",
     "WatchedEvent",

@@ -54,7 +54,7 @@ from .errors import (
     WaitgraphClientError,
 )
 from .operator import OperatorClient
-from .session import Assignment, Delegation, Execution, ExecutionScope, Holding, Session, Wait
+from .session import Assignment, Delegation, Execution, ExecutionScope, Holding, Session, Voter, Wait
 from .sync import (
     SyncClient,
     SyncDelegation,
@@ -137,6 +137,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "Vote",
+    "Voter",
     "Wait",
     "WaitgraphClientError",
     "WatchedEvent",

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from .connection import TLS, Batching, Connection, StreamStats, WatchedEvent, WriteBatcher
 from .errors import SessionLost
-from .session import Session
+from .session import Session, Voter
 
 __all__ = ["TLS", "Batching", "Client", "StreamStats", "WatchedEvent", "WriteBatcher"]
 
@@ -47,11 +47,14 @@ class Client(Connection):
         heartbeat_interval_s: float | None = None,
         local_wait_threshold_s: float | None = None,
         on_lost: Callable[[SessionLost], object] | None = None,
+        voter: Voter | bool = False,
     ) -> Session:
         """An agent session (an async context manager): joins on enter, heartbeats, watches its
         events, and leaves on exit. ``agent_id`` must be the one the token is bound to.
         ``on_lost(err)`` is called when the cluster no longer holds the session for this process
-        (see :class:`~waitgraph.sdk.errors.SessionLost`)."""
+        (see :class:`~waitgraph.sdk.errors.SessionLost`). ``voter``: vote on every recovery
+        proposal (``True``: by :meth:`Session.confirms`; or a callable deciding each one), for an
+        agent in the configured voter set."""
         return Session(
             self,
             agent_id,
@@ -61,4 +64,5 @@ class Client(Connection):
                 local_wait_threshold_s if local_wait_threshold_s is not None else self.local_wait_threshold_s
             ),
             on_lost=on_lost,
+            voter=voter,
         )

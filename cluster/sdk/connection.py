@@ -58,6 +58,7 @@ logger = logging.getLogger("waitgraph.sdk")
 __all__ = ["TLS", "Batching", "Connection", "StreamStats", "WatchedEvent", "WriteBatcher"]
 
 _OPERATOR_RPC: dict[type[Command], str] = {cls: rpc for rpc, cls in convert.OPERATOR_WRITES.items()}
+_AGENT_RPC: dict[type[Command], str] = {cls: rpc for rpc, cls in convert.AGENT_WRITES.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,7 +419,7 @@ class Connection:
     """
 
     default_service = "agent"
-    """Where :meth:`submit` sends a command both services carry (CancelRun)."""
+    """Where :meth:`submit` sends a command both services carry (CancelRun, VoteRecovery)."""
 
     def __init__(
         self,
@@ -467,17 +468,18 @@ class Connection:
         ``outcome.duplicate`` when a retry was answered from the idempotency table.
 
         ``service``: ``agent`` or ``operator``; by default this client's :attr:`default_service`
-        for a command both services carry (CancelRun: AgentService on :class:`Client`,
+        for a command both services carry (CancelRun, VoteRecovery: AgentService on :class:`Client`,
         OperatorService on :class:`~waitgraph.sdk.operator.OperatorClient`), and the one service
         that carries it otherwise. AgentService writes are batched with the client's other writes
         (:class:`Batching`). ``token``: act as this bearer token for this write instead of the
         client's (a runtime hosting many agents, each with its own token, on one client).
         """
         if service is None:
-            agent_ok = command.KIND in convert.AGENT_WRITES
+            agent_ok = type(command) in _AGENT_RPC
             operator_ok = type(command) in _OPERATOR_RPC
             service = "agent" if agent_ok and (self.default_service == "agent" or not operator_ok) else "operator"
-        rpc = command.KIND if service == "agent" else _OPERATOR_RPC.get(type(command), command.KIND)
+        rpcs = _AGENT_RPC if service == "agent" else _OPERATOR_RPC
+        rpc = rpcs.get(type(command), command.KIND)
         rid = request_id or new_request_id()
         request = convert.request_from_command(command, rid, rpc)
         if service == "agent":

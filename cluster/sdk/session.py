@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from enum import StrEnum
@@ -81,10 +82,12 @@ from .errors import (
 
 logger = logging.getLogger("waitgraph.sdk")
 
-__all__ = ["Assignment", "Delegation", "Execution", "ExecutionScope", "Holding", "Session", "Wait"]
+__all__ = ["Assignment", "Delegation", "Execution", "ExecutionScope", "Holding", "Session", "Voter", "Wait"]
 
 T = TypeVar("T")
 E = TypeVar("E", bound=StrEnum)
+Voter = Callable[[RecoveryProposed], bool | Awaitable[bool]]
+"""Decides a voter session's vote on a recovery proposal: True approves, False rejects."""
 Interrupt = DeadlockVictim | CancellationRequested
 
 _CURRENT: ContextVar[tuple[Execution, ...]] = ContextVar("waitgraph_current_executions", default=())
@@ -148,6 +151,7 @@ class Session:
         heartbeat_interval_s: float | None,
         local_wait_threshold_s: float,
         on_lost: Callable[[SessionLost], object] | None = None,
+        voter: Voter | bool = False,
     ) -> None:
         self.client = client
         self.agent_id = agent_id
@@ -189,6 +193,11 @@ class Session:
         was already active, e.g. another process's of the same agent)."""
         self._lost_event = asyncio.Event()
         self._leaving = False
+        self.voter: Voter | None = self.confirms if voter is True else voter or None
+        """Votes on every recovery proposal the session sees (a session of an agent in the voter
+        set sees them all): ``True`` votes by :meth:`confirms`, a callable decides."""
+        self.votes: list[tuple[str, bool, Outcome | WaitgraphClientError]] = []
+        """The votes this session cast: (digest, approve, the cluster's answer)."""
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -327,9 +336,53 @@ class Session:
 
     def _on_resync(self) -> None:
         """Events were lost (the cursor expired): ask the cluster about every open wait again."""
-        task = asyncio.get_running_loop().create_task(self._revalidate())
+        self._spawn(self._revalidate())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    # -- votes -----------------------------------------------------------------------------------------
+
+    async def vote(self, digest: str, approve: bool = True) -> Outcome:
+        """This agent's vote on an open recovery proposal (AgentService ``Vote``). It counts when
+        ``agent:<id>`` is in the configured voter set; otherwise the outcome is a NOOP
+        (``noop_reason`` ``not_a_voter``), as it is for a second vote or a closed proposal."""
+        return await self.write(C.VoteRecovery(digest=digest, approve=approve))
+
+    def confirms(self, proposal: RecoveryProposed) -> bool:
+        """The default voter's rule: approve unless this agent knows better. A member this session
+        runs is confirmed deadlocked only if the SDK has it blocked in a registered wait at its
+        current generation; one that is running (making progress) makes the cycle contention, and
+        the vote is no. Members of other agents it cannot see: the cluster's second read checks
+        those."""
+        for eid in proposal.members:
+            ex = self._executions.get(eid)
+            if ex is None:
+                continue
+            blocked = any(
+                w.registered and w.closed_reason is None and w.generation == ex.generation
+                for w in self._attached.get(eid, ())
+            )
+            if not blocked:
+                return False
+        return True
+
+    async def _cast_vote(self, proposal: RecoveryProposed) -> None:
+        assert self.voter is not None
+        try:
+            decided = self.voter(proposal)
+            approve = bool(await decided) if inspect.isawaitable(decided) else bool(decided)
+        except Exception:
+            logger.exception("the voter of %s failed on %s: no vote", self.agent_id, proposal.digest[:12])
+            return
+        try:
+            answer: Outcome | WaitgraphClientError = await self.vote(proposal.digest, approve)
+        except WaitgraphClientError as exc:
+            answer = exc
+            logger.warning("vote of %s on %s: %s", self.agent_id, proposal.digest[:12], exc)
+        self.votes.append((proposal.digest, approve, answer))
 
     async def _revalidate(self) -> None:
         for w in list(self._waits.values()):
@@ -517,6 +570,8 @@ class Session:
                     self.observe_epoch(fx.epoch)
             case RecoveryProposed():
                 self._proposals.append(fx)
+                if self.voter is not None:
+                    self._spawn(self._cast_vote(fx))
             case SessionEnded() if fx.agent_id == self.agent_id:
                 # Not our own LeaveSession (close() sets _leaving first): expired, or another
                 # process of this agent left the session we shared.

@@ -100,7 +100,7 @@ class WireError(WaitgraphError):
 
 # -- the write RPCs: RPC name -> the core command it carries ----------------------------------------
 
-AGENT_WRITES: dict[str, type[Command]] = {
+_NAMED_AFTER_COMMAND: dict[str, type[Command]] = {
     cls.KIND: cls
     for cls in (
         C.JoinSession,
@@ -129,7 +129,9 @@ AGENT_WRITES: dict[str, type[Command]] = {
         C.CancelRun,
     )
 }
-"""AgentService's write RPCs; each is named after its command."""
+AGENT_WRITES: dict[str, type[Command]] = {**_NAMED_AFTER_COMMAND, "Vote": C.VoteRecovery}
+"""AgentService's write RPCs; each is named after its command, but Vote (VoteRecovery), named as
+on OperatorService: the same request, cast by a voter agent's session."""
 
 OPERATOR_WRITES: dict[str, type[Command]] = {
     "Vote": C.VoteRecovery,
