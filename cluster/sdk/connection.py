@@ -5,9 +5,10 @@ Rules kept here:
 - Connect to any node. A write carries one request id (uuid4) for all its attempts. Retried,
   always with that *same* id: a refusal that changed nothing (``rate_limited`` after the node's
   ``retry_after_ms``, ``too_many_outstanding`` with backoff, UNAVAILABLE not-leader following the
-  ``waitgraph-leader`` hint, no leader or nobody reachable in a failover on the next node) and an
-  outcome unknown (``waitgraph-retry: same-request-id``, a deadline, a dropped connection), so
-  the cluster's idempotency table answers instead of applying twice. Any other failure is
+  ``waitgraph-leader`` hint, no leader or nobody reachable in a failover on the next node, a read
+  that failed on its node with ``read_failed`` on the next node) and an outcome unknown
+  (``waitgraph-retry: same-request-id``, a deadline, a dropped connection), so the cluster's
+  idempotency table answers instead of applying twice. Any other failure is
   raised at once as a typed :mod:`waitgraph.sdk.errors` exception: it is an answer.
 - Retries stop at ``retry_deadline_s``, raising the last error (:class:`~.errors.Unavailable`,
   :class:`~.errors.RateLimited`, :class:`~.errors.Overloaded`); a wait the node asks for that
@@ -400,8 +401,9 @@ class Transport:
 
     @staticmethod
     def _retryable(status: grpc.StatusCode, err: RpcError) -> bool:
-        # Unavailable / outcome unknown, or a refusal that did nothing (rate limit, backpressure).
-        return status in _RETRYABLE or isinstance(err, RateLimited | Overloaded)
+        # Unavailable / outcome unknown, or a refusal that did nothing (rate limit, backpressure,
+        # a read whose forked reader failed on that node: reads change nothing, another node may).
+        return status in _RETRYABLE or isinstance(err, RateLimited | Overloaded) or err.code == "read_failed"
 
     async def close(self) -> None:
         self.closed = True
