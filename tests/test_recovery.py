@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from waitgraph.dev.naive import NaivePerAgentEpochs
 from waitgraph.statemachine.commands import (
     Acquire,
     CloseWait,
     ConfigureRecovery,
     RecordSideEffect,
-    Release,
     RetryExecution,
     SetMode,
     StartExecution,
@@ -420,52 +420,11 @@ def test_seed_pipeline_recovers_with_one_rollback_and_the_cycle_never_reforms() 
     assert len(w.st.recovery.decisions) == 1
 
 
-class NaivePerAgentEpochs:
-    """The second seed's broken recovery, as a test double (never shipped).
-
-    Each agent keeps its own epoch; on "deadlock detected" all four roll back at once (release
-    what they hold), bump their local epoch, and re-request the same resources in the same
-    order. The replicated epoch is never committed, so the cycle re-forms under the same epoch.
-    """
-
-    def __init__(self, w: World, ring: list[str]) -> None:
-        self.w = w
-        self.ring = ring
-        self.local_epoch = {eid: 0 for eid in ring}
-
-    def roll_back_all(self) -> None:
-        w = self.w
-        for eid in self.ring:
-            self.local_epoch[eid] += 1
-            w.ok(
-                w.owner(eid),
-                CloseWait(
-                    waiter_id=eid,
-                    waiter_generation=1,
-                    target_id=w.st.waits_of(eid)[0].target_id,
-                    edge_version=w.st.waits_of(eid)[0].edge_version,
-                    reason="rollback",
-                ),
-            )
-        for i, eid in enumerate(self.ring):
-            w.ok(w.owner(eid), Release(target_id=f"resource:r{i}", execution_id=eid, generation=1))
-        # Everyone re-acquires their own resource first, then asks for the next one: same cycle.
-        for i, eid in enumerate(self.ring):
-            w.ok(
-                w.owner(eid),
-                Acquire(
-                    target_id=f"resource:r{i}", execution_id=eid, generation=1, observed_epoch=self.local_epoch[eid]
-                ),
-            )
-        for i, eid in enumerate(self.ring):
-            w.wait(eid, f"resource:r{(i + 1) % len(self.ring)}", reason="retry")
-
-
 def test_naive_per_agent_epochs_reform_the_cycle_and_the_guard_flags_it() -> None:
     w = World()
     ring = seven_agent_cycle(w)
     w.configure(voters=pipeline_voters(), quorum=5, max_rollback=4)
-    naive = NaivePerAgentEpochs(w, ring)
+    naive = NaivePerAgentEpochs(w.ok, w.m, ring, [f"resource:r{i}" for i in range(len(ring))])
     signatures = []
     for _ in range(11):  # the seed saw 11 rounds in 4.2 s
         [c] = w.candidates()
