@@ -24,6 +24,8 @@ from waitgraph import (
     CancellationRequested,
     CancelState,
     Client,
+    Convergence,
+    Cycles,
     DeadlockVictim,
     DecisionKind,
     EffectOutcome,
@@ -31,8 +33,10 @@ from waitgraph import (
     NotFound,
     OperatorClient,
     PermissionDenied,
+    ProposalStatus,
     RateLimited,
     SessionLost,
+    SyncOperatorClient,
     commands,
 )
 
@@ -210,6 +214,26 @@ async def test_a_session_ended_by_another_process_raises_session_lost_in_the_blo
         await s1.rejoin()
         assert s1.lost is None
         assert await s1.ensure_target(f"artifact:after-{t}")
+
+
+async def test_a_session_whose_lease_expired_is_lost_and_can_rejoin(cluster: GrpcCluster) -> None:
+    async with agent(cluster, "c") as cc:
+        s = cc.session("c", lease_ms=600, heartbeat_interval_s=3600)  # a process paused past its lease
+        async with s:
+            err = await s.wait_lost(timeout_s=30)
+            assert err.reason == "expired" and s.lost is err
+            with pytest.raises(SessionLost):
+                await s.ensure_target(f"artifact:expired-{tag()}")
+            await s.rejoin()
+            assert s.lost is None and s.incarnation is not None
+
+
+def test_the_blocking_operator_client_reads_typed_values(cluster: GrpcCluster) -> None:
+    with SyncOperatorClient(endpoints(cluster), TOKENS["ops"]) as ops:
+        seen = ops.cycles(include_closed=True)
+        state = ops.convergence()
+    assert isinstance(seen, Cycles) and all(isinstance(p.status, ProposalStatus) for p in seen.proposals)
+    assert isinstance(state, Convergence) and state.cancel_state is None  # no run named: the cluster's view
 
 
 async def _waiting(op: OperatorClient, execution_id: str) -> bool:
