@@ -107,27 +107,10 @@ class ExecutionNode(Generic[S]):
         return self.execution
 
 
-def execution_node(
-    session: Session,
-    fn: NodeFn[S],
-    *,
-    execution_id: str,
-    run_id: str,
-    priority: int = 0,
-    checkpoint: bool = False,
-    unique_evidence: bool = False,
-) -> ExecutionNode[S]:
-    """A LangGraph node running ``fn(state, execution)`` as the execution ``execution_id`` of
-    ``session``'s agent (see the module's rules); pair it with ``retry_policy=deadlock_retry()``."""
-    return ExecutionNode(
-        session,
-        fn,
-        execution_id=execution_id,
-        run_id=run_id,
-        priority=priority,
-        checkpoint=checkpoint,
-        unique_evidence=unique_evidence,
-    )
+execution_node = ExecutionNode
+"""``execution_node(session, fn, execution_id=, run_id=, checkpoint=...)``: a LangGraph node running
+``fn(state, execution)`` as that execution of ``session``'s agent (see the module's rules); pair it
+with ``retry_policy=deadlock_retry()``."""
 
 
 def deadlock_retry(max_attempts: int = 3, initial_interval_s: float = 0.05) -> RetryPolicy:

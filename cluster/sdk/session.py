@@ -1033,7 +1033,14 @@ class ExecutionScope:
             if interrupt is not None:
                 await _shielded(ex.ack_cancel())
                 raise interrupt
-            await ex.complete()
+            out = await ex.complete()
+            if not out.changed:  # a commit that did nothing: the attempt was over before it
+                raise StaleGeneration(
+                    f"{ex.execution_id} g{ex.generation}: the commit changed nothing ({out.code}: {out.message})",
+                    status=grpc.StatusCode.FAILED_PRECONDITION,
+                    code=out.code,
+                    outcome=out,
+                )
             return
         own = isinstance(exc, DeadlockVictim | CancellationRequested) and exc.execution_id == ex.execution_id
         try:

@@ -36,6 +36,7 @@ from waitgraph import (
     ProposalStatus,
     RateLimited,
     SessionLost,
+    StaleGeneration,
     SyncOperatorClient,
     commands,
 )
@@ -341,6 +342,16 @@ async def _converged(op: OperatorClient, run: str) -> Any:
         return c if c.converged and c.cancel_state is CancelState.CANCELLED_STABLE else None
 
     return await until(done, 20, f"{run} to converge")
+
+
+async def test_leaving_an_execution_whose_commit_changed_nothing_raises(cluster: GrpcCluster) -> None:
+    t = tag()
+    async with agent(cluster, "a") as ca, ca.session("a") as sa:
+        with pytest.raises(StaleGeneration) as late:
+            async with sa.execution(f"exec:overtaken-{t}", run_id=f"run-o-{t}") as ex:
+                # Another process of agent a retried this execution meanwhile: g1 is over.
+                await sa.write(commands.RetryExecution(execution_id=ex.execution_id, generation=1))
+    assert late.value.code == "stale_generation" and "changed nothing" in str(late.value)
 
 
 async def test_a_stale_close_is_an_explicit_noop(cluster: GrpcCluster) -> None:
