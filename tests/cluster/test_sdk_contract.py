@@ -14,7 +14,6 @@ that every test here also lives with refusals that changed nothing and the SDK's
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,7 +41,9 @@ from waitgraph import (
 )
 
 from .grpc_harness import TOKENS, GrpcCluster, until
-from .test_sdk import AUTO, settled
+from .test_sdk import AUTO, cluster, endpoints, settled, tag
+
+__all__ = ["cluster"]  # test_sdk's fixture, on this module's `shared`
 
 LIMITED = [*AUTO, "--rate-limit-per-s", "50", "--rate-limit-burst", "10"]
 
@@ -54,28 +55,12 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcCluster]:
         yield cluster
 
 
-@pytest.fixture
-def cluster(shared: GrpcCluster, request: pytest.FixtureRequest) -> Iterator[GrpcCluster]:
-    yield shared
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(shared.logs())
-
-
-def endpoints(cluster: GrpcCluster) -> list[str]:
-    return [n.grpc for n in cluster.nodes]
-
-
 def agent(cluster: GrpcCluster, name: str, **kw: Any) -> Client:
     return Client(endpoints(cluster), TOKENS[name], **kw)
 
 
 def operator(cluster: GrpcCluster, name: str = "ops") -> OperatorClient:
     return OperatorClient(endpoints(cluster), TOKENS[name])
-
-
-def tag() -> str:
-    return uuid.uuid4().hex[:8]
 
 
 async def targets(op: OperatorClient) -> dict[str, Any]:
