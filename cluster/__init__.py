@@ -34,27 +34,42 @@ _LAZY: dict[str, str] = {
     "CancellationRequested": "waitgraph.sdk",
     "Client": "waitgraph.sdk",
     "Conflict": "waitgraph.sdk",
+    "Convergence": "waitgraph.sdk",
     "CursorExpired": "waitgraph.sdk",
+    "Cycle": "waitgraph.sdk",
+    "Cycles": "waitgraph.sdk",
     "DeadlockVictim": "waitgraph.sdk",
     "Decision": "waitgraph.sdk",
+    "DecisionSummary": "waitgraph.sdk",
     "Delegation": "waitgraph.sdk",
+    "EpochAt": "waitgraph.sdk",
     "Execution": "waitgraph.sdk",
     "ExecutionScope": "waitgraph.sdk",
+    "Explanation": "waitgraph.sdk",
     "FailedPrecondition": "waitgraph.sdk",
     "Holding": "waitgraph.sdk",
     "Internal": "waitgraph.sdk",
     "InvalidArgument": "waitgraph.sdk",
+    "Member": "waitgraph.sdk",
     "NoSession": "waitgraph.sdk",
     "NotFound": "waitgraph.sdk",
     "NotLeader": "waitgraph.sdk",
+    "OperatorClient": "waitgraph.sdk",
     "OutcomeUnknown": "waitgraph.sdk",
+    "Overloaded": "waitgraph.sdk",
+    "PendingExport": "waitgraph.sdk",
     "PermissionDenied": "waitgraph.sdk",
+    "Proposal": "waitgraph.sdk",
+    "RateLimited": "waitgraph.sdk",
+    "Release": "waitgraph.sdk",
     "ResourceExhausted": "waitgraph.sdk",
     "RpcError": "waitgraph.sdk",
     "RunCancelled": "waitgraph.sdk",
     "Score": "waitgraph.sdk",
     "Session": "waitgraph.sdk",
     "SessionClosed": "waitgraph.sdk",
+    "SessionLost": "waitgraph.sdk",
+    "SignatureHistory": "waitgraph.sdk",
     "StaleCancelGeneration": "waitgraph.sdk",
     "StaleEpoch": "waitgraph.sdk",
     "StaleGeneration": "waitgraph.sdk",
@@ -63,20 +78,26 @@ _LAZY: dict[str, str] = {
     "SyncDelegation": "waitgraph.sdk",
     "SyncExecution": "waitgraph.sdk",
     "SyncHolding": "waitgraph.sdk",
+    "SyncOperatorClient": "waitgraph.sdk",
     "SyncSession": "waitgraph.sdk",
     "SyncWait": "waitgraph.sdk",
     "Unauthenticated": "waitgraph.sdk",
     "Unavailable": "waitgraph.sdk",
+    "Vote": "waitgraph.sdk",
+    "Voter": "waitgraph.sdk",
     "Wait": "waitgraph.sdk",
     "WaitgraphClientError": "waitgraph.sdk",
     "WatchedEvent": "waitgraph.sdk",
+    "RecoveryProposed": "waitgraph.statemachine.effects",
     "CancelMode": "waitgraph.statemachine.enums",
+    "CancelState": "waitgraph.statemachine.enums",
     "EffectOutcome": "waitgraph.statemachine.enums",
     "ExecStatus": "waitgraph.statemachine.enums",
     "Relation": "waitgraph.statemachine.enums",
     "Outcome": "waitgraph.statemachine.outcome",
     "Result": "waitgraph.statemachine.outcome",
     "DecisionKind": "waitgraph.statemachine.recovery_state",
+    "ProposalStatus": "waitgraph.statemachine.recovery_state",
     "RolloutMode": "waitgraph.statemachine.recovery_state",
     "commands": "waitgraph.statemachine",
 }
@@ -104,7 +125,16 @@ if TYPE_CHECKING:  # the same names for type checkers, re-exported (`X as X`); t
         Conflict as Conflict,
     )
     from waitgraph.sdk import (
+        Convergence as Convergence,
+    )
+    from waitgraph.sdk import (
         CursorExpired as CursorExpired,
+    )
+    from waitgraph.sdk import (
+        Cycle as Cycle,
+    )
+    from waitgraph.sdk import (
+        Cycles as Cycles,
     )
     from waitgraph.sdk import (
         DeadlockVictim as DeadlockVictim,
@@ -113,13 +143,22 @@ if TYPE_CHECKING:  # the same names for type checkers, re-exported (`X as X`); t
         Decision as Decision,
     )
     from waitgraph.sdk import (
+        DecisionSummary as DecisionSummary,
+    )
+    from waitgraph.sdk import (
         Delegation as Delegation,
+    )
+    from waitgraph.sdk import (
+        EpochAt as EpochAt,
     )
     from waitgraph.sdk import (
         Execution as Execution,
     )
     from waitgraph.sdk import (
         ExecutionScope as ExecutionScope,
+    )
+    from waitgraph.sdk import (
+        Explanation as Explanation,
     )
     from waitgraph.sdk import (
         FailedPrecondition as FailedPrecondition,
@@ -134,6 +173,9 @@ if TYPE_CHECKING:  # the same names for type checkers, re-exported (`X as X`); t
         InvalidArgument as InvalidArgument,
     )
     from waitgraph.sdk import (
+        Member as Member,
+    )
+    from waitgraph.sdk import (
         NoSession as NoSession,
     )
     from waitgraph.sdk import (
@@ -143,10 +185,28 @@ if TYPE_CHECKING:  # the same names for type checkers, re-exported (`X as X`); t
         NotLeader as NotLeader,
     )
     from waitgraph.sdk import (
+        OperatorClient as OperatorClient,
+    )
+    from waitgraph.sdk import (
         OutcomeUnknown as OutcomeUnknown,
     )
     from waitgraph.sdk import (
+        Overloaded as Overloaded,
+    )
+    from waitgraph.sdk import (
+        PendingExport as PendingExport,
+    )
+    from waitgraph.sdk import (
         PermissionDenied as PermissionDenied,
+    )
+    from waitgraph.sdk import (
+        Proposal as Proposal,
+    )
+    from waitgraph.sdk import (
+        RateLimited as RateLimited,
+    )
+    from waitgraph.sdk import (
+        Release as Release,
     )
     from waitgraph.sdk import (
         ResourceExhausted as ResourceExhausted,
@@ -165,6 +225,12 @@ if TYPE_CHECKING:  # the same names for type checkers, re-exported (`X as X`); t
     )
     from waitgraph.sdk import (
         SessionClosed as SessionClosed,
+    )
+    from waitgraph.sdk import (
+        SessionLost as SessionLost,
+    )
+    from waitgraph.sdk import (
+        SignatureHistory as SignatureHistory,
     )
     from waitgraph.sdk import (
         StaleCancelGeneration as StaleCancelGeneration,
@@ -191,6 +257,9 @@ if TYPE_CHECKING:  # the same names for type checkers, re-exported (`X as X`); t
         SyncHolding as SyncHolding,
     )
     from waitgraph.sdk import (
+        SyncOperatorClient as SyncOperatorClient,
+    )
+    from waitgraph.sdk import (
         SyncSession as SyncSession,
     )
     from waitgraph.sdk import (
@@ -203,6 +272,12 @@ if TYPE_CHECKING:  # the same names for type checkers, re-exported (`X as X`); t
         Unavailable as Unavailable,
     )
     from waitgraph.sdk import (
+        Vote as Vote,
+    )
+    from waitgraph.sdk import (
+        Voter as Voter,
+    )
+    from waitgraph.sdk import (
         Wait as Wait,
     )
     from waitgraph.sdk import (
@@ -212,8 +287,14 @@ if TYPE_CHECKING:  # the same names for type checkers, re-exported (`X as X`); t
         WatchedEvent as WatchedEvent,
     )
     from waitgraph.statemachine import commands as commands
+    from waitgraph.statemachine.effects import (
+        RecoveryProposed as RecoveryProposed,
+    )
     from waitgraph.statemachine.enums import (
         CancelMode as CancelMode,
+    )
+    from waitgraph.statemachine.enums import (
+        CancelState as CancelState,
     )
     from waitgraph.statemachine.enums import (
         EffectOutcome as EffectOutcome,
@@ -232,6 +313,9 @@ if TYPE_CHECKING:  # the same names for type checkers, re-exported (`X as X`); t
     )
     from waitgraph.statemachine.recovery_state import (
         DecisionKind as DecisionKind,
+    )
+    from waitgraph.statemachine.recovery_state import (
+        ProposalStatus as ProposalStatus,
     )
     from waitgraph.statemachine.recovery_state import (
         RolloutMode as RolloutMode,

@@ -798,7 +798,7 @@ def accept_tool_call(ctx: Ctx, cmd: AcceptToolCall) -> Outcome:
     """Admit one tool call of a RUNNING attempt; it stays in flight until its outcome is recorded
     (RecordSideEffect, the cancel ack, or UNKNOWN when the agent's session expires)."""
     st = ctx.state
-    ex = owned_execution(ctx, cmd.execution_id)
+    ex = owned_execution(ctx, cmd.execution_id, generation=cmd.generation)
     validate_name(cmd.effect_id, "effect_id")
     _fence(st, ex.run_id, cmd.observed_cancel_generation, "accept a tool call")
     check_current(ex, cmd.generation)

@@ -81,14 +81,31 @@ def require_operator(ctx: Ctx, what: str) -> None:
 _EXEC_ONLY = frozenset({Kind.EXEC})
 
 
-def owned_execution(ctx: Ctx, execution_id: str) -> Execution:
-    """The execution, checked to belong to the sending agent (operators and nodes may act on any)."""
-    id_kind(execution_id, "execution_id", _EXEC_ONLY)
+def owned_execution(
+    ctx: Ctx, execution_id: str, *, field: str = "execution_id", generation: int | None = None
+) -> Execution:
+    """The execution, checked to belong to the sending agent (operators and nodes may act on any).
+
+    ``field`` names the command's field in a malformed-id rejection (``waiter_id``...).
+    ``generation``: the attempt the command acts for. An agent presenting an attempt older than
+    the current one of an execution another agent now owns is an old worker after a claim
+    takeover: it is told its attempt was superseded (``stale_generation``), which is what it must
+    act on, rather than that the execution belongs to someone else.
+    """
+    id_kind(execution_id, field, _EXEC_ONLY)
     ex = ctx.state.executions.get(execution_id)
     if ex is None:
         raise E.not_found("no_execution", f"{execution_id} does not exist", execution_id=execution_id)
     agent = ctx.agent_id
     if agent is not None and ex.agent_id != agent:
+        if generation is not None and generation < ex.generation:
+            raise E.precondition(
+                "stale_generation",
+                f"{execution_id} g{generation} was superseded by generation {ex.generation}, which another "
+                "agent now runs (a claim takeover); this attempt can no longer act or commit",
+                execution_id=execution_id,
+                current=ex.generation,
+            )
         raise E.denied("not_owner", f"{execution_id} belongs to another agent's session", execution_id=execution_id)
     require_session(ctx)
     return ex

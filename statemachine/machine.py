@@ -400,7 +400,7 @@ def _create_execution(ctx: Ctx, cmd: CreateExecution) -> Outcome:
 
 
 def _lifecycle(ctx: Ctx, execution_id: str, generation: int, event: Event, cause: str) -> Outcome:
-    ex = owned_execution(ctx, execution_id)
+    ex = owned_execution(ctx, execution_id, generation=generation)
     if generation < ex.generation and event in (Event.COMPLETE, Event.FAIL):
         return noop("stale_generation", f"g{generation} of {execution_id} is an old attempt; nothing to finish")
     check_current(ex, generation)
@@ -412,7 +412,7 @@ def _lifecycle(ctx: Ctx, execution_id: str, generation: int, event: Event, cause
 
 
 def _retry(ctx: Ctx, cmd: RetryExecution) -> Outcome:
-    ex = owned_execution(ctx, cmd.execution_id)
+    ex = owned_execution(ctx, cmd.execution_id, generation=cmd.generation)
     check_current(ex, cmd.generation)
     nxt = next_status(ex, Event.RETRY)
     if ex.status in SETTLED:
@@ -490,7 +490,7 @@ def _declare_satisfier(ctx: Ctx, cmd: DeclareSatisfier) -> Outcome:
 def _acquire(ctx: Ctx, cmd: Acquire) -> Outcome:
     st = ctx.state
     t = _target(ctx, cmd.target_id, HELD_KINDS)
-    ex = owned_execution(ctx, cmd.execution_id)
+    ex = owned_execution(ctx, cmd.execution_id, generation=cmd.generation)
     check_current(ex, cmd.generation)
     check_live(ex, "acquire")
     recovery.check_fence(ctx.state, ex.execution_id, cmd.observed_epoch)
@@ -587,7 +587,7 @@ def _check_wait_target(ctx: Ctx, cmd: RegisterWait, kind: Kind) -> str:
 def _register_wait(ctx: Ctx, cmd: RegisterWait) -> Outcome:
     st = ctx.state
     kind = id_kind(cmd.target_id, "target_id", TARGET_KINDS)
-    ex = owned_execution(ctx, cmd.waiter_id)
+    ex = owned_execution(ctx, cmd.waiter_id, field="waiter_id", generation=cmd.waiter_generation)
     check_reason(ctx, cmd.reason)
     if cmd.edge_version < 1:
         raise E.invalid("bad_edge_version", "edge_version must be at least 1")
@@ -636,7 +636,7 @@ def _register_wait(ctx: Ctx, cmd: RegisterWait) -> Outcome:
 def _close_wait_cmd(ctx: Ctx, cmd: CloseWait) -> Outcome:
     st = ctx.state
     id_kind(cmd.target_id, "target_id", TARGET_KINDS)
-    ex = owned_execution(ctx, cmd.waiter_id)
+    ex = owned_execution(ctx, cmd.waiter_id, field="waiter_id")
     check_reason(ctx, cmd.reason)
     if cmd.waiter_generation < ex.generation:
         return noop("stale_generation", f"g{cmd.waiter_generation} of {ex.execution_id} is an old attempt")
@@ -725,7 +725,7 @@ _EFFECT_STEPS = {
 
 
 def _record_side_effect(ctx: Ctx, cmd: RecordSideEffect) -> Outcome:
-    ex = owned_execution(ctx, cmd.execution_id)
+    ex = owned_execution(ctx, cmd.execution_id, generation=cmd.generation)
     validate_name(cmd.effect_id, "effect_id")
     if cmd.generation > ex.generation:
         raise E.invalid("future_generation", f"{ex.execution_id} has no generation {cmd.generation} yet")

@@ -33,6 +33,17 @@ class Outcome:
     def ok(self) -> bool:
         return self.result is Result.APPLIED
 
+    @property
+    def changed(self) -> bool:
+        """The command changed the state (APPLIED). False for a NOOP: nothing changed, on purpose
+        (:attr:`noop_reason`), e.g. a late close or commit of an attempt that is already over."""
+        return self.result is Result.APPLIED
+
+    @property
+    def noop_reason(self) -> str | None:
+        """Why a NOOP changed nothing (``stale_generation``, ``already_closed``...); None otherwise."""
+        return self.code if self.result is Result.NOOP else None
+
     def error(self) -> Rejection:
         if self.status is None:
             raise ValueError("not a rejection")

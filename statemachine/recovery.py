@@ -7,7 +7,10 @@ Rules kept here (the second seed's conditions of validity):
    state at their own log position (the second read); a candidate that is gone or changed is
    RETRACTED and counted as a false positive, and nothing is cancelled.
 3. "Resolved" is this log transition, never a local observation.
-4. The vote quorum is strictly greater than the most executions one recovery may roll back.
+4. The vote quorum is strictly greater than the most executions one recovery may roll back
+   (``max_rollback``): a victim, or a tie-break's rolled-back members. A tie-break's yielders
+   keep their attempt (they release and wait behind the winner) and are not rollbacks: the
+   seed's remedy for livelock is the tie-break *instead of* another rollback.
 Inside one CommitRecovery the order is fixed: epoch committed, decision recorded, victim CAS
 WAITING -> CANCELLING at its generation, its cancellation started, and only then releases.
 
@@ -489,7 +492,17 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
         _freeze_for_reconciliation(ctx, runs, unknown, c.digest)
         _count_outcome(st, mode, "reconciliation")
         return applied(ctx.fx)
-    rollbacks = len(members) - 1 if livelock else 1
+    # The quorum rule (seed 2, condition 4) bounds the executions one recovery *rolls back* at
+    # once. A tie-break's yielders are not rolled back: they keep their attempt, release what
+    # they hold and wait behind the winner. Only the members whose waits yielding cannot free
+    # (they produce, provide or finish what another member waits for) are rolled back and count.
+    if livelock is None:
+        rollbacks = 1
+    else:
+        winner = min(members)
+        blocking = _blocking_satisfiers(st, c)
+        tie_roles = [(m, "winner" if m == winner else "rolled_back" if m in blocking else "yielded") for m in members]
+        rollbacks = sum(role == "rolled_back" for _, role in tie_roles)
     if rollbacks > cfg.max_rollback:
         decide(DecisionKind.ESCALATION, "exceeds_max_rollback", None, [(m, "kept") for m in members], None)
         st.bump("recovery.escalated")
@@ -517,11 +530,8 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
         )
         _roll_back(ctx, d, victim, epoch)
         return applied(ctx.fx)
-    winner = min(members)
-    blocking = _blocking_satisfiers(st, c)
-    roles = [(m, "winner" if m == winner else "rolled_back" if m in blocking else "yielded") for m in members]
-    d = decide(DecisionKind.TIE_BREAK, livelock, winner, roles, epoch)
-    for m, role in roles:
+    d = decide(DecisionKind.TIE_BREAK, livelock, winner, tie_roles, epoch)
+    for m, role in tie_roles:
         if role == "rolled_back":
             _roll_back(ctx, d, m, epoch)
         elif role == "yielded":

@@ -312,10 +312,19 @@ def test_expired_claim_is_taken_over_by_a_higher_generation_and_the_old_commit_i
     claimed = effects_of(out, TaskClaimed)[0]
     assert (claimed.generation, claimed.agent_id, claimed.took_over, claimed.expires_at_ms) == (2, "w2", True, 3100)
     assert (c.ex("exec:task").generation, c.ex("exec:task").status, c.ex("exec:task").agent_id) == (2, S.PENDING, "w2")
-    # The old worker comes back: its late commit and tool calls are refused, whatever it presents.
-    c.refused("agent:w1", commit, Status.PERMISSION_DENIED, "not_owner")
+    # The old worker comes back: its late commit and tool calls are refused, whatever it presents,
+    # and it is told what happened to its attempt (superseded), not that the task is someone else's.
+    late = c.refused("agent:w1", commit, Status.FAILED_PRECONDITION, "stale_generation")
+    assert "superseded by generation 2" in late.message and late.fields["current"] == 2, late.message
     late_tool = AcceptToolCall(execution_id="exec:task", generation=1, observed_cancel_generation=0, effect_id="t")
-    c.refused("agent:w1", late_tool, Status.PERMISSION_DENIED, "not_owner")
+    c.refused("agent:w1", late_tool, Status.FAILED_PRECONDITION, "stale_generation")
+    # Presenting the new attempt's generation is still not its business.
+    c.refused(
+        "agent:w1",
+        AcceptToolCall(execution_id="exec:task", generation=2, observed_cancel_generation=0, effect_id="t"),
+        Status.PERMISSION_DENIED,
+        "not_owner",
+    )
     c.refused("agent:w1", renew, Status.FAILED_PRECONDITION, "stale_generation")
     # The new attempt runs and commits under its own live claim.
     c.ok("agent:w2", StartExecution(execution_id="exec:task", generation=2, observed_cancel_generation=0))

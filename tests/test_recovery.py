@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from waitgraph.dev.naive import NaivePerAgentEpochs
 from waitgraph.statemachine.commands import (
     Acquire,
     CloseWait,
     ConfigureRecovery,
     RecordSideEffect,
-    Release,
     RetryExecution,
     SetMode,
     StartExecution,
@@ -326,13 +326,41 @@ def test_unknown_non_compensatable_side_effect_freezes_runs_for_a_human() -> Non
     assert "RecoveryEscalated" in kinds(out)
 
 
-def test_a_rollback_larger_than_allowed_is_escalated() -> None:
-    w = World()
-    seven_agent_cycle(w, n=4)
-    w.configure(voters=NODES3, quorum=2, max_rollback=1)
-    # Force the tie-break path: it would roll back 3 executions, more than max_rollback=1.
+def _force_livelock(w: World) -> None:
+    """Make the next recovery of the one candidate a tie-break (as if it had re-formed)."""
     w.st.recovery.config.livelock_repeats = 1
     w.st.recovery.trajectory_of(w.candidates()[0].signature).recoveries.append((0, w.t))
+
+
+def test_a_tie_break_on_the_default_cluster_yields_rather_than_rolls_back() -> None:
+    """The default 3-node voters (quorum 2, max_rollback 1) break a re-forming 4-cycle over
+    resources: the lowest id wins, the other three yield (no rollback: they keep their attempt),
+    and the epoch is committed before anything is released."""
+    w = World()
+    ring = seven_agent_cycle(w, n=4)
+    w.configure(voters=NODES3, quorum=2, max_rollback=1)
+    _force_livelock(w)
+    [out] = w.recover()
+    d = w.st.recovery.decisions["d1"]
+    assert d.kind is DecisionKind.TIE_BREAK and d.winner_id == "exec:a0" and d.epoch == 1
+    assert dict(d.roles) == {ring[0]: "winner", **{m: "yielded" for m in ring[1:]}}
+    names = kinds(out)
+    assert names.index("EpochCommitted") < names.index("Released")
+    assert {w.gen(m) for m in ring} == {1}  # nobody rolled back
+    assert "RecoveryEscalated" not in names
+
+
+def test_a_tie_break_that_must_roll_back_more_than_allowed_is_escalated() -> None:
+    """A ring of produced artifacts: yielding frees none of its waits, so a tie-break would roll
+    back every loser (3 > max_rollback=1): a human decides."""
+    w = World()
+    ring = [w.execution(f"p{i}") for i in range(4)]
+    for i, eid in enumerate(ring):
+        w.produces(eid, f"artifact:out{i}")
+    for i, eid in enumerate(ring):
+        w.wait(eid, f"artifact:out{(i + 1) % 4}")
+    w.configure(voters=NODES3, quorum=2, max_rollback=1)
+    _force_livelock(w)
     [out] = w.recover()
     assert w.st.recovery.decisions["d1"].kind is DecisionKind.ESCALATION
     assert "RecoveryEscalated" in kinds(out)
@@ -392,52 +420,11 @@ def test_seed_pipeline_recovers_with_one_rollback_and_the_cycle_never_reforms() 
     assert len(w.st.recovery.decisions) == 1
 
 
-class NaivePerAgentEpochs:
-    """The second seed's broken recovery, as a test double (never shipped).
-
-    Each agent keeps its own epoch; on "deadlock detected" all four roll back at once (release
-    what they hold), bump their local epoch, and re-request the same resources in the same
-    order. The replicated epoch is never committed, so the cycle re-forms under the same epoch.
-    """
-
-    def __init__(self, w: World, ring: list[str]) -> None:
-        self.w = w
-        self.ring = ring
-        self.local_epoch = {eid: 0 for eid in ring}
-
-    def roll_back_all(self) -> None:
-        w = self.w
-        for eid in self.ring:
-            self.local_epoch[eid] += 1
-            w.ok(
-                w.owner(eid),
-                CloseWait(
-                    waiter_id=eid,
-                    waiter_generation=1,
-                    target_id=w.st.waits_of(eid)[0].target_id,
-                    edge_version=w.st.waits_of(eid)[0].edge_version,
-                    reason="rollback",
-                ),
-            )
-        for i, eid in enumerate(self.ring):
-            w.ok(w.owner(eid), Release(target_id=f"resource:r{i}", execution_id=eid, generation=1))
-        # Everyone re-acquires their own resource first, then asks for the next one: same cycle.
-        for i, eid in enumerate(self.ring):
-            w.ok(
-                w.owner(eid),
-                Acquire(
-                    target_id=f"resource:r{i}", execution_id=eid, generation=1, observed_epoch=self.local_epoch[eid]
-                ),
-            )
-        for i, eid in enumerate(self.ring):
-            w.wait(eid, f"resource:r{(i + 1) % len(self.ring)}", reason="retry")
-
-
 def test_naive_per_agent_epochs_reform_the_cycle_and_the_guard_flags_it() -> None:
     w = World()
     ring = seven_agent_cycle(w)
     w.configure(voters=pipeline_voters(), quorum=5, max_rollback=4)
-    naive = NaivePerAgentEpochs(w, ring)
+    naive = NaivePerAgentEpochs(w.ok, w.m, ring, [f"resource:r{i}" for i in range(len(ring))])
     signatures = []
     for _ in range(11):  # the seed saw 11 rounds in 4.2 s
         [c] = w.candidates()

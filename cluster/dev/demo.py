@@ -15,7 +15,12 @@ cluster as an operator (``WatchEvents``, ``Cycles``, ``ExplainDecision``, ``Grap
    "parent waits for child");
 3. the second seed's 7-agent pipeline with the A -> B -> C -> D -> A resource cycle, recovered by
    the cluster nodes' votes (quorum 2 > max_rollback 1; the seed's own 4-of-7 gate with four
-   simultaneous rollbacks is refused).
+   simultaneous rollbacks is refused);
+4. the second seed's livelock: the ring re-races every batch and re-forms the same cycle (the
+   same signature) under every new epoch; after K=2 speculative rollbacks the guard makes the
+   next recovery a deterministic tie-break (the lowest id wins, the others yield, epoch first) on
+   the default cluster, stale-epoch re-acquires are refused, and the naive per-agent-epoch design
+   (:mod:`waitgraph.dev.naive`) is printed beside it: 11 rollbacks, the epoch never advanced.
 
 For each it prints detection (members, signature), the votes, the epoch commit, the victim with
 every candidate's score, the cancellation converging (CancellationStable), that no cycle re-forms
@@ -36,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from waitgraph.sdk import Client, DeadlockVictim, Session, StaleEpoch, WaitgraphClientError
+from waitgraph.sdk import Client, DeadlockVictim, OperatorClient, Session, StaleEpoch, WaitgraphClientError
 from waitgraph.statemachine import commands as C
 from waitgraph.statemachine.effects import (
     CancellationStable,
@@ -48,6 +53,7 @@ from waitgraph.statemachine.effects import (
     Released,
     VictimChosen,
     VoteRecorded,
+    Yielded,
 )
 from waitgraph.statemachine.enums import EffectOutcome
 
@@ -71,6 +77,15 @@ SCENARIO_TIMEOUT_S = 30.0
 
 def resource(x: str) -> str:
     return f"resource:s3-r{x}"
+
+
+def s4_resource(x: str) -> str:
+    return f"resource:s4-r{x}"
+
+
+S4_BATCHES = 3
+"""Batches the ring processes in scenario 4; with the default guard (K=2 recoveries of one
+signature within 60 s) the third re-formation is the one broken by the tie-break."""
 
 
 # == the agents (one process each) ===========================================================================
@@ -270,12 +285,63 @@ async def s3_g(io: AgentIO) -> None:
         io.say("exec:s3-G COMPLETED")
 
 
+async def s4_ring(io: AgentIO, me: str) -> None:
+    """Scenario 4's ring member: every batch, hold your own resource, then take the next one's.
+
+    The same pattern every batch re-forms the same A->B->C->D->A cycle (the same members, so the
+    same signature), whatever the epoch: the re-race of the second seed. A victim retries; a
+    tie-break loser (yielded) retries and waits behind the winner before it re-races.
+    """
+    nxt = RING[(RING.index(me) + 1) % len(RING)]
+    name = f"exec:s4-{me.upper()}"
+    async with io.client() as c, c.session(f"pipe-{me}") as s:
+        async with s.execution(name, run_id=f"s4-run-{me}", checkpoint=True) as ex:
+            for batch in range(1, S4_BATCHES + 1):
+                if batch > 1:  # the whole ring starts the next batch together
+                    io.mark(f"done-{batch - 1}")
+                    await io.go()
+                released = False
+                while True:
+                    try:
+                        async with ex.holding(s4_resource(me)):
+                            if not released:
+                                io.say(f"batch {batch}: {name} g{ex.generation} holds {s4_resource(me)}")
+                                io.mark(f"holding-{batch}")
+                                await io.go()
+                                released = True
+                            async with ex.holding(s4_resource(nxt)):
+                                io.say(f"batch {batch}: got {s4_resource(nxt)}: runs its stage")
+                        break
+                    except DeadlockVictim as interrupted:
+                        d = interrupted.decision
+                        why = f"yielded to {d.winner_id}" if d.role == "yielded" else f"{d.role}, {d.kind}"
+                        io.say(f"batch {batch}: DeadlockVictim raised in the blocked task ({why}), epoch {d.epoch}")
+                        generation = await ex.retry()
+                        await _show_stale_epoch(io, s, ex.execution_id, generation, s4_resource(me))
+                        if d.role == "yielded" and d.winner_id is not None:
+                            async with ex.waiting_for(d.winner_id) as behind:
+                                io.say(f"yields: waits behind the winner {d.winner_id}")
+                                await behind.resolved()
+        io.say(f"{name} COMPLETED {S4_BATCHES} batches")
+
+
+async def _show_stale_epoch(io: AgentIO, s: Session, execution_id: str, generation: int, target_id: str) -> None:
+    """Re-acquiring under an epoch this execution was rolled back (or yielded) from is refused."""
+    old = s.observed_epoch - 1
+    stale = C.Acquire(target_id=target_id, execution_id=execution_id, generation=generation, observed_epoch=old)
+    try:
+        await s.write(stale)
+        io.say(f"a re-acquire presenting epoch {old} was ACCEPTED (it must not be)")
+    except StaleEpoch:
+        io.say(f"retried as g{generation}; a re-acquire presenting epoch {old} is refused: StaleEpoch")
+
+
 AgentMain = Callable[[AgentIO], Coroutine[Any, Any, None]]
 
 
-def _ring(me: str) -> AgentMain:
+def _ring(me: str, play: Callable[[AgentIO, str], Coroutine[Any, Any, None]] = s3_ring) -> AgentMain:
     async def run(io: AgentIO) -> None:
-        await s3_ring(io, me)
+        await play(io, me)
 
     return run
 
@@ -289,6 +355,7 @@ AGENT_MAIN: dict[tuple[str, str], AgentMain] = {
     ("s3", "pipe-e"): s3_e,
     ("s3", "pipe-f"): s3_f,
     ("s3", "pipe-g"): s3_g,
+    **{("s4", f"pipe-{x}"): _ring(x, s4_ring) for x in RING},
 }
 
 
@@ -377,6 +444,11 @@ class Scope:
     problems: list[str] = field(default_factory=list)
     committed_at: float | None = None
     epoch_cursor: int | None = None
+    expect_livelock: bool = False
+    """Scenario 4: the cycle is meant to re-form until the guard's tie-break breaks it."""
+    livelocks: list[LivelockDetected] = field(default_factory=list)
+    yielded: list[Yielded] = field(default_factory=list)
+    tie_break: asyncio.Event = field(default_factory=asyncio.Event)
     decided: asyncio.Event = field(default_factory=asyncio.Event)
     converged: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -395,8 +467,8 @@ class Driver:
         self.endpoints = endpoints
         self.credentials = credentials
         self.t0 = started
-        self.ops = Client(endpoints, credentials.operator)
-        self.admin = Client(endpoints, credentials.admin)
+        self.ops = OperatorClient(endpoints, credentials.operator)
+        self.admin = OperatorClient(endpoints, credentials.admin)
         self.scope: Scope | None = None
         self.agents: list[AgentProcess] = []
         self._watch: asyncio.Task[None] | None = None
@@ -428,6 +500,7 @@ class Driver:
                 RecoveryRetracted,
                 RecoveryEscalated,
                 Released,
+                Yielded,
             )
         ]
         started = asyncio.Event()
@@ -470,9 +543,13 @@ class Driver:
             acted = fx.epoch is not None and fx.decision_kind in ("VICTIM", "TIE_BREAK")
             what = (
                 f"victim {fx.execution_id} g{fx.generation}, WAITING -> CANCELLING"
+                if acted and fx.decision_kind == "VICTIM"
+                else f"the lowest id {fx.execution_id} wins, the others yield"
                 if acted
                 else f"would pick {fx.execution_id}; nothing is cancelled"
             )
+            if fx.decision_kind == "TIE_BREAK":
+                scope.tie_break.set()
             self.cluster(
                 f"DECISION {fx.decision_id}: {fx.decision_kind} (mode {fx.mode}, policy {fx.policy_version}, "
                 f"{fx.reason_code}): {what}"
@@ -495,9 +572,26 @@ class Driver:
                 f"RELEASED {fx.target_id} (lease {fx.lease}) of the victim {fx.execution_id}: after the epoch "
                 f"commit, in the same log entry (event cursor {cursor} > {scope.epoch_cursor})"
             )
+        elif isinstance(fx, Released) and fx.execution_id in scope.executions and fx.reason.startswith("yielded:"):
+            if scope.epoch_cursor is None or cursor < scope.epoch_cursor:
+                scope.problems.append(f"{fx.target_id} was released before the epoch commit")
+            self.cluster(
+                f"RELEASED {fx.target_id} of the yielder {fx.execution_id}, after the epoch commit "
+                f"(cursor {cursor} > {scope.epoch_cursor})"
+            )
+        elif isinstance(fx, Yielded) and fx.execution_id in scope.executions:
+            scope.yielded.append(fx)
+            self.cluster(f"YIELDED {fx.execution_id} g{fx.generation}: waits behind {fx.winner_id} (epoch {fx.epoch})")
         elif isinstance(fx, LivelockDetected) and fx.digest in scope.digests:
-            scope.problems.append(f"livelock detected ({fx.reason})")
-            self.cluster(f"LIVELOCK signature {fx.signature}: {fx.reason}")
+            if scope.expect_livelock:
+                scope.livelocks.append(fx)
+                self.cluster(
+                    f"LIVELOCK: signature {fx.signature} seen again ({fx.reason}): this recovery is a deterministic "
+                    "tie-break, not another speculative rollback"
+                )
+            else:
+                scope.problems.append(f"livelock detected ({fx.reason})")
+                self.cluster(f"LIVELOCK signature {fx.signature}: {fx.reason}")
         elif isinstance(fx, RecoveryRetracted) and fx.digest in scope.digests:
             self.cluster(f"recovery {fx.digest[:12]} retracted: {fx.reason}")
         elif isinstance(fx, RecoveryEscalated) and fx.digest in scope.digests:
@@ -508,8 +602,7 @@ class Driver:
         decision = await self.ops.decision(decision_id, fresh=True)
         if decision is None or not decision.scores:
             return
-        views = await self.ops.explain_decision(decision_id=decision_id, fresh=True)
-        roles = {r.execution_id: r.role for r in views[0].roles} if views else {}
+        roles = dict(decision.roles)
 
         def yes(flag: bool) -> str:
             return "yes" if flag else "no"
@@ -563,15 +656,22 @@ class Driver:
             print(f"   {line}", flush=True)
 
     async def play(
-        self, number: int, title: str, story: list[str], executions: set[str], run: Callable[[], Awaitable[list[Any]]]
+        self,
+        number: int,
+        title: str,
+        story: list[str],
+        executions: set[str],
+        run: Callable[[], Awaitable[list[Any]]],
+        *,
+        livelock: bool = False,
     ) -> Result:
         self.header(number, title, story)
-        scope = Scope(number, frozenset(executions))
+        scope = Scope(number, frozenset(executions), expect_livelock=livelock)
         self.scope = scope
         began = time.monotonic()
         try:
             agents: list[AgentProcess] = await run()
-            detail = await self._resolve(scope, agents)
+            detail = await (self._resolve_livelock(scope, agents) if livelock else self._resolve(scope, agents))
             resolved = not scope.problems
         except DemoFailure as exc:
             scope.problems.append(str(exc))
@@ -613,7 +713,9 @@ class Driver:
             f"cancellation stable, no re-formation, {len(scope.executions)} executions completed"
         )
 
-    async def _no_reformation(self, scope: Scope) -> None:
+    async def _cycle_free(self, scope: Scope) -> int | None:
+        """Poll Cycles for NO_REFORM_S after the last epoch commit: the polls, or None if a cycle
+        among the scenario's executions came back (recorded as a problem)."""
         assert scope.committed_at is not None
         until = scope.committed_at + NO_REFORM_S
         polls = 0
@@ -625,16 +727,74 @@ class Driver:
                 sigs = ", ".join(c.signature for c in back)
                 scope.problems.append(f"a cycle re-formed after the recovery ({sigs})")
                 self.check(f"the cycle RE-FORMED: {sigs}")
-                return
+                return None
             if time.monotonic() >= until:
-                break
+                return polls
             await asyncio.sleep(0.25)
+
+    async def _no_reformation(self, scope: Scope) -> None:
+        polls = await self._cycle_free(scope)
+        if polls is None:
+            return
         once = len(scope.signatures) == len(set(scope.signatures))
         if not once:
             scope.problems.append("the same cycle signature was proposed again")
         self.check(
             f"no re-formation: Cycles polled {polls} times over {NO_REFORM_S:.1f}s after the epoch commit found no "
             f"cycle among this scenario's executions; signature {scope.signatures[0]} proposed once"
+        )
+
+    async def _resolve_livelock(self, scope: Scope, agents: list[AgentProcess]) -> str:
+        """Scenario 4: the same signature every round, speculative rollbacks under fresh epochs,
+        then the guard's tie-break (lowest id wins, the others yield), and the pipeline completes."""
+        try:
+            await asyncio.wait_for(scope.tie_break.wait(), SCENARIO_TIMEOUT_S)
+        except TimeoutError:
+            raise DemoFailure("the re-forming cycle was never broken by a tie-break") from None
+        codes = {a.role: await a.finished(SCENARIO_TIMEOUT_S) for a in agents}
+        failed = {role: code for role, code in codes.items() if code != 0}
+        if failed:
+            scope.problems.append(f"agents exited with errors: {failed}")
+        polls = await self._cycle_free(scope)
+        kinds = [d.decision_kind for d in scope.decisions]
+        winner = scope.decisions[-1].execution_id
+        if len(set(scope.signatures)) != 1:
+            scope.problems.append(f"expected one signature re-forming, saw {sorted(set(scope.signatures))}")
+        if kinds[-1] != "TIE_BREAK" or any(k != "VICTIM" for k in kinds[:-1]):
+            scope.problems.append(f"decisions {kinds}: expected speculative rollbacks, then one tie-break")
+        if scope.epochs != sorted(set(scope.epochs)) or len(scope.epochs) != len(kinds):
+            scope.problems.append(f"epochs {scope.epochs}: each recovery must commit a new one")
+        if winner != min(scope.executions):
+            scope.problems.append(f"the tie-break's winner is {winner}, not the lowest id")
+        losers = sorted(y.execution_id for y in scope.yielded)
+        if losers != sorted(scope.executions - {winner or ""}):
+            scope.problems.append(f"yielded {losers}: every other member must yield")
+        self.check(
+            f"signature {scope.signatures[0]} re-formed {len(kinds)} times: {len(kinds) - 1} speculative rollbacks "
+            f"under epochs {scope.epochs[:-1]}, then the guard's tie-break at epoch {scope.epochs[-1]}: "
+            f"{winner} won, {', '.join(losers)} yielded"
+        )
+        if polls is not None:
+            self.check(f"no re-formation after the tie-break: Cycles polled {polls} times over {NO_REFORM_S:.1f}s")
+        await self._all_completed(scope)
+        await asyncio.gather(*self._explain, return_exceptions=True)
+        self._naive_beside(len(kinds))
+        return (
+            f"livelock broken by the tie-break {scope.decisions[-1].decision_id} at epoch {scope.epochs[-1]} "
+            f"({winner} won), {len(scope.executions)} executions completed"
+        )
+
+    def _naive_beside(self, ours: int) -> None:
+        """What the second seed's naive design (an epoch per agent) does with the same ring."""
+        from waitgraph.dev.naive import naive_rounds
+
+        rounds = naive_rounds(rounds=11)
+        same = len({r.signature for r in rounds}) == 1
+        self.check(
+            f"beside it, the naive per-agent-epoch recovery (waitgraph.dev.naive, the same 4-cycle on the core): "
+            f"{len(rounds)} rollbacks, the {'same' if same else 'a different'} signature re-formed every round, "
+            f"replicated epoch still {rounds[-1].replicated_epoch}, local epochs {rounds[-1].local_epochs}: the seed's "
+            f"11 re-formations; here {ours} recoveries and done"
         )
 
     async def _all_completed(self, scope: Scope) -> None:
@@ -716,6 +876,38 @@ class Driver:
             ],
             {f"exec:s3-{x.upper()}" for x in "abcdefg"},
             run,
+        )
+
+    async def scenario_4(self) -> Result:
+        roles = [f"pipe-{x}" for x in RING]
+
+        async def run() -> list[AgentProcess]:
+            agents = [await self.spawn("s4", role) for role in roles]
+            for batch in range(1, S4_BATCHES + 1):
+                if batch > 1:
+                    for agent in agents:
+                        await agent.marker(f"done-{batch - 1}")
+                    for agent in agents:
+                        await agent.go()
+                for agent in agents:
+                    await agent.marker(f"holding-{batch}")
+                self.say("driver", f"batch {batch}: A, B, C and D each hold their own resource again: go")
+                for agent in agents:
+                    await agent.go()
+            return agents
+
+        return await self.play(
+            4,
+            "the re-forming cycle: livelock broken by a deterministic tie-break (second seed)",
+            [
+                "The ring re-races every batch: each member holds its own resource, then takes the next",
+                "one's, so the same A->B->C->D->A cycle forms again under every new epoch. The guard sees",
+                "the same signature recur and makes the next recovery a tie-break: the lowest id wins, the",
+                "others yield, the epoch is committed before anything is released. On the default cluster.",
+            ],
+            {f"exec:s4-{x.upper()}" for x in RING},
+            run,
+            livelock=True,
         )
 
     async def _show_recovery_rule(self) -> None:
@@ -803,7 +995,8 @@ async def run_demo(only: set[int], keep: Path | None, mode: str = "auto") -> int
         )
         driver = Driver(lc.endpoints, lc.credentials, t0)
         await driver.start_watching()
-        for number, play in ((1, driver.scenario_1), (2, driver.scenario_2), (3, driver.scenario_3)):
+        scenarios = ((1, driver.scenario_1), (2, driver.scenario_2), (3, driver.scenario_3), (4, driver.scenario_4))
+        for number, play in scenarios:
             if not only or number in only:
                 results.append(await play())
     except (DemoFailure, RuntimeError, TimeoutError, WaitgraphClientError) as exc:
@@ -836,7 +1029,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return agent_main(args[1], args[2])
     parser = argparse.ArgumentParser(prog="scripts/demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", type=int, action="append", choices=(1, 2, 3), help="run only this one")
+    parser.add_argument("--scenario", type=int, action="append", choices=(1, 2, 3, 4), help="run only this one")
     parser.add_argument("--keep", type=Path, default=None, help="keep the cluster's directory here")
     parser.add_argument(
         "--mode",

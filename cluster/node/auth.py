@@ -111,6 +111,7 @@ _AGENT_WRITES = (
     "AcceptToolCall",
     "AckCancel",
     "CancelRun",
+    "Vote",
 )
 
 POLICY: dict[str, frozenset[Role]] = {

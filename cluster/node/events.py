@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from waitgraph.statemachine import Envelope, Outcome, StateMachine
-from waitgraph.statemachine.effects import Effect
+from waitgraph.statemachine.effects import Effect, RecoveryProposed
 from waitgraph.statemachine.errors import Status, WaitgraphError
 from waitgraph.statemachine.state import State
 
@@ -71,7 +71,8 @@ def _owner_fields_of(fx: Effect) -> tuple[str, ...]:
 
 def owners(state: State, fx: Effect) -> tuple[str, ...]:
     """Agents an effect concerns: the owners of the executions it names (``execution_id``, the
-    waiter of ``edge_id``, an ``exec:`` ``satisfier_id``, recovery ``members``) and its ``agent_id``."""
+    waiter of ``edge_id``, an ``exec:`` ``satisfier_id``, recovery ``members``) and its ``agent_id``;
+    for a recovery proposal also the agents in the voter set."""
     names = _owner_fields.get(type(fx))
     if names is None:
         names = _owner_fields[type(fx)] = _owner_fields_of(fx)
@@ -90,6 +91,9 @@ def owners(state: State, fx: Effect) -> tuple[str, ...]:
                 ex = execs.get(eid)
                 if ex is not None:
                     agents.append(ex.agent_id)
+    if isinstance(fx, RecoveryProposed):
+        # Agents in the voter set (DESIGN.md section 4) vote on every proposal, members or not.
+        agents.extend(v.partition(":")[2] for v in state.recovery.config.voters if v.startswith("agent:"))
     # Most effects name one agent: only several need sorting and deduplicating.
     return tuple(agents) if len(agents) < 2 else tuple(sorted(set(agents)))
 

@@ -26,6 +26,7 @@ from waitgraph.node.errors import ClusterError, OutcomeUnknown
 from waitgraph.node.events import CursorExpired
 from waitgraph.statemachine import Outcome
 from waitgraph.statemachine.errors import Status, WaitgraphError
+from waitgraph.statemachine.outcome import Result
 from waitgraph.wire import convert
 from waitgraph.wire.metadata import CODE_KEY, LEADER_ID_KEY, LEADER_KEY, OUTCOME_KEY, RETRY_KEY
 
@@ -97,6 +98,12 @@ def for_error(exc: WaitgraphError, leader: LeaderHint | None = None, request_id:
     if isinstance(exc, Rejected):
         md.append((OUTCOME_KEY, convert.outcome_to_proto(exc.outcome).SerializeToString()))
         details = f"{exc.code}: {exc.message}"
+    elif code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # A refusal of the gRPC layer or of backpressure that did nothing (``rate_limited``,
+        # ``too_many_outstanding``): its typed fields (``retry_after_ms``) travel like a core
+        # rejection's, so a client can wait exactly that long and retry with the same request id.
+        refused = Outcome(Result.REJECTED, (), exc.code, exc.status, exc.message, dict(exc.fields))
+        md.append((OUTCOME_KEY, convert.outcome_to_proto(refused).SerializeToString()))
     elif isinstance(exc, OutcomeUnknown):
         md.append((RETRY_KEY, "same-request-id"))
         details = f"outcome unknown ({exc.message}): the command may have been applied; " + (

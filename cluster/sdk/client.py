@@ -6,8 +6,11 @@ Layered so that nothing imports in a circle: ``connection.py`` (transport, write
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .connection import TLS, Batching, Connection, StreamStats, WatchedEvent, WriteBatcher
-from .session import Session
+from .errors import SessionLost
+from .session import Session, Voter
 
 __all__ = ["TLS", "Batching", "Client", "StreamStats", "WatchedEvent", "WriteBatcher"]
 
@@ -43,9 +46,15 @@ class Client(Connection):
         lease_ms: int | None = None,
         heartbeat_interval_s: float | None = None,
         local_wait_threshold_s: float | None = None,
+        on_lost: Callable[[SessionLost], object] | None = None,
+        voter: Voter | bool = False,
     ) -> Session:
         """An agent session (an async context manager): joins on enter, heartbeats, watches its
-        events, and leaves on exit. ``agent_id`` must be the one the token is bound to."""
+        events, and leaves on exit. ``agent_id`` must be the one the token is bound to.
+        ``on_lost(err)`` is called when the cluster no longer holds the session for this process
+        (see :class:`~waitgraph.sdk.errors.SessionLost`). ``voter``: vote on every recovery
+        proposal (``True``: by :meth:`Session.confirms`; or a callable deciding each one), for an
+        agent in the configured voter set."""
         return Session(
             self,
             agent_id,
@@ -54,4 +63,6 @@ class Client(Connection):
             local_wait_threshold_s=(
                 local_wait_threshold_s if local_wait_threshold_s is not None else self.local_wait_threshold_s
             ),
+            on_lost=on_lost,
+            voter=voter,
         )

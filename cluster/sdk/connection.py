@@ -2,12 +2,17 @@
 stream, operator reads. :mod:`waitgraph.sdk.client` adds sessions on top.
 
 Rules kept here:
-- Connect to any node. A write carries one request id (uuid4) for all its attempts: after an
-  UNAVAILABLE with the ``waitgraph-leader`` trailer the call follows the hint, after an outcome
-  unknown (``waitgraph-retry: same-request-id``, a deadline, a dropped connection) it is sent
-  again with the *same* id, so the cluster's idempotency table answers instead of applying twice.
-  Any other failure is raised at once as a typed :mod:`waitgraph.sdk.errors` exception.
-- Retries stop at ``retry_deadline_s`` with the last error (an :class:`~.errors.Unavailable`).
+- Connect to any node. A write carries one request id (uuid4) for all its attempts. Retried,
+  always with that *same* id: a refusal that changed nothing (``rate_limited`` after the node's
+  ``retry_after_ms``, ``too_many_outstanding`` with backoff, UNAVAILABLE not-leader following the
+  ``waitgraph-leader`` hint, no leader or nobody reachable in a failover on the next node, a read
+  that failed on its node with ``read_failed`` on the next node) and an outcome unknown
+  (``waitgraph-retry: same-request-id``, a deadline, a dropped connection), so the cluster's
+  idempotency table answers instead of applying twice. Any other failure is
+  raised at once as a typed :mod:`waitgraph.sdk.errors` exception: it is an answer.
+- Retries stop at ``retry_deadline_s``, raising the last error (:class:`~.errors.Unavailable`,
+  :class:`~.errors.RateLimited`, :class:`~.errors.Overloaded`); a wait the node asks for that
+  would end past the deadline is not waited out.
 - AgentService writes are coalesced (:class:`Batching`, :class:`WriteBatcher`): the writes
   issued in one event-loop iteration by every task sharing the client leave as one WriteBatch
   call per node. Each write keeps its own request id, result, typed error and retry loop above;
@@ -32,21 +37,18 @@ import grpc
 from google.protobuf.message import Message
 
 from waitgraph.proto.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc
-from waitgraph.statemachine import commands as C
 from waitgraph.statemachine.commands import Command
 from waitgraph.statemachine.effects import Effect
 from waitgraph.statemachine.outcome import Outcome
-from waitgraph.statemachine.recovery_state import DecisionKind, RolloutMode
 from waitgraph.wire import convert
 
 from .errors import (
     CursorExpired,
-    Decision,
     Internal,
-    NotFound,
-    ResourceExhausted,
+    Overloaded,
+    PermissionDenied,
+    RateLimited,
     RpcError,
-    Score,
     SessionClosed,
     error_from_result,
     error_from_rpc,
@@ -57,8 +59,7 @@ logger = logging.getLogger("waitgraph.sdk")
 __all__ = ["TLS", "Batching", "Connection", "StreamStats", "WatchedEvent", "WriteBatcher"]
 
 _OPERATOR_RPC: dict[type[Command], str] = {cls: rpc for rpc, cls in convert.OPERATOR_WRITES.items()}
-_KIND_NAMES = {convert.enum_number(k): k.value for k in DecisionKind}
-_MODE_NAMES = {convert.enum_number(m): m.value for m in RolloutMode}
+_AGENT_RPC: dict[type[Command], str] = {cls: rpc for rpc, cls in convert.AGENT_WRITES.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,7 +374,12 @@ class Transport:
             if not self._retryable(err.status, err):
                 raise err
             delay = backoff
-            if err.leader and err.leader != address:
+            if isinstance(err, RateLimited):
+                # The node said when its next token is due; the same node, the same id, then.
+                delay = err.retry_after_s if err.retry_after_s is not None else backoff
+            elif isinstance(err, Overloaded):
+                pass  # nothing was queued: back off on the same node (writes go to the leader)
+            elif err.leader and err.leader != address:
                 self.follow(err.leader)  # the hint: go there at once (unless hints go round in circles)
                 hops += 1
                 delay = 0.0 if hops <= 3 else backoff
@@ -395,10 +401,9 @@ class Transport:
 
     @staticmethod
     def _retryable(status: grpc.StatusCode, err: RpcError) -> bool:
-        if status in _RETRYABLE:
-            return True
-        # Backpressure (too many commands outstanding on the node): nothing was queued.
-        return isinstance(err, ResourceExhausted) and err.code == "too_many_outstanding"
+        # Unavailable / outcome unknown, or a refusal that did nothing (rate limit, backpressure,
+        # a read whose forked reader failed on that node: reads change nothing, another node may).
+        return status in _RETRYABLE or isinstance(err, RateLimited | Overloaded) or err.code == "read_failed"
 
     async def close(self) -> None:
         self.closed = True
@@ -414,6 +419,9 @@ class Connection:
 
     :class:`~waitgraph.sdk.client.Client` is this plus agent sessions; the arguments are described there.
     """
+
+    default_service = "agent"
+    """Where :meth:`submit` sends a command both services carry (CancelRun, VoteRecovery)."""
 
     def __init__(
         self,
@@ -456,29 +464,43 @@ class Connection:
         service: str | None = None,
         token: str | None = None,
     ) -> Outcome:
-        """Send one core command as its write RPC and return the core's outcome (APPLIED or NOOP;
-        ``duplicate`` when a retry was answered from the idempotency table). A rejection raises.
+        """Send one core command as its write RPC and return the core's outcome. A rejection
+        raises; an answer is APPLIED (``outcome.changed``) or a recorded NOOP (``not
+        outcome.changed``, ``outcome.noop_reason``: a late message of an old attempt, a repeat),
+        ``outcome.duplicate`` when a retry was answered from the idempotency table.
 
-        ``service``: ``agent`` or ``operator``; by default AgentService for the commands it
-        carries (CancelRun included), OperatorService for the rest. AgentService writes are
-        batched with the client's other writes (:class:`Batching`). ``token``: act as this bearer
-        token for this write instead of the client's (a runtime hosting many agents, each with
-        its own token, on one client).
+        ``service``: ``agent`` or ``operator``; by default this client's :attr:`default_service`
+        for a command both services carry (CancelRun, VoteRecovery: AgentService on :class:`Client`,
+        OperatorService on :class:`~waitgraph.sdk.operator.OperatorClient`), and the one service
+        that carries it otherwise. AgentService writes are batched with the client's other writes
+        (:class:`Batching`). ``token``: act as this bearer token for this write instead of the
+        client's (a runtime hosting many agents, each with its own token, on one client).
         """
         if service is None:
-            service = "agent" if command.KIND in convert.AGENT_WRITES else "operator"
-        rpc = command.KIND if service == "agent" else _OPERATOR_RPC.get(type(command), command.KIND)
+            agent_ok = type(command) in _AGENT_RPC
+            operator_ok = type(command) in _OPERATOR_RPC
+            service = "agent" if agent_ok and (self.default_service == "agent" or not operator_ok) else "operator"
+        rpcs = _AGENT_RPC if service == "agent" else _OPERATOR_RPC
+        rpc = rpcs.get(type(command), command.KIND)
         rid = request_id or new_request_id()
         request = convert.request_from_command(command, rid, rpc)
         if service == "agent":
-            reply = await self.transport.write(rpc, request, rid, token)
+            try:
+                reply = await self.transport.write(rpc, request, rid, token)
+            except PermissionDenied as exc:
+                if type(command) not in _OPERATOR_RPC or exc.code != "wrong_role":
+                    raise
+                raise exc.with_hint(
+                    f"an operator's {command.KIND} goes to OperatorService: use OperatorClient "
+                    "(or submit(..., service='operator'))"
+                ) from None
         else:
             md = (("authorization", f"Bearer {token}"),) if token is not None else None
             reply = await self.transport.call(service, rpc, request, rid, md)
         outcome: Outcome = convert.outcome_from_proto(reply)
         return outcome
 
-    # -- operator calls (operator or admin tokens) -------------------------------------------------
+    # -- raw operator reads (operator or admin tokens; typed reads: OperatorClient) ------------------
 
     async def status(self, *, fresh: bool = False, include_digest: bool = False) -> operator_pb2.StatusResponse:
         request = operator_pb2.StatusRequest(fresh=fresh, include_digest=include_digest)
@@ -491,48 +513,6 @@ class Connection:
         request = operator_pb2.GraphRequest(run_id=run_id, agent_id=agent_id, limit=limit, fresh=fresh)
         reply: operator_pb2.GraphResponse = await self.transport.call("operator", "Graph", request)
         return reply
-
-    async def cycles(self, *, include_closed: bool = False, fresh: bool = False) -> operator_pb2.CyclesResponse:
-        request = operator_pb2.CyclesRequest(include_closed=include_closed, fresh=fresh)
-        reply: operator_pb2.CyclesResponse = await self.transport.call("operator", "Cycles", request)
-        return reply
-
-    async def explain_decision(
-        self, *, decision_id: str = "", digest: str = "", fresh: bool = False
-    ) -> list[operator_pb2.DecisionView]:
-        """The recorded decisions (by id, or every one for a digest); empty when there is none."""
-        request = operator_pb2.ExplainDecisionRequest(decision_id=decision_id, digest=digest, fresh=fresh)
-        try:
-            reply = await self.transport.call("operator", "ExplainDecision", request)
-        except NotFound:
-            return []
-        return list(reply.decisions)
-
-    async def decision(self, decision_id: str, *, fresh: bool = False) -> Decision | None:
-        """A decision record as the SDK's :class:`Decision` with every candidate's score (the
-        victim's role; None when there is no such decision)."""
-        views = await self.explain_decision(decision_id=decision_id, fresh=fresh)
-        if not views:
-            return None
-        return decision_from_view(views[0])
-
-    async def configure_recovery(
-        self, voters: Sequence[str], quorum: int, max_rollback: int, *, confirmation_window_ms: int = 500
-    ) -> Outcome:
-        return await self.submit(
-            C.ConfigureRecovery(
-                voters=tuple(voters),
-                quorum=quorum,
-                max_rollback=max_rollback,
-                confirmation_window_ms=confirmation_window_ms,
-            )
-        )
-
-    async def set_mode(self, mode: str | RolloutMode, *, run_id: str | None = None) -> Outcome:
-        return await self.submit(C.SetMode(mode=RolloutMode(mode), run_id=run_id))
-
-    async def vote(self, digest: str, approve: bool = True) -> Outcome:
-        return await self.submit(C.VoteRecovery(digest=digest, approve=approve))
 
     # -- events ------------------------------------------------------------------------------------
 
@@ -596,6 +576,9 @@ class Connection:
                     raise_again = None
                     if on_resync is not None:
                         on_resync()
+                elif isinstance(err, RateLimited | Overloaded):
+                    raise_again = None  # refused before it started: reopen after the node's wait
+                    backoff = max(backoff, err.retry_after_s or backoff)
                 elif exc.code() in _RETRYABLE or exc.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL):
                     raise_again = None
                     transport.rotate(address)
@@ -610,35 +593,3 @@ class Connection:
             stats.reconnects += 1
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
-
-
-def decision_from_view(view: operator_pb2.DecisionView, role: str | None = None) -> Decision:
-    """The SDK's :class:`Decision` from an ExplainDecision record."""
-    roles = {r.execution_id: r.role for r in view.roles}
-    winner = view.winner_id if view.HasField("winner_id") else None
-    subject = winner or (view.roles[0].execution_id if view.roles else "")
-    return Decision(
-        decision_id=view.decision_id,
-        execution_id=subject,
-        generation=view.winner_generation,
-        epoch=view.epoch if view.HasField("epoch") else None,
-        role=role or roles.get(subject, "victim"),
-        digest=view.digest,
-        kind=_KIND_NAMES.get(view.kind, str(view.kind)),
-        mode=_MODE_NAMES.get(view.mode),
-        policy_version=view.policy_version,
-        reason_code=view.reason_code,
-        winner_id=winner,
-        scores=tuple(
-            Score(
-                s.execution_id,
-                s.generation,
-                s.external_side_effects,
-                s.checkpoint,
-                s.priority,
-                s.cost_consumed,
-                s.unique_evidence,
-            )
-            for s in view.scores
-        ),
-    )

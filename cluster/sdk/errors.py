@@ -15,12 +15,13 @@ Rules kept here:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import grpc
 
 from waitgraph.proto.v1 import agent_pb2, types_pb2
 from waitgraph.statemachine.outcome import Outcome
+from waitgraph.statemachine.recovery_state import DecisionKind, RolloutMode
 from waitgraph.wire import convert
 from waitgraph.wire.metadata import CODE_KEY, LEADER_ID_KEY, LEADER_KEY, OUTCOME_KEY, RETRY_KEY
 
@@ -38,12 +39,15 @@ __all__ = [
     "NotFound",
     "NotLeader",
     "OutcomeUnknown",
+    "Overloaded",
     "PermissionDenied",
+    "RateLimited",
     "ResourceExhausted",
     "RpcError",
     "RunCancelled",
     "Score",
     "SessionClosed",
+    "SessionLost",
     "StaleCancelGeneration",
     "StaleEpoch",
     "StaleGeneration",
@@ -61,6 +65,26 @@ class WaitgraphClientError(Exception):
 
 class SessionClosed(WaitgraphClientError):
     """The session (or its client) is closed; nothing was sent."""
+
+
+class SessionLost(SessionClosed):
+    """The cluster no longer holds this process's session of the agent: its lease expired, or
+    another process of the same agent ended or replaced it (``reason``: ``expired``, ``left``,
+    ``no_session``, ``replaced``...).
+
+    Raised in every task blocked on the session (its waits, holdings, delegations) and by every
+    later call on it, until :meth:`~waitgraph.sdk.session.Session.rejoin` joins again. The cluster
+    treats the executions of a lost session as unacknowledged; a re-joined session acts for them
+    again only where the cluster still lets it (a claim taken over meanwhile is not given back).
+    """
+
+    def __init__(self, agent_id: str, reason: str, detail: str = "") -> None:
+        more = f": {detail}" if detail else ""
+        super().__init__(
+            f"the session of agent {agent_id} was lost ({reason}){more}; call `await session.rejoin()` to join again"
+        )
+        self.agent_id = agent_id
+        self.reason = reason
 
 
 # -- RPC failures ------------------------------------------------------------------------------------
@@ -107,6 +131,20 @@ class RpcError(WaitgraphClientError):
             return int(value) if value is not None else None
         except ValueError:
             return None
+
+    def with_hint(self, hint: str) -> Self:
+        """The same error with ``hint`` (the call that fixes it) added to its message."""
+        return type(self)(
+            f"{self.message}; {hint}",
+            status=self.status,
+            code=self.code,
+            outcome=self.outcome,
+            endpoint=self.endpoint,
+            request_id=self.request_id,
+            leader=self.leader,
+            leader_id=self.leader_id,
+            retry_same_id=self.retry_same_id,
+        )
 
     def __str__(self) -> str:
         where = f" [{self.endpoint}]" if self.endpoint else ""
@@ -162,7 +200,25 @@ class Unauthenticated(RpcError):
 
 
 class ResourceExhausted(RpcError):
-    pass
+    """A limit: the core's (open waits, sessions, executions: raised at once, nothing changed) or a
+    refusal to do anything now (:class:`RateLimited`, :class:`Overloaded`: retried first)."""
+
+    @property
+    def retry_after_s(self) -> float | None:
+        """How long the node asked the caller to wait before retrying (None: it did not say)."""
+        ms = self.field_int("retry_after_ms")
+        return ms / 1000 if ms is not None else None
+
+
+class RateLimited(ResourceExhausted):
+    """The caller's token spent its request rate on that node (``rate_limited``); nothing was done.
+    The SDK retries it with the same request id after ``retry_after_s`` until ``retry_deadline_s``,
+    then raises this."""
+
+
+class Overloaded(ResourceExhausted):
+    """Too many commands were outstanding on that node (``too_many_outstanding``); nothing was
+    queued. Retried with backoff and the same request id until ``retry_deadline_s``, then raised."""
 
 
 class Unavailable(RpcError):
@@ -193,6 +249,8 @@ _BY_CODE: dict[str, type[RpcError]] = {
     "cancel_generation_mismatch": StaleCancelGeneration,
     "run_cancelled": RunCancelled,
     "no_session": NoSession,
+    "rate_limited": RateLimited,
+    "too_many_outstanding": Overloaded,
     "not_leader": NotLeader,
     "outcome_unknown": OutcomeUnknown,
 }
@@ -295,8 +353,10 @@ class Decision:
 
     ``role`` is ``victim`` (the policy's choice), ``rolled_back`` (a tie-break rolled it back) or
     ``yielded`` (a tie-break released its holdings and made it wait behind ``winner_id``).
-    ``scores`` is filled only when the client could read the decision record (an operator token);
-    agents get the decision id and epoch, which is what fences and retries need.
+    ``scores`` (and ``roles``, ``votes``, ``released``) are filled only when the client could read
+    the decision record (:meth:`OperatorClient.decision`, an operator token); agents get the
+    decision id and epoch, which is what fences and retries need. ``kind`` and ``mode`` are the
+    core's enums (``DecisionKind.VICTIM == "VICTIM"``).
     """
 
     decision_id: str | None
@@ -305,12 +365,21 @@ class Decision:
     epoch: int | None
     role: str
     digest: str | None = None
-    kind: str | None = None
-    mode: str | None = None
+    kind: DecisionKind | None = None
+    mode: RolloutMode | None = None
     policy_version: str | None = None
     reason_code: str | None = None
     winner_id: str | None = None
     scores: tuple[Score, ...] | None = None
+    signature: str | None = None
+    roles: tuple[tuple[str, str], ...] = ()
+    """(execution id, role) of every member: victim, winner, yielded, rolled_back or kept."""
+    votes: tuple[Any, ...] = ()
+    """The proposal's votes when it was decided (:class:`~waitgraph.sdk.views.Vote`)."""
+    released: tuple[Any, ...] = ()
+    """What it released after the epoch commit (:class:`~waitgraph.sdk.views.Release`)."""
+    epoch_before: int | None = None
+    at_ms: int | None = None
 
 
 class DeadlockVictim(WaitgraphClientError):

@@ -17,18 +17,29 @@ Rules kept here:
   adopts a newer value from a rejection: the fence is there to make the caller *see* the rollback.
 - Every write goes through :meth:`Client.submit`: one request id per call, the same for all its
   retries, so a retry after a failover never applies a command twice.
+- A session the cluster no longer holds for this process (its lease expired, another process of
+  the agent left or replaced it) is *lost*: every task blocked on it gets
+  :class:`~.errors.SessionLost`, ``on_lost`` is called, and every later call raises it, until
+  :meth:`Session.rejoin`. A lost session never sends LeaveSession: the agent's session may be
+  another process's by then.
+- Targets that need nothing but their id are created on first use: ``holding`` a resource or
+  reservation, waiting on an artifact or approval nobody has declared yet (its satisfier is
+  unknown until the producer declares it, so the wait is not part of any cycle until then).
+  A pool needs its size: that refusal names :meth:`Session.ensure_target`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import uuid
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, TypeVar
 
 import grpc
@@ -42,12 +53,15 @@ from waitgraph.statemachine.effects import (
     ExecutionStateChanged,
     GenerationAdvanced,
     RecoveryProposed,
+    SessionEnded,
+    SessionJoined,
     VictimChosen,
     WaitClosed,
     Yielded,
 )
 from waitgraph.statemachine.enums import CancelMode, EffectOutcome, ExecStatus
 from waitgraph.statemachine.outcome import Outcome, Result
+from waitgraph.statemachine.recovery_state import DecisionKind, RolloutMode
 
 from .connection import Connection, StreamStats, WatchedEvent
 from .errors import (
@@ -58,24 +72,39 @@ from .errors import (
     Decision,
     FailedPrecondition,
     InvalidArgument,
+    NoSession,
+    NotFound,
     SessionClosed,
+    SessionLost,
     StaleGeneration,
     WaitgraphClientError,
 )
 
 logger = logging.getLogger("waitgraph.sdk")
 
-__all__ = ["Assignment", "Delegation", "Execution", "ExecutionScope", "Holding", "Session", "Wait"]
+__all__ = ["Assignment", "Delegation", "Execution", "ExecutionScope", "Holding", "Session", "Voter", "Wait"]
 
 T = TypeVar("T")
+E = TypeVar("E", bound=StrEnum)
+Voter = Callable[[RecoveryProposed], bool | Awaitable[bool]]
+"""Decides a voter session's vote on a recovery proposal: True approves, False rejects."""
 Interrupt = DeadlockVictim | CancellationRequested
 
 _CURRENT: ContextVar[tuple[Execution, ...]] = ContextVar("waitgraph_current_executions", default=())
 """The executions whose scopes the running task is inside, innermost last (of any session)."""
 _SCARCE_PREFIXES = ("resource:", "pool:", "reservation:")
+_CREATED_ON_USE = ("resource:", "reservation:", "artifact:", "approval:")
+"""Targets the SDK creates when a call names one that does not exist yet (one slot, no satisfier)."""
 _REGISTER_ATTEMPTS = 8
 _FUTURE_GENERATION_POLL_S = 0.1
 _EVENT_LOG = 2000
+
+
+def _enum_or_none(cls: type[E], value: str) -> E | None:
+    try:
+        return cls(value)
+    except ValueError:  # a newer server's value
+        return None
 
 
 def _short(text: str, limit: int = 200) -> str:
@@ -121,6 +150,8 @@ class Session:
         lease_ms: int,
         heartbeat_interval_s: float | None,
         local_wait_threshold_s: float,
+        on_lost: Callable[[SessionLost], object] | None = None,
+        voter: Voter | bool = False,
     ) -> None:
         self.client = client
         self.agent_id = agent_id
@@ -153,6 +184,20 @@ class Session:
         self._watch_error: BaseException | None = None
         self._open = False
         self._background: set[asyncio.Task[None]] = set()
+        self.on_lost = on_lost
+        """Called (once per loss, on the event loop) with the :class:`SessionLost` when it happens."""
+        self.lost: SessionLost | None = None
+        """Why the session was lost, while it is (None when the cluster holds it for this process)."""
+        self.incarnation: int | None = None
+        """The cluster's incarnation of the session this process joined (None: it joined one that
+        was already active, e.g. another process's of the same agent)."""
+        self._lost_event = asyncio.Event()
+        self._leaving = False
+        self.voter: Voter | None = self.confirms if voter is True else voter or None
+        """Votes on every recovery proposal the session sees (a session of an agent in the voter
+        set sees them all): ``True`` votes by :meth:`confirms`, a callable decides."""
+        self.votes: list[tuple[str, bool, Outcome | WaitgraphClientError]] = []
+        """The votes this session cast: (digest, approve, the cluster's answer)."""
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -176,16 +221,65 @@ class Session:
             await self._stop_watch()
             raise self._watch_error
         try:
-            await self.write(C.JoinSession(agent_id=self.agent_id, lease_ms=self.lease_ms))
+            await self._join()
         except BaseException:
             await self._stop_watch()
             raise
         self._open = True
         self._heartbeat_task = loop.create_task(self._heartbeats(), name=f"waitgraph-heartbeat-{self.agent_id}")
 
+    async def _join(self) -> None:
+        self.incarnation = None
+        out = await self.client.submit(C.JoinSession(agent_id=self.agent_id, lease_ms=self.lease_ms), service="agent")
+        self.incarnation = next((fx.incarnation for fx in out.effects if isinstance(fx, SessionJoined)), None)
+
+    async def rejoin(self) -> None:
+        """Join again after :class:`SessionLost` (a new incarnation of the agent's session), and
+        resume heartbeats. The executions stay as the cluster left them: one cancelled or taken
+        over meanwhile is refused as usual."""
+        if self.lost is None and self._open:
+            return
+        await self._join()
+        self.lost = None
+        self._lost_event.clear()
+        self._open = True
+        if self._heartbeat_task is None or self._heartbeat_task.done():
+            self._heartbeat_task = asyncio.get_running_loop().create_task(
+                self._heartbeats(), name=f"waitgraph-heartbeat-{self.agent_id}"
+            )
+
+    async def wait_lost(self, timeout_s: float | None = None) -> SessionLost:
+        """Block until the session is lost; returns the :class:`SessionLost` (``TimeoutError``)."""
+        await asyncio.wait_for(self._lost_event.wait(), timeout_s)
+        assert self.lost is not None
+        return self.lost
+
+    def _lose(self, reason: str, detail: str = "") -> None:
+        """The cluster no longer holds this session for us: tell every blocked task, refuse calls."""
+        if self.lost is not None or not self._open or self._leaving:
+            return
+        err = SessionLost(self.agent_id, reason, detail)
+        self.lost = err
+        self._lost_event.set()
+        logger.error("%s", err)
+        for waits in list(self._attached.values()):
+            for w in list(waits):
+                w._fail(err)
+                task = w._task
+                if task is not None and not task.done() and task not in self._cancelled_tasks:
+                    self._cancelled_tasks.add(task)
+                    task.cancel(msg=f"waitgraph: {err}")
+        if self.on_lost is not None:
+            try:
+                self.on_lost(err)
+            except Exception:
+                logger.exception("on_lost callback of %s", self.agent_id)
+
     async def close(self) -> None:
-        """Stop heartbeats, leave the session, stop the stream."""
-        was_open, self._open = self._open, False
+        """Stop heartbeats, leave the session (unless it was lost), stop the stream."""
+        self._leaving = True
+        was_open = self._open and self.lost is None
+        self._open = False
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -207,10 +301,14 @@ class Session:
     async def _heartbeats(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_interval_s)
+            if self.lost is not None:
+                return
             try:
                 await self.write(C.Heartbeat(agent_id=self.agent_id))
             except asyncio.CancelledError:
                 raise
+            except SessionLost:
+                return
             except WaitgraphClientError as exc:
                 logger.warning("heartbeat of %s failed: %s", self.agent_id, exc)
 
@@ -238,9 +336,53 @@ class Session:
 
     def _on_resync(self) -> None:
         """Events were lost (the cursor expired): ask the cluster about every open wait again."""
-        task = asyncio.get_running_loop().create_task(self._revalidate())
+        self._spawn(self._revalidate())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    # -- votes -----------------------------------------------------------------------------------------
+
+    async def vote(self, digest: str, approve: bool = True) -> Outcome:
+        """This agent's vote on an open recovery proposal (AgentService ``Vote``). It counts when
+        ``agent:<id>`` is in the configured voter set; otherwise the outcome is a NOOP
+        (``noop_reason`` ``not_a_voter``), as it is for a second vote or a closed proposal."""
+        return await self.write(C.VoteRecovery(digest=digest, approve=approve))
+
+    def confirms(self, proposal: RecoveryProposed) -> bool:
+        """The default voter's rule: approve unless this agent knows better. A member this session
+        runs is confirmed deadlocked only if the SDK has it blocked in a registered wait at its
+        current generation; one that is running (making progress) makes the cycle contention, and
+        the vote is no. Members of other agents it cannot see: the cluster's second read checks
+        those."""
+        for eid in proposal.members:
+            ex = self._executions.get(eid)
+            if ex is None:
+                continue
+            blocked = any(
+                w.registered and w.closed_reason is None and w.generation == ex.generation
+                for w in self._attached.get(eid, ())
+            )
+            if not blocked:
+                return False
+        return True
+
+    async def _cast_vote(self, proposal: RecoveryProposed) -> None:
+        assert self.voter is not None
+        try:
+            decided = self.voter(proposal)
+            approve = bool(await decided) if inspect.isawaitable(decided) else bool(decided)
+        except Exception:
+            logger.exception("the voter of %s failed on %s: no vote", self.agent_id, proposal.digest[:12])
+            return
+        try:
+            answer: Outcome | WaitgraphClientError = await self.vote(proposal.digest, approve)
+        except WaitgraphClientError as exc:
+            answer = exc
+            logger.warning("vote of %s on %s: %s", self.agent_id, proposal.digest[:12], exc)
+        self.votes.append((proposal.digest, approve, answer))
 
     async def _revalidate(self) -> None:
         for w in list(self._waits.values()):
@@ -252,10 +394,33 @@ class Session:
     # -- the write path ----------------------------------------------------------------------------------
 
     async def write(self, command: C.Command, *, request_id: str | None = None) -> Outcome:
-        """Send one agent command (AgentService); a rejection raises a typed error."""
+        """Send one agent command (AgentService); a rejection raises a typed error, and
+        :class:`SessionLost` once the cluster no longer holds the session for this process."""
+        if self.lost is not None:
+            raise SessionLost(self.agent_id, self.lost.reason)
         if self._watch_error is not None and not isinstance(command, C.LeaveSession):
             raise SessionClosed(f"the session's event stream failed: {self._watch_error}")
-        return await self.client.submit(command, request_id=request_id, service="agent")
+        try:
+            return await self.client.submit(command, request_id=request_id, service="agent")
+        except NoSession as exc:
+            if not self._open or self._leaving:
+                raise
+            self._lose("no_session", exc.message)
+            raise SessionLost(self.agent_id, "no_session", exc.message) from exc
+
+    async def _created_on_use(self, err: NotFound, target_id: str) -> bool:
+        """After ``no_target`` for ``target_id``: create it when it needs nothing but its id (True:
+        retry the call); a pool's refusal is raised again naming the call that creates it."""
+        if err.code != "no_target" or err.fields.get("target_id") != target_id:
+            return False
+        if target_id.startswith(_CREATED_ON_USE):
+            await self.ensure_target(target_id)
+            return True
+        if target_id.startswith("pool:"):
+            raise err.with_hint(
+                f"a pool is created with its size first: `await session.ensure_target({target_id!r}, slots=N)`"
+            ) from None
+        return False
 
     def observe_epoch(self, epoch: int) -> None:
         if epoch > self.observed_epoch:
@@ -307,8 +472,23 @@ class Session:
         return ExecutionScope(self, execution_id, run_id=run_id, create=False, generation=generation)
 
     async def next_assignment(self, timeout_s: float | None = None) -> Assignment:
-        """The next execution delegated to this agent (created by another agent's ``delegate``)."""
-        return await asyncio.wait_for(self._assignments.get(), timeout_s)
+        """The next execution delegated to this agent (created by another agent's ``delegate``);
+        raises :class:`SessionLost` if the session is lost meanwhile."""
+        if self.lost is not None:
+            raise SessionLost(self.agent_id, self.lost.reason)
+        get = asyncio.ensure_future(self._assignments.get())
+        lost = asyncio.ensure_future(self._lost_event.wait())
+        try:
+            done, _ = await asyncio.wait({get, lost}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            if not get.done():
+                get.cancel()
+        if get in done:
+            return get.result()
+        if lost in done and self.lost is not None:
+            raise SessionLost(self.agent_id, self.lost.reason)
+        raise TimeoutError(f"no assignment for {self.agent_id} within {timeout_s}s")
 
     def handle(self, execution_id: str, *, run_id: str | None = None, generation: int = 1) -> Execution:
         """The session's handle of an execution (created on first use; nothing is sent)."""
@@ -390,6 +570,15 @@ class Session:
                     self.observe_epoch(fx.epoch)
             case RecoveryProposed():
                 self._proposals.append(fx)
+                if self.voter is not None:
+                    self._spawn(self._cast_vote(fx))
+            case SessionEnded() if fx.agent_id == self.agent_id:
+                # Not our own LeaveSession (close() sets _leaving first): expired, or another
+                # process of this agent left the session we shared.
+                self._lose(fx.reason, "the cluster ended the session")
+            case SessionJoined() if fx.agent_id == self.agent_id and self.incarnation is not None:
+                if fx.incarnation != self.incarnation:
+                    self._lose("replaced", f"incarnation {fx.incarnation} replaced ours ({self.incarnation})")
             case ExecutionStateChanged() if fx.after is ExecStatus.CANCELLING:
                 # Only a recovery decision's CAS moves an execution to CANCELLING; the core names the
                 # decision in the cause ("victim:<decision id>").
@@ -434,8 +623,8 @@ class Session:
                 epoch,
                 role,
                 digest=vc.digest,
-                kind=vc.decision_kind,
-                mode=vc.mode,
+                kind=_enum_or_none(DecisionKind, vc.decision_kind),
+                mode=_enum_or_none(RolloutMode, vc.mode),
                 policy_version=vc.policy_version,
                 reason_code=vc.reason_code,
                 winner_id=vc.execution_id if role != "victim" else None,
@@ -635,14 +824,18 @@ class Execution:
         """Acquire once, without waiting: the lease number, or None when this attempt already held
         it. A held target raises :class:`~.errors.Conflict` (fields ``holder`` and ``lease``)."""
         self.check_interrupt()
-        out = await self._write(
-            C.Acquire(
-                target_id=target_id,
-                execution_id=self.execution_id,
-                generation=self.generation,
-                observed_epoch=self.session.observed_epoch,
-            )
+        command = C.Acquire(
+            target_id=target_id,
+            execution_id=self.execution_id,
+            generation=self.generation,
+            observed_epoch=self.session.observed_epoch,
         )
+        try:
+            out = await self._write(command)
+        except NotFound as exc:
+            if not await self.session._created_on_use(exc, target_id):
+                raise
+            out = await self._write(command)
         self.holdings[target_id] = self.holdings.get(target_id, 0) + 1
         return next((fx.lease for fx in out.effects if isinstance(fx, Acquired)), None)
 
@@ -738,8 +931,14 @@ class Execution:
         return await self.produces(approval_id, version)
 
     async def record_side_effect(
-        self, effect_id: str, outcome: EffectOutcome, *, compensatable: bool = False
+        self, effect_id: str, outcome: EffectOutcome | str = EffectOutcome.COMMITTED, *, compensatable: bool = False
     ) -> Outcome:
+        """Record an external side effect of this attempt in its ledger: ``COMMITTED`` (the
+        default: it happened), ``UNKNOWN`` (it may have: the cluster asks a human to reconcile
+        before rolling this execution back) or ``NONE``. The victim policy prefers executions
+        without COMMITTED/UNKNOWN effects; ``compensatable`` ones get a compensation queued
+        when they are cancelled."""
+        outcome = EffectOutcome(outcome.upper()) if isinstance(outcome, str) else outcome
         return await self._write(
             C.RecordSideEffect(
                 execution_id=self.execution_id,
@@ -834,7 +1033,14 @@ class ExecutionScope:
             if interrupt is not None:
                 await _shielded(ex.ack_cancel())
                 raise interrupt
-            await ex.complete()
+            out = await ex.complete()
+            if not out.changed:  # a commit that did nothing: the attempt was over before it
+                raise StaleGeneration(
+                    f"{ex.execution_id} g{ex.generation}: the commit changed nothing ({out.code}: {out.message})",
+                    status=grpc.StatusCode.FAILED_PRECONDITION,
+                    code=out.code,
+                    outcome=out,
+                )
             return
         own = isinstance(exc, DeadlockVictim | CancellationRequested) and exc.execution_id == ex.execution_id
         try:
@@ -975,6 +1181,11 @@ class Wait:
                         raise
                     tg = current
                     continue
+                except NotFound as exc:
+                    self._forget()
+                    if not await self.session._created_on_use(exc, self.target_id):
+                        raise
+                    continue  # declared now, its satisfier still unknown: register again
                 except FailedPrecondition as exc:
                     if exc.code != "already_satisfied":
                         self._forget()

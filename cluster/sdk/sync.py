@@ -23,13 +23,14 @@ import concurrent.futures
 import inspect
 import threading
 from collections.abc import Awaitable, Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from waitgraph.statemachine.commands import Command
 from waitgraph.statemachine.outcome import Outcome
 
 from .client import Client
-from .connection import WatchedEvent
+from .connection import Connection, WatchedEvent
+from .operator import OperatorClient
 from .session import Delegation, Execution, ExecutionScope, Holding, Session, Wait
 
 T = TypeVar("T")
@@ -40,6 +41,7 @@ __all__ = [
     "SyncExecution",
     "SyncExecutionScope",
     "SyncHolding",
+    "SyncOperatorClient",
     "SyncSession",
     "SyncWait",
 ]
@@ -109,15 +111,13 @@ class _Proxy:
         return self._runner.run(aw)
 
 
-class SyncClient(_Proxy):
-    """The blocking twin of :class:`~waitgraph.sdk.client.Client` (same arguments, same methods)."""
+class _SyncConnection(_Proxy):
+    """A connection driven on its own event loop thread, closed with the loop."""
 
-    def __init__(self, endpoints: Sequence[str], token: str, **kwargs: Any) -> None:
-        runner = _LoopThread()
-        super().__init__(runner, Client(endpoints, token, **kwargs))
-        self.client: Client = self._target
+    def __init__(self, connection: Connection) -> None:
+        super().__init__(_LoopThread(), connection)
 
-    def __enter__(self) -> SyncClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -125,9 +125,17 @@ class SyncClient(_Proxy):
 
     def close(self) -> None:
         try:
-            self._run(self.client.close())
+            self._run(self._target.close())
         finally:
             self._runner.stop()
+
+
+class SyncClient(_SyncConnection):
+    """The blocking twin of :class:`~waitgraph.sdk.client.Client` (same arguments, same methods)."""
+
+    def __init__(self, endpoints: Sequence[str], token: str, **kwargs: Any) -> None:
+        self.client = Client(endpoints, token, **kwargs)
+        super().__init__(self.client)
 
     def session(self, agent_id: str, **kwargs: Any) -> SyncSession:
         return SyncSession(self._runner, self.client.session(agent_id, **kwargs))
@@ -146,6 +154,14 @@ class SyncClient(_Proxy):
                     return
         finally:
             self._run(stream.aclose())
+
+
+class SyncOperatorClient(_SyncConnection):
+    """The blocking twin of :class:`~waitgraph.sdk.operator.OperatorClient` (same arguments, same methods)."""
+
+    def __init__(self, endpoints: Sequence[str], token: str, **kwargs: Any) -> None:
+        self.client = OperatorClient(endpoints, token, **kwargs)
+        super().__init__(self.client)
 
 
 class SyncSession(_Proxy):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 from types import NoneType, UnionType
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
@@ -53,6 +53,8 @@ from waitgraph.statemachine.recovery_state import (
 )
 from waitgraph.statemachine.state import Execution, Run, Session, Target, WaitEdge
 
+EnumT = TypeVar("EnumT", bound=StrEnum)
+
 __all__ = [
     "AGENT_WRITES",
     "OPERATOR_WRITES",
@@ -69,6 +71,7 @@ __all__ = [
     "effect_from_proto",
     "effect_kind",
     "effect_to_proto",
+    "enum_member",
     "enum_number",
     "event_to_proto",
     "execution_view",
@@ -97,7 +100,7 @@ class WireError(WaitgraphError):
 
 # -- the write RPCs: RPC name -> the core command it carries ----------------------------------------
 
-AGENT_WRITES: dict[str, type[Command]] = {
+_NAMED_AFTER_COMMAND: dict[str, type[Command]] = {
     cls.KIND: cls
     for cls in (
         C.JoinSession,
@@ -126,7 +129,9 @@ AGENT_WRITES: dict[str, type[Command]] = {
         C.CancelRun,
     )
 }
-"""AgentService's write RPCs; each is named after its command."""
+AGENT_WRITES: dict[str, type[Command]] = {**_NAMED_AFTER_COMMAND, "Vote": C.VoteRecovery}
+"""AgentService's write RPCs; each is named after its command, but Vote (VoteRecovery), named as
+on OperatorService: the same request, cast by a voter agent's session."""
 
 OPERATOR_WRITES: dict[str, type[Command]] = {
     "Vote": C.VoteRecovery,
@@ -442,6 +447,13 @@ def outcome_from_proto(msg: types_pb2.Outcome) -> Outcome:
 def enum_number(member: StrEnum) -> int:
     """The wire number of a core enum value."""
     return _enum_map(type(member)).to_number[member]
+
+
+def enum_member(cls: type[EnumT], number: int) -> EnumT | None:
+    """The core enum value of a wire number; None for UNSPECIFIED (0) or a number this version
+    does not know (a newer server's), so a reader can show it instead of failing."""
+    member = _enum_map(cls).from_number.get(number)
+    return cast(EnumT, member) if member is not None else None
 
 
 def event_to_proto(cursor: int, log_index: int, agent_ids: Iterable[str], effect: Effect) -> agent_pb2.Event:

@@ -43,26 +43,36 @@ def test_the_demo_resolves_every_scenario() -> None:
     done = run_demo()
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
-    assert "all 3 scenarios resolved" in out
-    for n in (1, 2, 3):
+    assert "all 4 scenarios resolved" in out
+    for n in (1, 2, 3, 4):
         assert f"scenario {n} RESOLVED" in out
     # detection, votes, the epoch, the victim with its scores, convergence, no re-formation
-    assert out.count("DETECTED a deadlock") == 3
+    assert out.count("DETECTED a deadlock") == 6  # scenario 4's cycle forms three times
     assert "members exec:s1-A, exec:s1-B" in out and "members exec:s2-subtask, exec:s2-supervisor" in out
     assert "members exec:s3-A, exec:s3-B, exec:s3-C, exec:s3-D;" in out  # E, F, G are not in the cycle
     assert re.search(r"VOTE node:n\d approves: 2 of quorum 2", out)
     for epoch in (1, 2, 3):
         assert f"EPOCH {epoch} committed" in out
     assert "victim exec:s1-B g1" in out and "victim exec:s2-subtask g1" in out and "victim exec:s3-D g1" in out
-    assert out.count("ExplainDecision d") == 3 and re.search(r"exec:s3-D g1 +no +yes .* victim", out)
+    assert out.count("ExplainDecision d") == 6 and re.search(r"exec:s3-D g1 +no +yes .* victim", out)
     assert "CancellationStable exec:s1-B@1" in out and "CancellationStable exec:s3-D@1" in out
     assert "RELEASED resource:s3-rd" in out  # the victim's lease, after the epoch commit
     assert out.count("no re-formation: Cycles polled") == 3 and "RE-FORMED" not in out
     # the agents' side: the typed exception, the fence, the retry under the new epoch
-    assert out.count("DeadlockVictim raised in the blocked task") == 3
+    assert out.count("DeadlockVictim raised in the blocked task") == 3 + 5  # scenario 4: 2 victims, 3 yields
     assert "StaleEpoch" in out and "presenting epoch 1" in out
     assert "quorum_no_margin" in out and "quorum 2 > max_rollback 1" in out
     assert "exec:s3-D g2" in out and "every execution COMPLETED" in out
+    # scenario 4: the same signature re-forms under fresh epochs; the guard's tie-break breaks it
+    (sig,) = set(re.findall(r"members exec:s4-A, exec:s4-B, exec:s4-C, exec:s4-D; cycle signature (\w+)", out))
+    assert re.search(rf"LIVELOCK: signature {sig} seen again \(recovered_more_than_2_times", out)
+    assert "TIE_BREAK" in out and "the lowest id exec:s4-A wins, the others yield" in out
+    assert all(f"YIELDED exec:s4-{x} g1: waits behind exec:s4-A" in out for x in "BCD")
+    assert "RELEASED resource:s4-rb of the yielder exec:s4-B, after the epoch commit" in out
+    assert re.search(rf"signature {sig} re-formed 3 times: 2 speculative rollbacks .* exec:s4-A won", out)
+    assert out.count("a re-acquire presenting epoch") >= 5 and "ACCEPTED (it must not be)" not in out
+    assert "11 rollbacks, the same signature re-formed every round, replicated epoch still 0" in out
+    assert "no re-formation after the tie-break" in out
     # and nothing is left running
     pids = node_pids(out)
     assert len(pids) == 3 and all(gone(p) for p in pids)

@@ -24,12 +24,14 @@ from waitgraph.sdk import (
     Conflict,
     DeadlockVictim,
     InvalidArgument,
+    OperatorClient,
     PermissionDenied,
     SyncClient,
     Unavailable,
 )
 from waitgraph.statemachine.effects import VictimChosen
 from waitgraph.statemachine.enums import EffectOutcome
+from waitgraph.statemachine.recovery_state import ProposalStatus
 from waitgraph.wire import convert
 
 from .grpc_harness import TOKENS, GrpcCluster, GrpcNode, leader_of, make_pki, until
@@ -96,8 +98,10 @@ def tag() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def client(cluster: GrpcCluster, name: str, **kw: Any) -> Client:
-    return Client(endpoints(cluster), TOKENS[name], **kw)
+def client(cluster: GrpcCluster, name: str, **kw: Any) -> Any:
+    """An agent's Client, or for ``ops``/``root`` an OperatorClient."""
+    cls = OperatorClient if name in ("ops", "root") else Client
+    return cls(endpoints(cluster), TOKENS[name], **kw)
 
 
 async def waits_of(op: Client, execution_id: str) -> list[Any]:
@@ -361,7 +365,7 @@ async def test_delegate_registers_parent_waits_for_child_and_the_approval_cycle_
         cycles = await op.cycles(include_closed=True, fresh=True)
         (proposal,) = [p for p in cycles.proposals if p.digest == victim.decision.digest]
         assert {m.execution_id for m in proposal.members} == {S, sub}
-        assert proposal.status == types_pb2.PROPOSAL_STATUS_COMMITTED
+        assert proposal.status is ProposalStatus.COMMITTED
         assert await status_of(op, S) == (types_pb2.EXEC_STATUS_COMPLETED, 1)
         assert await status_of(op, sub) == (types_pb2.EXEC_STATUS_COMPLETED, 2)
 
@@ -497,7 +501,7 @@ async def test_leader_kill_mid_session_the_sdk_follows_the_new_leader_and_retrie
         seen = sa.stats.events
         await asyncio.sleep(1.0)  # heartbeats keep flowing through the new leader, and their events back
         assert sa.stats.events > seen
-    async with Client([new_leader.grpc], TOKENS["ops"]) as op:
+    async with OperatorClient([new_leader.grpc], TOKENS["ops"]) as op:
         graph = await op.graph(fresh=True)
         (ex_view,) = [e for e in graph.executions if e.execution_id == X]
         assert ex_view.cost_consumed == 5 + 7 + 11  # every retry applied once
@@ -518,7 +522,7 @@ async def test_a_reconnecting_event_stream_delivers_the_victim_event_exactly_onc
     async with (
         Client(endpoints(c), TOKENS["a"]) as ca,
         Client(eps_b, TOKENS["b"], retry_deadline_s=60) as cb,
-        Client([leader.grpc], TOKENS["ops"]) as op,
+        OperatorClient([leader.grpc], TOKENS["ops"]) as op,
     ):
         async with ca.session("a") as sa, cb.session("b") as sb:
             a_holds = asyncio.Event()

@@ -156,6 +156,11 @@ class AgentServiceStub:
                 request_serializer=waitgraph_dot_v1_dot_commands__pb2.CancelRunRequest.SerializeToString,
                 response_deserializer=waitgraph_dot_v1_dot_types__pb2.Outcome.FromString,
                 _registered_method=True)
+        self.Vote = channel.unary_unary(
+                '/waitgraph.v1.AgentService/Vote',
+                request_serializer=waitgraph_dot_v1_dot_commands__pb2.VoteRequest.SerializeToString,
+                response_deserializer=waitgraph_dot_v1_dot_types__pb2.Outcome.FromString,
+                _registered_method=True)
         self.WriteBatch = channel.unary_unary(
                 '/waitgraph.v1.AgentService/WriteBatch',
                 request_serializer=waitgraph_dot_v1_dot_agent__pb2.WriteBatchRequest.SerializeToString,
@@ -323,6 +328,16 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Vote(self, request, context):
+        """Recovery votes of agents (DESIGN.md section 4: designated agent sessions, as in the second
+        seed's 4-of-7 pipeline): VoteRecovery as agent:<id>. Counted only when agent:<id> is in the
+        configured voter set and its session is active; otherwise a NOOP (not_a_voter). The same
+        request as OperatorService.Vote.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WriteBatch(self, request, context):
         """Many writes in one call (throughput: one RPC per write costs more than the write itself).
         Not atomic: each item is authorized, converted, proposed and answered on its own, exactly as
@@ -481,6 +496,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
             'CancelRun': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelRun,
                     request_deserializer=waitgraph_dot_v1_dot_commands__pb2.CancelRunRequest.FromString,
+                    response_serializer=waitgraph_dot_v1_dot_types__pb2.Outcome.SerializeToString,
+            ),
+            'Vote': grpc.unary_unary_rpc_method_handler(
+                    servicer.Vote,
+                    request_deserializer=waitgraph_dot_v1_dot_commands__pb2.VoteRequest.FromString,
                     response_serializer=waitgraph_dot_v1_dot_types__pb2.Outcome.SerializeToString,
             ),
             'WriteBatch': grpc.unary_unary_rpc_method_handler(
@@ -1141,6 +1161,33 @@ class AgentService:
             target,
             '/waitgraph.v1.AgentService/CancelRun',
             waitgraph_dot_v1_dot_commands__pb2.CancelRunRequest.SerializeToString,
+            waitgraph_dot_v1_dot_types__pb2.Outcome.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Vote(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/waitgraph.v1.AgentService/Vote',
+            waitgraph_dot_v1_dot_commands__pb2.VoteRequest.SerializeToString,
             waitgraph_dot_v1_dot_types__pb2.Outcome.FromString,
             options,
             channel_credentials,
