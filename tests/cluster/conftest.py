@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from waitgraph.dev.localcluster import LocalCluster
+
 from .harness import Cluster
 
 
@@ -37,3 +39,27 @@ def make_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cal
             cluster.close()
             if failed is not None and failed.failed:
                 print(cluster.logs())
+
+
+@pytest.fixture
+def local_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., LocalCluster]]:
+    """Start a :class:`LocalCluster` (``waitgraph dev``'s real processes) and wait for its leader;
+    every node is stopped at teardown, and the nodes' log tails are printed when the test failed."""
+    started: list[LocalCluster] = []
+
+    def make(name: str, nodes: int = 3, mode: str | None = "shadow", **kw: Any) -> LocalCluster:
+        lc = LocalCluster(root=tmp_path / name, nodes=nodes, mode=mode, **kw)
+        started.append(lc)
+        lc.start()
+        lc.wait_for_leader(30)
+        return lc
+
+    try:
+        yield make
+    finally:
+        failed = getattr(request.node, "rep_call", None)
+        for lc in started:
+            if failed is not None and failed.failed:
+                for m in lc.members:
+                    print(f"===== {m.node_id}\n{m.log_tail(4000)}")
+            lc.close()

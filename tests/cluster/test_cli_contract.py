@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,18 +74,8 @@ elif sys.argv[1] == "silent":  # a listener that accepts and never answers
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    lc = LocalCluster(root=tmp_path / "contract", nodes=3, mode="shadow")
-    try:
-        lc.start()
-        lc.wait_for_leader(30)
-        yield lc
-    finally:
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            for m in lc.members:
-                print(f"===== {m.node_id}\n{m.log_tail(4000)}")
-        lc.close()
+def cluster(local_cluster: Callable[..., LocalCluster]) -> LocalCluster:
+    return local_cluster("contract")
 
 
 @pytest.mark.timeout(180)

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,18 +34,8 @@ def wg(cluster: LocalCluster, *args: str, endpoints: str | None = None) -> Any:
 
 
 @pytest.fixture
-def cluster(tmp_path: Any, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    lc = LocalCluster(root=tmp_path / "nofwd", nodes=3, mode="shadow", serve_args=["--no-forward-writes"])
-    try:
-        lc.start()
-        lc.wait_for_leader(30)
-        yield lc
-    finally:
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            for m in lc.members:
-                print(f"===== {m.node_id}\n{m.log_tail(4000)}")
-        lc.close()
+def cluster(local_cluster: Callable[..., LocalCluster]) -> LocalCluster:
+    return local_cluster("nofwd", serve_args=["--no-forward-writes"])
 
 
 @pytest.mark.timeout(90)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -45,18 +45,8 @@ def grpc_health(address: str, service: str) -> Any:
 
 
 @pytest.fixture
-def cluster(tmp_path: Any, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    lc = LocalCluster(root=tmp_path / "quorum4", nodes=3, mode="auto", serve_args=VOTERS)
-    try:
-        lc.start()
-        lc.wait_for_leader(30)
-        yield lc
-    finally:
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            for m in lc.members:
-                print(f"===== {m.node_id}\n{m.log_tail(4000)}")
-        lc.close()
+def cluster(local_cluster: Callable[..., LocalCluster]) -> LocalCluster:
+    return local_cluster("quorum4", mode="auto", serve_args=VOTERS)
 
 
 def until(predicate: Any, timeout_s: float, what: str) -> None:

@@ -8,8 +8,7 @@ decision under a new epoch, without anyone re-registering a wait.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,18 +19,8 @@ from .test_cli import build_cycle, leader_and_followers, ok_json, until
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    lc = LocalCluster(root=tmp_path / "shadow", nodes=3, mode="shadow")
-    try:
-        lc.start()
-        lc.wait_for_leader(30)
-        yield lc
-    finally:
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            for m in lc.members:
-                print(f"===== {m.node_id}\n{m.log_tail(4000)}")
-        lc.close()
+def cluster(local_cluster: Callable[..., LocalCluster]) -> LocalCluster:
+    return local_cluster("shadow")
 
 
 @pytest.mark.timeout(120)
