@@ -139,6 +139,8 @@ class NodeProcess:
                 housekeeping_s=cfg.housekeeping_interval_ms / 1000,
                 bootstrap=cfg.recovery_command() if cfg.recovery_bootstrap else None,
                 initial_mode=cfg.initial_mode,
+                retention_ms=cfg.retention_ms,
+                retire_s=cfg.retire_interval_ms / 1000,
             ),
             clock=self.clock.now_ms,
         )
