@@ -554,7 +554,8 @@ class DecisionRetired:
     """A recovery decision whose members and proposal have all left the live state: the whole
     record, for the history store. ``score_*`` is every candidate's victim-policy input (one
     position per candidate), ``role_*`` each member's role, ``released_*`` what the decision
-    released, in release order, ``vote_*`` the proposal's votes in log order."""
+    released, in release order, ``vote_*`` the proposal's votes in log order, ``wait_*`` the
+    cycle's waits as they stood (``retire.decision_from_retired`` rebuilds the record)."""
 
     KIND: ClassVar[str] = "DecisionRetired"
     VERSION: ClassVar[int] = 1
@@ -586,6 +587,16 @@ class DecisionRetired:
     voters: tuple[str, ...]
     vote_approvals: tuple[bool, ...]
     vote_at_ms: tuple[int, ...]
+    wait_waiter_ids: tuple[str, ...]
+    wait_waiter_generations: tuple[int, ...]
+    wait_target_ids: tuple[str, ...]
+    wait_target_generations: tuple[int, ...]
+    wait_edge_versions: tuple[int, ...]
+    wait_reasons: tuple[str, ...]
+    wait_registered_at_ms: tuple[int, ...]
+    wait_satisfier_counts: tuple[int, ...]
+    wait_satisfiers: tuple[str, ...]
+    """Each wait's satisfiers, all waits' in a row (``wait_satisfier_counts`` says how many each)."""
     retired_at_ms: int
 
 

@@ -44,7 +44,7 @@ from .effects import (
 )
 from .enums import SessionStatus
 from .outcome import Outcome, applied, noop
-from .recovery_state import Decision, ProposalStatus
+from .recovery_state import CycleWait, Decision, DecisionKind, ProposalStatus, RolloutMode, Score
 from .state import Execution, Run, State, settled_at
 
 MIN_RETENTION_MS = 1_000
@@ -351,7 +351,68 @@ def decision_retired(d: Decision, now: int) -> DecisionRetired:
         voters=tuple(v for v, _, _ in d.votes),
         vote_approvals=tuple(ok for _, ok, _ in d.votes),
         vote_at_ms=tuple(at for _, _, at in d.votes),
+        wait_waiter_ids=tuple(w.waiter_id for w in d.waits),
+        wait_waiter_generations=tuple(w.waiter_generation for w in d.waits),
+        wait_target_ids=tuple(w.target_id for w in d.waits),
+        wait_target_generations=tuple(w.target_generation for w in d.waits),
+        wait_edge_versions=tuple(w.edge_version for w in d.waits),
+        wait_reasons=tuple(w.reason for w in d.waits),
+        wait_registered_at_ms=tuple(w.registered_at_ms for w in d.waits),
+        wait_satisfier_counts=tuple(len(w.satisfiers) for w in d.waits),
+        wait_satisfiers=tuple(s for w in d.waits for s in w.satisfiers),
         retired_at_ms=now,
+    )
+
+
+def decision_from_retired(fx: DecisionRetired) -> Decision:
+    """The decision record again, from its retirement effect (the history store's explain)."""
+    satisfiers = iter(fx.wait_satisfiers)
+    waits = [
+        CycleWait(w, wg, t, tg, v, r, at, tuple(next(satisfiers) for _ in range(n)))
+        for w, wg, t, tg, v, r, at, n in zip(
+            fx.wait_waiter_ids,
+            fx.wait_waiter_generations,
+            fx.wait_target_ids,
+            fx.wait_target_generations,
+            fx.wait_edge_versions,
+            fx.wait_reasons,
+            fx.wait_registered_at_ms,
+            fx.wait_satisfier_counts,
+            strict=True,
+        )
+    ]
+    scores = list(
+        map(
+            Score,
+            fx.score_execution_ids,
+            fx.score_generations,
+            fx.score_external_side_effects,
+            fx.score_checkpoints,
+            fx.score_priorities,
+            fx.score_costs,
+            fx.score_unique_evidence,
+        )
+    )
+    return Decision(
+        fx.decision_id,
+        fx.digest,
+        fx.signature,
+        fx.policy_version,
+        DecisionKind(fx.decision_kind),
+        RolloutMode(fx.mode),
+        fx.reason_code,
+        fx.epoch,
+        fx.winner_id,
+        fx.winner_generation,
+        scores,
+        list(zip(fx.role_execution_ids, fx.roles, strict=True)),
+        list(zip(fx.released_target_ids, fx.released_execution_ids, strict=True)),
+        fx.at_ms,
+        fx.epoch_before,
+        fx.proposer,
+        fx.proposed_at_ms,
+        list(zip(fx.voters, fx.vote_approvals, fx.vote_at_ms, strict=True)),
+        waits,
     )
 
 

@@ -122,7 +122,7 @@ POLICY: dict[str, frozenset[Role]] = {
         f"/waitgraph.v1.OperatorService/{rpc}": OPERATORS
         for rpc in ("Status", "Graph", "Cycles", "ExplainDecision", "ExportPending", "Vote", "Freeze", "Unfreeze")
     },
-    **{f"/waitgraph.v1.OperatorService/{rpc}": OPERATORS for rpc in ("SignatureHistory", "Convergence")},
+    **{f"/waitgraph.v1.OperatorService/{rpc}": OPERATORS for rpc in ("SignatureHistory", "Convergence", "History")},
     "/waitgraph.v1.OperatorService/CancelRun": OPERATORS,
     **{
         f"/waitgraph.v1.OperatorService/{rpc}": ADMINS

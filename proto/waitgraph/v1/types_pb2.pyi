@@ -763,7 +763,7 @@ class ProposalRetired(_message.Message):
     def __init__(self, digest: _Optional[str] = ..., signature: _Optional[str] = ..., proposal_status: _Optional[str] = ..., decision_id: _Optional[str] = ..., proposer: _Optional[str] = ..., proposed_at_ms: _Optional[int] = ..., closed_at_ms: _Optional[int] = ..., close_reason: _Optional[str] = ..., member_ids: _Optional[_Iterable[str]] = ..., member_generations: _Optional[_Iterable[int]] = ..., retired_at_ms: _Optional[int] = ...) -> None: ...
 
 class DecisionRetired(_message.Message):
-    __slots__ = ("decision_id", "digest", "signature", "policy_version", "decision_kind", "mode", "reason_code", "epoch", "epoch_before", "winner_id", "winner_generation", "at_ms", "proposer", "proposed_at_ms", "score_execution_ids", "score_generations", "score_external_side_effects", "score_checkpoints", "score_priorities", "score_costs", "score_unique_evidence", "role_execution_ids", "roles", "released_target_ids", "released_execution_ids", "voters", "vote_approvals", "vote_at_ms", "retired_at_ms")
+    __slots__ = ("decision_id", "digest", "signature", "policy_version", "decision_kind", "mode", "reason_code", "epoch", "epoch_before", "winner_id", "winner_generation", "at_ms", "proposer", "proposed_at_ms", "score_execution_ids", "score_generations", "score_external_side_effects", "score_checkpoints", "score_priorities", "score_costs", "score_unique_evidence", "role_execution_ids", "roles", "released_target_ids", "released_execution_ids", "voters", "vote_approvals", "vote_at_ms", "wait_waiter_ids", "wait_waiter_generations", "wait_target_ids", "wait_target_generations", "wait_edge_versions", "wait_reasons", "wait_registered_at_ms", "wait_satisfier_counts", "wait_satisfiers", "retired_at_ms")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
@@ -792,6 +792,15 @@ class DecisionRetired(_message.Message):
     VOTERS_FIELD_NUMBER: _ClassVar[int]
     VOTE_APPROVALS_FIELD_NUMBER: _ClassVar[int]
     VOTE_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_WAITER_IDS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_WAITER_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_TARGET_IDS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_TARGET_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_EDGE_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_REASONS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_REGISTERED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SATISFIER_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SATISFIERS_FIELD_NUMBER: _ClassVar[int]
     RETIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     digest: str
@@ -821,8 +830,17 @@ class DecisionRetired(_message.Message):
     voters: _containers.RepeatedScalarFieldContainer[str]
     vote_approvals: _containers.RepeatedScalarFieldContainer[bool]
     vote_at_ms: _containers.RepeatedScalarFieldContainer[int]
+    wait_waiter_ids: _containers.RepeatedScalarFieldContainer[str]
+    wait_waiter_generations: _containers.RepeatedScalarFieldContainer[int]
+    wait_target_ids: _containers.RepeatedScalarFieldContainer[str]
+    wait_target_generations: _containers.RepeatedScalarFieldContainer[int]
+    wait_edge_versions: _containers.RepeatedScalarFieldContainer[int]
+    wait_reasons: _containers.RepeatedScalarFieldContainer[str]
+    wait_registered_at_ms: _containers.RepeatedScalarFieldContainer[int]
+    wait_satisfier_counts: _containers.RepeatedScalarFieldContainer[int]
+    wait_satisfiers: _containers.RepeatedScalarFieldContainer[str]
     retired_at_ms: int
-    def __init__(self, decision_id: _Optional[str] = ..., digest: _Optional[str] = ..., signature: _Optional[str] = ..., policy_version: _Optional[str] = ..., decision_kind: _Optional[str] = ..., mode: _Optional[str] = ..., reason_code: _Optional[str] = ..., epoch: _Optional[int] = ..., epoch_before: _Optional[int] = ..., winner_id: _Optional[str] = ..., winner_generation: _Optional[int] = ..., at_ms: _Optional[int] = ..., proposer: _Optional[str] = ..., proposed_at_ms: _Optional[int] = ..., score_execution_ids: _Optional[_Iterable[str]] = ..., score_generations: _Optional[_Iterable[int]] = ..., score_external_side_effects: _Optional[_Iterable[bool]] = ..., score_checkpoints: _Optional[_Iterable[bool]] = ..., score_priorities: _Optional[_Iterable[int]] = ..., score_costs: _Optional[_Iterable[int]] = ..., score_unique_evidence: _Optional[_Iterable[bool]] = ..., role_execution_ids: _Optional[_Iterable[str]] = ..., roles: _Optional[_Iterable[str]] = ..., released_target_ids: _Optional[_Iterable[str]] = ..., released_execution_ids: _Optional[_Iterable[str]] = ..., voters: _Optional[_Iterable[str]] = ..., vote_approvals: _Optional[_Iterable[bool]] = ..., vote_at_ms: _Optional[_Iterable[int]] = ..., retired_at_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, decision_id: _Optional[str] = ..., digest: _Optional[str] = ..., signature: _Optional[str] = ..., policy_version: _Optional[str] = ..., decision_kind: _Optional[str] = ..., mode: _Optional[str] = ..., reason_code: _Optional[str] = ..., epoch: _Optional[int] = ..., epoch_before: _Optional[int] = ..., winner_id: _Optional[str] = ..., winner_generation: _Optional[int] = ..., at_ms: _Optional[int] = ..., proposer: _Optional[str] = ..., proposed_at_ms: _Optional[int] = ..., score_execution_ids: _Optional[_Iterable[str]] = ..., score_generations: _Optional[_Iterable[int]] = ..., score_external_side_effects: _Optional[_Iterable[bool]] = ..., score_checkpoints: _Optional[_Iterable[bool]] = ..., score_priorities: _Optional[_Iterable[int]] = ..., score_costs: _Optional[_Iterable[int]] = ..., score_unique_evidence: _Optional[_Iterable[bool]] = ..., role_execution_ids: _Optional[_Iterable[str]] = ..., roles: _Optional[_Iterable[str]] = ..., released_target_ids: _Optional[_Iterable[str]] = ..., released_execution_ids: _Optional[_Iterable[str]] = ..., voters: _Optional[_Iterable[str]] = ..., vote_approvals: _Optional[_Iterable[bool]] = ..., vote_at_ms: _Optional[_Iterable[int]] = ..., wait_waiter_ids: _Optional[_Iterable[str]] = ..., wait_waiter_generations: _Optional[_Iterable[int]] = ..., wait_target_ids: _Optional[_Iterable[str]] = ..., wait_target_generations: _Optional[_Iterable[int]] = ..., wait_edge_versions: _Optional[_Iterable[int]] = ..., wait_reasons: _Optional[_Iterable[str]] = ..., wait_registered_at_ms: _Optional[_Iterable[int]] = ..., wait_satisfier_counts: _Optional[_Iterable[int]] = ..., wait_satisfiers: _Optional[_Iterable[str]] = ..., retired_at_ms: _Optional[int] = ...) -> None: ...
 
 class TrajectoryRetired(_message.Message):
     __slots__ = ("signature", "observed_total", "recovered_total", "first_seen_epoch", "first_seen_at_ms", "last_seen_at_ms", "retired_at_ms")
