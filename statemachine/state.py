@@ -52,6 +52,7 @@ class Limits:
     max_edges_per_execution: int = 64
     max_total_edges: int = 2_000_000
     max_executions: int = 2_000_000
+    """Executions in the live state; settled ones retire (statemachine/retire.py) and stop counting."""
     max_targets: int = 2_000_000
     max_sessions: int = 100_000
     max_pool_slots: int = 100_000
