@@ -342,6 +342,7 @@ class State:
             "limits": [getattr(self.limits, f.name) for f in fields(Limits)],
             "now_ms": self.now_ms,
             "recovery": self.recovery.to_plain(),
+            "retired": [list(self.retired_executions.items()), list(self.retired_runs.items())],
             "runs": _columns(_sorted_rows(self.runs, "run_id"), _RUN_COLUMNS),
             "sessions": [
                 [s.agent_id, s.incarnation, s.lease_ms, s.expires_at_ms, s.status]
@@ -349,7 +350,6 @@ class State:
             ],
             "targets": _targets_table(self.targets),
             "v": SNAPSHOT_VERSION,
-            "retired": [list(self.retired_executions.items()), list(self.retired_runs.items())],
             "waits": _waits_table(self.waits_by_waiter),
         }
 
