@@ -451,3 +451,28 @@ def test_a_rejected_retirement_changes_nothing() -> None:
         out = sm.apply(Envelope(actor=NODE, at_ms=10_000, request_id=None, command=cmd))
         assert out.result is Result.REJECTED and out.code in ("retention_too_short", "bad_max_runs"), out
     assert sm.snapshot() == before
+
+
+def test_a_v2_snapshot_still_restores() -> None:
+    """Snapshots written before retirement existed (v2: no tombstones) restore; the next snapshot
+    is v3 with empty tombstones and otherwise the same state, and the derived retirement index is
+    rebuilt from the records (a settled run retires after it)."""
+    import msgspec
+
+    sm = StateMachine()
+    for data in retire_log(2, 300):
+        sm.apply_bytes(data)
+    plain = msgspec.msgpack.decode(sm.snapshot())
+    plain.pop("retired")
+    plain["v"] = 2
+    restored = State.restore(pack(plain))
+    again = msgspec.msgpack.decode(restored.snapshot())
+    assert again["v"] == 3 and again.pop("retired") == [[], []]
+    assert {k: v for k, v in again.items() if k != "v"} == {k: v for k, v in plain.items() if k != "v"}
+    assert invariants.check(restored) == []
+    settled = retirable(restored, restored.now_ms + 10**9)
+    assert settled, "the log left no settled run to retire"
+    out = StateMachine(restored).apply(
+        Envelope(actor=NODE, at_ms=restored.now_ms + 10**9, request_id=None, command=RetireSettled(retention_ms=10**9))
+    )
+    assert [(fx.settled_at_ms, fx.run_id) for fx in out.effects if isinstance(fx, RunRetired)] == settled[:1000]
