@@ -460,8 +460,16 @@ def test_a_v2_snapshot_still_restores() -> None:
     import msgspec
 
     sm = StateMachine()
-    for data in retire_log(2, 300):
-        sm.apply_bytes(data)
+    for cmd in SETUP:
+        sm.apply(Envelope(actor="operator:root", at_ms=0, request_id=None, command=cmd))
+    for n in (1, 2):
+        for env in deadlock_envelopes(sm.state, n):
+            sm.apply(env)
+    for commit in (False, True):
+        for env in recovery_envelopes(sm.state, 1000 + 1000 * commit, commit):
+            sm.apply(env)
+    while (env := finish_envelope(sm.state, min)) is not None:
+        sm.apply(env)
     plain = msgspec.msgpack.decode(sm.snapshot())
     plain.pop("retired")
     plain["v"] = 2
@@ -470,7 +478,7 @@ def test_a_v2_snapshot_still_restores() -> None:
     assert again["v"] == 3 and again.pop("retired") == [[], []]
     assert {k: v for k, v in again.items() if k != "v"} == {k: v for k, v in plain.items() if k != "v"}
     assert invariants.check(restored) == []
-    settled = retirable(restored, restored.now_ms + 10**9)
+    settled = retirable(restored, restored.now_ms)
     assert settled, "the log left no settled run to retire"
     out = StateMachine(restored).apply(
         Envelope(actor=NODE, at_ms=restored.now_ms + 10**9, request_id=None, command=RetireSettled(retention_ms=10**9))
