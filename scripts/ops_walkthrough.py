@@ -250,7 +250,7 @@ released. (Real hosts: `waitgraph serve --initial-mode shadow`; see the README.)
     finally:
         os.killpg(dev.pid, signal.SIGINT)
         out, _ = dev.communicate(timeout=60)
-    g.section("8. Stop")
+    g.section("11. Stop")
     g.say("Ctrl-C in the `waitgraph dev` shell stops every node:")
     g.console("^C\n" + out.rstrip())
     if dev.returncode != 0:
@@ -478,7 +478,55 @@ With the owners recorded and the old scheduler restored, lift admission control:
     )
     g.run('waitgraph unfreeze --reason "old scheduler restored"', expect=("frozen=false",))
 
-    g.section("7. In short")
+    g.section("7. Retention: settled work retires, history stays queryable")
+    g.say(
+        """
+Settled work does not stay in the replicated state for ever. The leader's loop proposes
+`RetireSettled` (a command in the log, applied alike by every replica, in logical time) once a
+second when something is due: a run retires once every execution of it is settled, it holds
+nothing (no lease, permit, reservation, claim or tool call in flight), nothing open refers to it
+(no open proposal, cancel request, reconciliation item, frozen admission, or wait on one of its
+executions) and it settled at least `--retention-ms` ago. Closed proposals, decisions, the
+livelock guard's trajectories and ended sessions follow by their own rules (a decision once its
+proposal and every member have retired; a trajectory once the guard could no longer fire for it).
+Counters stay cumulative; `max_executions` and the other limits count the live state only.
+
+Each node writes what retired into its own **history store** (SQLite, `DATA_DIR/history.sqlite3`;
+never in a snapshot, so a restore is as fast as the live state is small). It keeps each
+execution's final status, generation and side-effect ledger, each run's cancellation outcome, and
+every decision with every candidate's score:
+
+| question | command |
+|---|---|
+| what happened to a run | `waitgraph history --run RUN` (`-o json` exports the whole records) |
+| to an execution, and the decisions naming it | `waitgraph history --execution exec:ID` |
+| why a retired recovery decided | `waitgraph explain dN` (marked `RETIRED`, answered from the store) |
+
+A command naming a retired execution or run is refused `retired` (NOT_FOUND) with the time it
+retired, for one more retention; the id is not reused meanwhile (a late `CreateExecution` of a
+retired run id is refused `retired`, ALREADY_EXISTS). After that the tombstone is forgotten and
+the id is free: a create under it starts a fresh run at cancel generation 0 and, for a session,
+incarnation 1. Use fresh run ids; the refusal window only catches late retries.
+
+**Sizing the retention.** `--retention-ms` defaults to 300,000 (five minutes); the core refuses
+less than 1,000. A settled execution costs about 700 B of heap and 85 B of snapshot while it is
+live, and its tombstone about 100 B for one more retention. At 1,000 executions/s a replica then
+holds about 300,000 settled executions (~210 MB) and 300,000 tombstones (~30 MB) on top of the
+work in flight: flat, and well below 1 GB per replica on a three-node cluster. Five minutes is
+also longer than an agent's late ack or retry of work that just settled, an operator's first look
+at a fresh decision (`explain` still shows its live cancellation views), and the livelock guard's
+default 60 s window. Shorten it for higher rates (memory scales with rate x retention); lengthen
+it only with the memory to match. `scripts/bench retention` measures it.
+
+The store's bounds: `--history-max-mb` (default 1024, record payload; the file is about twice
+that with its indexes) and `--history-max-age-days` (default 90); the oldest records are deleted
+first. A node that was down during a retirement writes the records when it catches up by the log;
+one that catches up by installing a snapshot never sees the passes the snapshot covers, and its
+store lacks those records (the other nodes have them: ask them with `--endpoints`).
+"""
+    )
+
+    g.section("9. In short")
     g.say(
         """
 | step | commands |
@@ -490,12 +538,13 @@ With the owners recorded and the old scheduler restored, lift admission control:
 | everywhere | `waitgraph mode auto` |
 | anomaly | `waitgraph mode shadow` (detection, edges and alerts stay) |
 | schema rollback | `freeze --reason R --wait`, `export -o json > F`, `cycles`, `graph --run RUN`, `unfreeze` |
+| retired work | `waitgraph history --run RUN`, `--execution ID`, `--decision dN`; `waitgraph explain dN` |
 
 `--wait` exits 0 once converged and 3 at `--wait-timeout` (default 120 s), naming what is still
 pending; `waitgraph export` lists who has not acknowledged.
 """
     )
-    g.section("8. Orphaned executions")
+    g.section("10. Orphaned executions")
     g.say(
         """
 An execution is **orphaned** when it is not settled and its owner's session expired (the agent

@@ -47,6 +47,8 @@ from .context import (
     check_nonneg,
     check_open_execution_room,
     check_reason,
+    missing_execution,
+    missing_run,
     owned_execution,
     require_operator,
     require_session,
@@ -367,7 +369,7 @@ def cancel_run(ctx: Ctx, cmd: CancelRun) -> Outcome:
     check_reason(ctx, cmd.reason)
     run = st.runs.get(cmd.run_id)
     if run is None:
-        raise E.not_found("no_run", f"run {cmd.run_id} does not exist", run_id=cmd.run_id)
+        raise missing_run(st, cmd.run_id)
     agent = ctx.agent_id
     if agent is not None:
         require_session(ctx)
@@ -696,7 +698,7 @@ def _execution(ctx: Ctx, execution_id: str) -> Execution:
     id_kind(execution_id, "execution_id", frozenset({Kind.EXEC}))
     ex = ctx.state.executions.get(execution_id)
     if ex is None:
-        raise E.not_found("no_execution", f"{execution_id} does not exist", execution_id=execution_id)
+        raise missing_execution(ctx.state, execution_id)
     return ex
 
 
@@ -752,6 +754,8 @@ def claim_task(ctx: Ctx, cmd: ClaimTask) -> Outcome:
         # The open execution changes hands; its attempt ended above, so it has no open wait to move.
         st.count_open_execution(ex.agent_id, -1)
         st.count_open_execution(agent, 1)
+        st.count_owned(ex.agent_id, -1)
+        st.count_owned(agent, 1)
         ex.agent_id = agent
     expires = ctx.now + cmd.lease_ms
     st.cancel.claims[ex.execution_id] = Claim(agent, ex.generation, cmd.lease_ms, expires, ctx.now)
@@ -887,7 +891,7 @@ def unfreeze_admission(ctx: Ctx, cmd: UnfreezeAdmission) -> Outcome:
 def _known_run(ctx: Ctx, run_id: str) -> None:
     validate_name(run_id, "run_id")
     if run_id not in ctx.state.runs:
-        raise E.not_found("no_run", f"run {run_id} does not exist", run_id=run_id)
+        raise missing_run(ctx.state, run_id)
 
 
 def configure(ctx: Ctx, cmd: ConfigureCancellation) -> Outcome:
@@ -1052,7 +1056,7 @@ def convergence(st: State, run_id: str | None = None) -> Convergence:
         validate_name(run_id, "run_id")
         run = st.runs.get(run_id)
         if run is None:
-            raise E.not_found("no_run", f"run {run_id} does not exist", run_id=run_id)
+            raise missing_run(st, run_id)
         members = [st.executions[e] for e in _subtree(st, run.root_id)]
         unsettled = [ex for ex in members if ex.status not in SETTLED]
         scopes = [s for s in book.scopes.values() if s.run_id == run_id and s.stable_at_ms is None]

@@ -462,6 +462,22 @@ class ConfigureCancellation:
     reemit_interval_ms: int
 
 
+# -- retirement (statemachine/retire.py) -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetireSettled:
+    """The leader's periodic retirement pass: move settled work that settled more than
+    ``retention_ms`` of logical time ago out of the live state (each record leaves as an effect
+    the history store is written from), at most ``max_runs`` runs per pass, oldest first; forget
+    tombstones older than one retention. Sent by cluster nodes and operators only."""
+
+    KIND: ClassVar[str] = "RetireSettled"
+    VERSION: ClassVar[int] = 1
+    retention_ms: int
+    max_runs: int = 1000
+
+
 Command = (
     JoinSession
     | Heartbeat
@@ -498,6 +514,7 @@ Command = (
     | FreezeAdmission
     | UnfreezeAdmission
     | ConfigureCancellation
+    | RetireSettled
 )
 
 COMMANDS: tuple[type[Command], ...] = (
@@ -536,6 +553,7 @@ COMMANDS: tuple[type[Command], ...] = (
     FreezeAdmission,
     UnfreezeAdmission,
     ConfigureCancellation,
+    RetireSettled,
 )
 
 

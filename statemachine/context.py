@@ -16,6 +16,7 @@ from .effects import (
     Effect,
 )
 from .enums import SessionStatus
+from .errors import Rejection
 from .ids import (
     ActorKind,
     Kind,
@@ -95,7 +96,7 @@ def owned_execution(
     id_kind(execution_id, field, _EXEC_ONLY)
     ex = ctx.state.executions.get(execution_id)
     if ex is None:
-        raise E.not_found("no_execution", f"{execution_id} does not exist", execution_id=execution_id)
+        raise missing_execution(ctx.state, execution_id)
     agent = ctx.agent_id
     if agent is not None and ex.agent_id != agent:
         if generation is not None and generation < ex.generation:
@@ -140,4 +141,59 @@ def check_open_execution_room(st: State, agent_id: str) -> None:
             "finish, fail or cancel some first",
             agent_id=agent_id,
             limit=limit,
+        )
+
+
+# -- retired ids (statemachine/retire.py) ---------------------------------------------------------
+
+
+def missing_execution(st: State, execution_id: str, what: str = "") -> Rejection:
+    """The rejection for an execution that is not in the live state: ``retired`` (with when)
+    while its tombstone lasts, else ``no_execution``. ``what`` names its role ("parent ")."""
+    at = st.retired_executions.get(execution_id)
+    if at is not None:
+        return E.not_found(
+            "retired",
+            f"{what}{execution_id} settled and retired at {at} ms; it is in the history store "
+            f"(`waitgraph history --execution {execution_id}`), no longer in the live state",
+            execution_id=execution_id,
+            retired_at_ms=at,
+        )
+    return E.not_found("no_execution", f"{what}{execution_id} does not exist", execution_id=execution_id)
+
+
+def missing_run(st: State, run_id: str) -> Rejection:
+    """As :func:`missing_execution`, for a run: ``retired`` or ``no_run``."""
+    at = st.retired_runs.get(run_id)
+    if at is not None:
+        return E.not_found(
+            "retired",
+            f"run {run_id} settled and retired at {at} ms; it is in the history store "
+            f"(`waitgraph history --run {run_id}`), no longer in the live state",
+            run_id=run_id,
+            retired_at_ms=at,
+        )
+    return E.not_found("no_run", f"run {run_id} does not exist", run_id=run_id)
+
+
+def check_fresh_ids(st: State, execution_id: str, run_id: str | None) -> None:
+    """Refuse to create an execution (or, with ``run_id``, a run) under an id that retired and is
+    still remembered: a late or repeated create must not start a second life of settled work.
+    Once its tombstone is forgotten (one retention after it retired) the id is free again."""
+    at = st.retired_executions.get(execution_id)
+    if at is not None:
+        raise E.exists(
+            "retired",
+            f"{execution_id} retired at {at} ms; an execution id is not reused while its retirement is remembered",
+            execution_id=execution_id,
+            retired_at_ms=at,
+        )
+    at = st.retired_runs.get(run_id) if run_id is not None else None
+    if at is not None:
+        raise E.exists(
+            "retired",
+            f"run {run_id} retired at {at} ms; a run id is not reused while its retirement is remembered "
+            "(start the new run under a new id)",
+            run_id=run_id,
+            retired_at_ms=at,
         )

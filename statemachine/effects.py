@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .enums import CancelMode, EffectOutcome, ExecStatus, Relation
+from .enums import CancelMode, CancelState, EffectOutcome, ExecStatus, Relation, SessionStatus
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -469,6 +469,172 @@ class CancellationConfigured:
     reemit_interval_ms: int
 
 
+# -- retirement (statemachine/retire.py) -----------------------------------------------------------
+# Each retired record leaves the live state as one effect that carries all of it: the node's
+# history store is written from these effects alone (cluster/node/history.py).
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionRetired:
+    """A settled execution left the live state. ``effect_*`` is its side-effect ledger, one
+    position per effect id (sorted); ``compensation_versions`` the version of the compensation
+    queued for that effect, 0 when none was."""
+
+    KIND: ClassVar[str] = "ExecutionRetired"
+    VERSION: ClassVar[int] = 1
+    execution_id: str
+    run_id: str
+    parent_id: str | None
+    agent_id: str
+    generation: int
+    status: ExecStatus
+    priority: int
+    cost_consumed: int
+    created_at_ms: int
+    settled_at_ms: int
+    retired_at_ms: int
+    effect_ids: tuple[str, ...]
+    effect_outcomes: tuple[EffectOutcome, ...]
+    effect_compensatable: tuple[bool, ...]
+    effect_generations: tuple[int, ...]
+    compensation_versions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRetired:
+    """A run whose every execution settled left the live state, with its cancellation outcome."""
+
+    KIND: ClassVar[str] = "RunRetired"
+    VERSION: ClassVar[int] = 1
+    run_id: str
+    root_id: str
+    executions: int
+    cancel_generation: int
+    cancel_state: CancelState
+    cancel_stable_at_ms: int | None
+    settled_at_ms: int
+    retired_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRetired:
+    """An ended session that owns nothing in the live state any more left it; the agent may join
+    again (as a new session, incarnation 1)."""
+
+    KIND: ClassVar[str] = "SessionRetired"
+    VERSION: ClassVar[int] = 1
+    agent_id: str
+    incarnation: int
+    status: SessionStatus
+    expires_at_ms: int
+    retired_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProposalRetired:
+    """A closed recovery proposal none of whose members is in the live state any more."""
+
+    KIND: ClassVar[str] = "ProposalRetired"
+    VERSION: ClassVar[int] = 1
+    digest: str
+    signature: str
+    proposal_status: str
+    decision_id: str | None
+    proposer: str
+    proposed_at_ms: int
+    closed_at_ms: int
+    close_reason: str
+    member_ids: tuple[str, ...]
+    member_generations: tuple[int, ...]
+    retired_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecisionRetired:
+    """A recovery decision whose members and proposal have all left the live state: the whole
+    record, for the history store. ``score_*`` is every candidate's victim-policy input (one
+    position per candidate), ``role_*`` each member's role, ``released_*`` what the decision
+    released, in release order, ``vote_*`` the proposal's votes in log order, ``wait_*`` the
+    cycle's waits as they stood (``retire.decision_from_retired`` rebuilds the record)."""
+
+    KIND: ClassVar[str] = "DecisionRetired"
+    VERSION: ClassVar[int] = 1
+    decision_id: str
+    digest: str
+    signature: str
+    policy_version: str
+    decision_kind: str
+    mode: str
+    reason_code: str
+    epoch: int | None
+    epoch_before: int
+    winner_id: str | None
+    winner_generation: int
+    at_ms: int
+    proposer: str
+    proposed_at_ms: int
+    score_execution_ids: tuple[str, ...]
+    score_generations: tuple[int, ...]
+    score_external_side_effects: tuple[bool, ...]
+    score_checkpoints: tuple[bool, ...]
+    score_priorities: tuple[int, ...]
+    score_costs: tuple[int, ...]
+    score_unique_evidence: tuple[bool, ...]
+    role_execution_ids: tuple[str, ...]
+    roles: tuple[str, ...]
+    released_target_ids: tuple[str, ...]
+    released_execution_ids: tuple[str, ...]
+    voters: tuple[str, ...]
+    vote_approvals: tuple[bool, ...]
+    vote_at_ms: tuple[int, ...]
+    wait_waiter_ids: tuple[str, ...]
+    wait_waiter_generations: tuple[int, ...]
+    wait_target_ids: tuple[str, ...]
+    wait_target_generations: tuple[int, ...]
+    wait_edge_versions: tuple[int, ...]
+    wait_reasons: tuple[str, ...]
+    wait_registered_at_ms: tuple[int, ...]
+    wait_satisfier_counts: tuple[int, ...]
+    wait_satisfiers: tuple[str, ...]
+    """Each wait's satisfiers, all waits' in a row (``wait_satisfier_counts`` says how many each)."""
+    retired_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrajectoryRetired:
+    """The livelock guard forgot a cycle signature it can no longer need: no proposal or decision
+    of it is live, the epoch advanced past its last sighting, and every sighting and rollback is
+    older than both the retention and the guard's window."""
+
+    KIND: ClassVar[str] = "TrajectoryRetired"
+    VERSION: ClassVar[int] = 1
+    signature: str
+    observed_total: int
+    recovered_total: int
+    first_seen_epoch: int | None
+    first_seen_at_ms: int | None
+    last_seen_at_ms: int
+    retired_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetirementPassed:
+    """One retirement pass: what it retired, and the tombstones it forgot. ``more`` is true when
+    it stopped at its ``max_runs`` with more runs due (the leader's loop passes again at once)."""
+
+    KIND: ClassVar[str] = "RetirementPassed"
+    VERSION: ClassVar[int] = 1
+    cutoff_ms: int
+    runs: int
+    executions: int
+    sessions: int
+    proposals: int
+    decisions: int
+    trajectories: int
+    tombstones_forgotten: int
+    more: bool
+
+
 Effect = (
     SessionJoined
     | SessionRenewed
@@ -513,6 +679,13 @@ Effect = (
     | ToolCallAccepted
     | AdmissionChanged
     | CancellationConfigured
+    | ExecutionRetired
+    | RunRetired
+    | SessionRetired
+    | ProposalRetired
+    | DecisionRetired
+    | TrajectoryRetired
+    | RetirementPassed
 )
 
 EFFECTS: tuple[type[Effect], ...] = (
@@ -559,4 +732,16 @@ EFFECTS: tuple[type[Effect], ...] = (
     ToolCallAccepted,
     AdmissionChanged,
     CancellationConfigured,
+    ExecutionRetired,
+    RunRetired,
+    SessionRetired,
+    ProposalRetired,
+    DecisionRetired,
+    TrajectoryRetired,
+    RetirementPassed,
 )
+
+RETIREMENT_EFFECTS: frozenset[type[Effect]] = frozenset(
+    {ExecutionRetired, RunRetired, SessionRetired, ProposalRetired, DecisionRetired, TrajectoryRetired}
+)
+"""The records a retirement pass moves out of the live state (the history store's input)."""

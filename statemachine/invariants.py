@@ -30,13 +30,17 @@ only cannot acquire or register anything new, which ``apply`` refuses.
 - sessions: every ACTIVE session's current expiry is on the expiry heap.
 - per-agent counts: ``open_executions_by_agent`` and ``open_edges_by_agent`` (kept incrementally
   for the per-agent limits) equal a recount from the executions and the wait edges.
+- retirement (statemachine/retire.py): ``open_by_run`` and ``owned_by_agent`` equal a recount;
+  every fully settled run is in the retirement queue or its blocked set at its settle time (else
+  it would never retire); no tombstoned id is live; an open proposal names only live executions.
 """
 
 from __future__ import annotations
 
 from .enums import SETTLED, ExecStatus, SessionStatus
 from .ids import DECLARED_KINDS, HELD_KINDS, OUTSIDE_KINDS, TARGET_KINDS, Kind
-from .state import State, WaitEdge, count_by_agent
+from .recovery_state import ProposalStatus
+from .state import State, WaitEdge, count_by_agent, retirement_index
 
 OPEN = frozenset(ExecStatus) - SETTLED
 """States of an execution whose attempt is not over: it may hold, wait, satisfy, be waited for."""
@@ -60,7 +64,34 @@ def check(state: State) -> list[str]:
     _check_executions(state, out)
     _check_sessions(state, out)
     _check_agent_counts(state, out)
+    _check_retirement(state, out)
     return out
+
+
+def _check_retirement(st: State, out: list[str]) -> None:
+    if any(ex.run_id not in st.runs for ex in st.executions.values()):
+        return  # reported above
+    open_by_run, owned, queue = retirement_index(st.executions, st.runs)
+    for name, kept, recount in (
+        ("open_by_run", st.open_by_run, open_by_run),
+        ("owned_by_agent", st.owned_by_agent, owned),
+    ):
+        for key in sorted(set(kept) | set(recount)):
+            if kept.get(key) != recount.get(key):
+                out.append(f"{name}[{key}] is {kept.get(key)}; a recount gives {recount.get(key)}")
+    known = set(st.retire_queue) | st.retire_blocked
+    for entry in sorted(queue):
+        if entry not in known:
+            out.append(f"run {entry[1]} settled at {entry[0]} but is not queued for retirement")
+    for p in st.recovery.proposals.values():
+        if p.status is ProposalStatus.OPEN:
+            for m, _ in p.members:
+                if m not in st.executions:
+                    out.append(f"open proposal {p.digest[:16]} names {m}, which is not in the live state")
+    for eid in sorted(st.retired_executions.keys() & st.executions.keys()):
+        out.append(f"execution {eid} is live and retired at once")
+    for run_id in sorted(st.retired_runs.keys() & st.runs.keys()):
+        out.append(f"run {run_id} is live and retired at once")
 
 
 def _check_agent_counts(st: State, out: list[str]) -> None:

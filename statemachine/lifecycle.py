@@ -10,6 +10,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import heapq
 from enum import StrEnum
 
 from . import errors as E
@@ -122,9 +123,14 @@ def set_status(ctx: Ctx, ex: Execution, nxt: ExecStatus, cause: str) -> None:
             execution_id=ex.execution_id, generation=ex.generation, before=ex.status, after=nxt, cause=cause
         )
     )
-    was_settled = ex.status in SETTLED
-    if was_settled is not (nxt in SETTLED):
-        ctx.state.count_open_execution(ex.agent_id, 1 if was_settled else -1)
+    st = ctx.state
+    was_settled, settles = ex.status in SETTLED, nxt in SETTLED
+    if was_settled is not settles:
+        st.count_open_execution(ex.agent_id, 1 if was_settled else -1)
+        st.count_open_in_run(ex.run_id, 1 if was_settled else -1, ctx.now)
+    elif settles and ex.run_id not in st.open_by_run:
+        # A settled execution changed its settled state: the run's settle time moves with it.
+        heapq.heappush(st.retire_queue, (ctx.now, ex.run_id))
     ex.status = nxt
     ex.status_at_ms = ctx.now
     ctx.state.touch(ex.execution_id)

@@ -19,6 +19,7 @@ import heapq
 from . import cancel as _cancel
 from . import errors as E
 from . import recovery
+from . import retire as _retire
 from .codec import command_fingerprint, decode_envelope
 from .commands import (
     AcceptToolCall,
@@ -52,6 +53,7 @@ from .commands import (
     ReleaseQuarantine,
     RenewClaim,
     ResumeExecution,
+    RetireSettled,
     RetryExecution,
     SetMode,
     StartExecution,
@@ -62,9 +64,11 @@ from .commands import (
 from .context import (
     Ctx,
     check_current,
+    check_fresh_ids,
     check_nonneg,
     check_open_execution_room,
     check_reason,
+    missing_execution,
     owned_execution,
     require_operator,
     require_session,
@@ -268,6 +272,8 @@ def _dispatch(ctx: Ctx, cmd: Command) -> Outcome:
             return _cancel.unfreeze_admission(ctx, cmd)
         case ConfigureCancellation():
             return _cancel.configure(ctx, cmd)
+        case RetireSettled():
+            return _retire.retire_settled(ctx, cmd)
     raise E.invalid("unknown_command", f"no handler for {type(cmd).__name__}")  # pragma: no cover
 
 
@@ -346,6 +352,7 @@ def _create_execution(ctx: Ctx, cmd: CreateExecution) -> Outcome:
     require_session(ctx)
     if cmd.execution_id in st.executions:
         raise E.exists("execution_exists", f"{cmd.execution_id} already exists", execution_id=cmd.execution_id)
+    check_fresh_ids(st, cmd.execution_id, cmd.run_id if cmd.parent_id is None else None)
     if len(st.executions) >= st.limits.max_executions:
         raise E.exhausted("too_many_executions", f"the cluster holds {st.limits.max_executions} executions")
     owner = cmd.agent_id if cmd.agent_id is not None else ctx.agent_id
@@ -360,7 +367,7 @@ def _create_execution(ctx: Ctx, cmd: CreateExecution) -> Outcome:
         id_kind(cmd.parent_id, "parent_id", frozenset({Kind.EXEC}))
         parent = st.executions.get(cmd.parent_id)
         if parent is None:
-            raise E.not_found("no_execution", f"parent {cmd.parent_id} does not exist", execution_id=cmd.parent_id)
+            raise missing_execution(st, cmd.parent_id, "parent ")
         if parent.run_id != cmd.run_id:
             raise E.invalid("wrong_run", f"parent {cmd.parent_id} belongs to run {parent.run_id}, not {cmd.run_id}")
         check_live(parent, "create children")
@@ -391,6 +398,8 @@ def _create_execution(ctx: Ctx, cmd: CreateExecution) -> Outcome:
     )
     st.executions[ex.execution_id] = ex
     st.count_open_execution(owner, 1)
+    st.count_open_in_run(ex.run_id, 1, ctx.now)
+    st.count_owned(owner, 1)
     if parent is None:
         st.runs[cmd.run_id] = Run(cmd.run_id, ex.execution_id, 0)
     else:
@@ -545,7 +554,7 @@ def _check_wait_target(ctx: Ctx, cmd: RegisterWait, kind: Kind) -> str:
     if kind is Kind.EXEC:
         target_ex = st.executions.get(cmd.target_id)
         if target_ex is None:
-            raise E.not_found("no_execution", f"{cmd.target_id} does not exist", execution_id=cmd.target_id)
+            raise missing_execution(st, cmd.target_id)
         if tg < target_ex.generation:
             raise E.precondition(
                 "stale_target_generation",
@@ -700,8 +709,8 @@ def _tick(ctx: Ctx) -> Outcome:
     st = ctx.state
     while st.session_expiry and st.session_expiry[0][0] <= ctx.now:
         expires, agent = heapq.heappop(st.session_expiry)
-        s = st.sessions[agent]
-        if s.status is SessionStatus.ACTIVE and s.expires_at_ms == expires:
+        s = st.sessions.get(agent)  # a stale entry may name a session that retired since
+        if s is not None and s.status is SessionStatus.ACTIVE and s.expires_at_ms == expires:
             s.status = SessionStatus.EXPIRED
             ctx.fx.append(SessionEnded(agent_id=agent, reason="expired"))
             _cancel.on_session_expired(ctx, agent)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from . import cancel
 from . import errors as E
 from .commands import CommitRecovery, ConfigureRecovery, ProposeRecovery, SetMode, VoteRecovery
-from .context import Ctx, require_operator, require_session
+from .context import Ctx, missing_run, require_operator, require_session
 from .detect import Candidate, still_deadlocked, wait_satisfiers
 from .effects import (
     EpochCommitted,
@@ -115,7 +115,7 @@ def set_mode(ctx: Ctx, cmd: SetMode) -> Outcome:
     else:
         validate_name(cmd.run_id, "run_id")
         if cmd.run_id not in ctx.state.runs:
-            raise E.not_found("no_run", f"run {cmd.run_id} does not exist", run_id=cmd.run_id)
+            raise missing_run(ctx.state, cmd.run_id)
         if cmd.mode is None:
             rb.run_modes.pop(cmd.run_id, None)
         else:

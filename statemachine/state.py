@@ -40,7 +40,9 @@ _CANCEL_MODE = {m.value: m for m in CancelMode}
 _KIND = {m.value: m for m in Kind}
 
 SNAPSHOT_FORMAT = "waitgraph-state"
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
+"""v3 adds the retirement tombstones (``retired``); a v2 snapshot (no retirement yet) still reads."""
+READABLE_VERSIONS = frozenset({2, 3})
 
 
 @dataclass(slots=True)
@@ -50,6 +52,7 @@ class Limits:
     max_edges_per_execution: int = 64
     max_total_edges: int = 2_000_000
     max_executions: int = 2_000_000
+    """Executions in the live state; settled ones retire (statemachine/retire.py) and stop counting."""
     max_targets: int = 2_000_000
     max_sessions: int = 100_000
     max_pool_slots: int = 100_000
@@ -192,6 +195,25 @@ class State:
         self.session_expiry: list[tuple[int, str]] = []
         """heap of (expires_at_ms, agent_id); stale entries are skipped."""
         self._texts: dict[str, str] = {}
+        self.retired_executions: dict[str, int] = {}
+        """Tombstones: execution id -> logical ms it retired at, in retirement order (primary data,
+        in the snapshot). A command naming one is told when it retired; tombstones are forgotten
+        one retention after they were made (statemachine/retire.py)."""
+        self.retired_runs: dict[str, int] = {}
+        """Tombstones of runs, as ``retired_executions``; a retired run id is not reused meanwhile."""
+        self.open_by_run: dict[str, int] = {}
+        """Derived: run id -> its unsettled executions; a run with none has no entry."""
+        self.owned_by_agent: dict[str, int] = {}
+        """Derived: agent id -> the executions (settled or not) it owns in the live state; a
+        session that owns none may retire."""
+        self.retire_queue: list[tuple[int, str]] = []
+        """Derived heap of (settled_at_ms, run id): each time a run's last unsettled execution
+        settles. An entry whose run has changed since is stale and skipped."""
+        self.retire_blocked: set[tuple[int, str]] = set()
+        """Derived: queue entries past their retention whose run is still referenced (an open
+        proposal, a reconciliation item, a frozen admission ...); looked at again each pass. The
+        union of queue and blocked entries is a function of the records alone, so a replica that
+        restored a snapshot retires exactly what one that never did retires."""
         # -- change tracking for incremental detection; not part of the snapshot --
         self.change_seq = 0
         self.changed: dict[str, int] = {}
@@ -268,6 +290,20 @@ class State:
         """An execution of ``agent_id`` became unsettled (+1) or settled (-1), or was handed over."""
         _count(self.open_executions_by_agent, agent_id, by)
 
+    def count_open_in_run(self, run_id: str, by: int, now_ms: int) -> None:
+        """An execution of ``run_id`` became unsettled (+1) or settled (-1). When the last one
+        settles the run joins the retirement queue at ``now_ms``, its settle time."""
+        n = self.open_by_run.get(run_id, 0) + by
+        if n:
+            self.open_by_run[run_id] = n
+        else:
+            del self.open_by_run[run_id]
+            heapq.heappush(self.retire_queue, (now_ms, run_id))
+
+    def count_owned(self, agent_id: str, by: int) -> None:
+        """An execution of ``agent_id`` entered (+1) or left (-1) the live state, or changed hands."""
+        _count(self.owned_by_agent, agent_id, by)
+
     def add_wait(self, edge: WaitEdge) -> None:
         self.waits_by_waiter.setdefault(edge.waiter_id, {})[edge.target_id] = edge
         _file_by_target(self.waits_by_target, edge)
@@ -306,6 +342,7 @@ class State:
             "limits": [getattr(self.limits, f.name) for f in fields(Limits)],
             "now_ms": self.now_ms,
             "recovery": self.recovery.to_plain(),
+            "retired": [list(self.retired_executions.items()), list(self.retired_runs.items())],
             "runs": _columns(_sorted_rows(self.runs, "run_id"), _RUN_COLUMNS),
             "sessions": [
                 [s.agent_id, s.incarnation, s.lease_ms, s.expires_at_ms, s.status]
@@ -332,8 +369,8 @@ class State:
     def _restore(cls, data: bytes) -> State:
         try:
             raw = msgspec.msgpack.decode(data)
-            if raw.get("format") != SNAPSHOT_FORMAT or raw.get("v") != SNAPSHOT_VERSION:
-                raise CodecError(f"not a {SNAPSHOT_FORMAT} v{SNAPSHOT_VERSION} snapshot")
+            if raw.get("format") != SNAPSHOT_FORMAT or raw.get("v") not in READABLE_VERSIONS:
+                raise CodecError(f"not a {SNAPSHOT_FORMAT} v{'/v'.join(map(str, sorted(READABLE_VERSIONS)))} snapshot")
             st = cls(Limits(*raw["limits"]))
             st.now_ms = raw["now_ms"]
             st.counters = dict((k, v) for k, v in raw["counters"])
@@ -352,6 +389,11 @@ class State:
                 raw["waits"], st.shared_text
             )
             st.open_executions_by_agent, st.open_edges_by_agent = count_by_agent(st.executions, st.waits_by_waiter)
+            if raw["v"] >= 3:
+                retired_executions, retired_runs = raw["retired"]
+                st.retired_executions = {e: int(at) for e, at in retired_executions}
+                st.retired_runs = {r: int(at) for r, at in retired_runs}
+            st.open_by_run, st.owned_by_agent, st.retire_queue = retirement_index(st.executions, st.runs)
             for a, r, fp, out in raw["idempotency"]:
                 st.idempotency[(a, r)] = (fp, outcome_from_plain(out))
             # A restored replica has no memory of earlier passes and ``changed`` starts empty: a
@@ -386,6 +428,39 @@ def count_by_agent(
     owners = map(attrgetter("agent_id"), map(executions.__getitem__, waiters))
     open_edges = Counter(chain.from_iterable(map(repeat, owners, map(len, map(waits_by_waiter.__getitem__, waiters)))))
     return dict(open_executions), dict(open_edges)
+
+
+def settled_at(executions: dict[str, Execution], root_id: str) -> int | None:
+    """When the run rooted at ``root_id`` settled (the latest settle of its executions), or None
+    while one of them is unsettled."""
+    latest = 0
+    stack = [root_id]
+    while stack:
+        ex = executions[stack.pop()]
+        if ex.status not in SETTLED:
+            return None
+        latest = max(latest, ex.status_at_ms)
+        stack.extend(ex.children)
+    return latest
+
+
+def retirement_index(
+    executions: dict[str, Execution], runs: dict[str, Run]
+) -> tuple[dict[str, int], dict[str, int], list[tuple[int, str]]]:
+    """``open_by_run``, ``owned_by_agent`` and the retirement queue, recounted from the records:
+    derived on restore, and what the invariants compare the kept ones against. The queue holds
+    one entry per fully settled run, at its settle time."""
+    rows = list(executions.values())
+    settled = list(map(SETTLED.__contains__, map(attrgetter("status"), rows)))
+    open_by_run = Counter(compress(map(attrgetter("run_id"), rows), map(not_, settled)))
+    owned = Counter(map(attrgetter("agent_id"), rows))
+    latest: dict[str, int] = {}
+    for ex, done in zip(rows, settled, strict=True):
+        if done and ex.run_id not in open_by_run:
+            latest[ex.run_id] = max(latest.get(ex.run_id, 0), ex.status_at_ms)
+    queue = [(at, run_id) for run_id, at in latest.items() if run_id in runs]
+    heapq.heapify(queue)
+    return dict(open_by_run), dict(owned), queue
 
 
 @contextmanager

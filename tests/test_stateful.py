@@ -68,6 +68,7 @@ from waitgraph.statemachine.commands import (
     RegisterWait,
     StartExecution,
 )
+from waitgraph.statemachine.effects import ExecutionRetired, RunRetired, SessionRetired
 from waitgraph.statemachine.enums import EffectOutcome, ExecStatus
 from waitgraph.statemachine.errors import CodecError, Status
 from waitgraph.statemachine.machine import StateMachine
@@ -152,9 +153,29 @@ class CoreMachine(RuleBasedStateMachine):
             seen = self.edge_seen.get((cmd.waiter_id, cmd.target_id, cmd.waiter_generation), 0)
             assert seen < cmd.edge_version, f"{cmd} was registered at v{seen} in this generation, yet 'no_edge'"
 
+        self._forget_retired(out)
         self._check_state()
         self._lockstep(data, out)
         return out
+
+    def _forget_retired(self, out: Outcome) -> None:
+        """A retired record left the live state (statemachine/retire.py): its committed side
+        effects must travel in its retirement effect (a fact is never lost), and the model stops
+        tracking its ids, which may start a new life once their tombstones are forgotten."""
+        for fx in out.effects:
+            if isinstance(fx, ExecutionRetired):
+                ledger = dict(zip(fx.effect_ids, fx.effect_outcomes, strict=True))
+                for eid, fx_id in sorted(self.committed):
+                    if eid == fx.execution_id:
+                        assert ledger.get(fx_id) is EffectOutcome.COMMITTED, f"{eid} retired without {fx_id}"
+                        self.committed.discard((eid, fx_id))
+                self.high.pop(("generation", fx.execution_id), None)
+                for key in [k for k in self.edge_seen if k[0] == fx.execution_id]:
+                    del self.edge_seen[key]
+            elif isinstance(fx, RunRetired):
+                self.high.pop(("cancel_generation", fx.run_id), None)
+            elif isinstance(fx, SessionRetired):
+                self.high.pop(("incarnation", fx.agent_id), None)
 
     def _check_applied_or_noop(self, env: Envelope, out: Outcome, before_plain: dict[str, Any], after: bytes) -> None:
         after_plain = msgpack.unpackb(after, raw=False, strict_map_key=False)

@@ -125,7 +125,7 @@ POLICY: dict[str, frozenset[Role]] = {
     },
     **{
         f"/waitgraph.v1.OperatorService/{rpc}": OPERATORS
-        for rpc in ("SignatureHistory", "Convergence", "ListDecisions")
+        for rpc in ("SignatureHistory", "Convergence", "ListDecisions", "History")
     },
     "/waitgraph.v1.OperatorService/CancelRun": OPERATORS,
     **{

@@ -31,6 +31,7 @@ from waitgraph.statemachine.errors import Rejection
 from waitgraph.statemachine.ids import actor_kind, validate_name
 from waitgraph.statemachine.outcome import Result
 from waitgraph.statemachine.recovery_state import RolloutMode
+from waitgraph.statemachine.retire import MIN_RETENTION_MS
 
 SECRET_ENV = "WAITGRAPH_SECRET"
 INSECURE_SECRET = "waitgraph-insecure-loopback-only"
@@ -42,6 +43,14 @@ class ConfigError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
         self.problems = problems
+
+
+DEFAULT_RETENTION_MS = 300_000
+"""Five minutes. At 1,000 executions/s a replica then holds about 300,000 settled executions
+(~700 B each, ~210 MB) plus their tombstones (~100 B each for another retention, ~30 MB): flat
+well below 1 GB, while an agent's late ack or retry of just-finished work, an operator's look
+at a fresh decision and the livelock guard's default 60 s window all find the live records
+(docs/operations.md, "Retention")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +103,16 @@ class ServeConfig:
     off (cluster/node/ratelimit.py). An agent makes a few calls a second; a runaway one is held here."""
     rate_limit_burst: int = 200
     """Requests a token may make at once above that rate (the size of its bucket)."""
+    retention_ms: int = DEFAULT_RETENTION_MS
+    """Settled work stays in the live state this long (logical ms) before the leader's loop
+    retires it to the history store (statemachine/retire.py; docs/operations.md has the sizing)."""
+    retire_interval_ms: int = 1_000
+    """The leader's retirement check period; a pass is proposed only when something is due (and
+    once per retention at least, to sweep the books that no run's settling makes due)."""
+    history_max_mb: int = 1024
+    """The history store's size bound (cluster/node/history.py): oldest records go first."""
+    history_max_age_days: int = 90
+    """Records older than this are deleted from the history store."""
 
     @property
     def actor(self) -> str:
@@ -149,6 +168,11 @@ KEYS: dict[str, str] = {
     "fsync": "acknowledge Raft entries only once the journal is flushed to disk (survives power loss; slower)",
     "rate_limit_per_s": "requests per second each token may make (token bucket; 0: no limit)",
     "rate_limit_burst": "requests a token may make at once above rate_limit_per_s",
+    "retention_ms": "how long settled work stays in the live state before it retires to the history store "
+    f"(logical ms, at least {MIN_RETENTION_MS})",
+    "retire_interval_ms": "leader retirement check period",
+    "history_max_mb": "size bound of this node's history store (oldest records deleted first)",
+    "history_max_age_days": "history records older than this are deleted",
 }
 """Every configuration key and what it sets."""
 
@@ -431,6 +455,10 @@ def resolve(
         fsync=_bool(setting("fsync"), "fsync", problems),
         rate_limit_per_s=_float(setting("rate_limit_per_s"), "rate_limit_per_s", problems),
         rate_limit_burst=_int(setting("rate_limit_burst"), "rate_limit_burst", problems, 1),
+        retention_ms=_int(setting("retention_ms"), "retention_ms", problems, MIN_RETENTION_MS),
+        retire_interval_ms=_int(setting("retire_interval_ms"), "retire_interval_ms", problems, 10),
+        history_max_mb=_int(setting("history_max_mb"), "history_max_mb", problems, 1),
+        history_max_age_days=_int(setting("history_max_age_days"), "history_max_age_days", problems, 1),
     )
     metrics_address = None
     if get("metrics_addr") not in (None, ""):

@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from waitgraph.statemachine import Envelope, Outcome, StateMachine
-from waitgraph.statemachine.effects import Effect, RecoveryProposed
+from waitgraph.statemachine.commands import RetireSettled
+from waitgraph.statemachine.effects import RETIREMENT_EFFECTS, Effect, RecoveryProposed
 from waitgraph.statemachine.errors import Status, WaitgraphError
 from waitgraph.statemachine.state import State
 
@@ -298,7 +299,14 @@ class EventfulMachine(StateMachine):
     def apply(self, env: Envelope) -> Outcome:
         out = super().apply(env)
         if out.effects and not out.duplicate:
-            self._journal.record(self._state, out.effects)
+            if type(env.command) is RetireSettled:
+                # Retired records are for the history store (the on_applied hook), not for the
+                # agents' event streams: a pass retires as many records as the cluster settles,
+                # and would flush the watchers' events out of the bounded ring. Every node skips
+                # the same effects, so cursors stay the same on every node.
+                self._journal.record(self._state, tuple(e for e in out.effects if type(e) not in RETIREMENT_EFFECTS))
+            else:
+                self._journal.record(self._state, out.effects)
             if self._on_applied is not None:
                 try:
                     self._on_applied(env, out, self._state)

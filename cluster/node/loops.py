@@ -13,8 +13,12 @@ Rules kept here:
   voter of and has not voted on: approve when the candidate is still a deadlock on its *own*
   replica (``still_deadlocked``), reject when it is not (apply re-validated the proposal at its
   log position, so a replica that applied it and no longer sees the cycle has seen it dissolve).
+- Leader only, too: RetireSettled (statemachine/retire.py) when a run's retention has passed or a
+  tombstone is due, and once per retention anyway (it also sweeps decisions, proposals,
+  trajectories and sessions); again at once while a pass says ``more``.
 - Request ids are derived from the node and the digest (``n1:vote:<digest[:16]>``), so a retry
-  after a lost answer is answered from the idempotency table. Tick and ReemitCancels carry none:
+  after a lost answer is answered from the idempotency table. Tick, ReemitCancels and
+  RetireSettled carry none:
   they are idempotent by nature, and ten ids a second would flush clients' entries out of the
   bounded idempotency table.
 - A rejection the loop expects (confirmation window not over, quorum not in yet, an overlapping
@@ -38,14 +42,17 @@ from waitgraph.statemachine.commands import (
     CommitRecovery,
     ConfigureRecovery,
     ReemitCancels,
+    RetireSettled,
     SetMode,
     Tick,
     VoteRecovery,
 )
 from waitgraph.statemachine.detect import Candidate, IncrementalDetector, still_deadlocked
+from waitgraph.statemachine.effects import RetirementPassed
 from waitgraph.statemachine.outcome import Outcome, Result
 from waitgraph.statemachine.recovery import propose_command, reproposable
 from waitgraph.statemachine.recovery_state import ProposalStatus, RolloutMode
+from waitgraph.statemachine.retire import retire_due
 from waitgraph.statemachine.state import State
 
 logger = logging.getLogger("waitgraph.node.loops")
@@ -61,6 +68,10 @@ class LoopConfig:
     """Proposed on first leadership when the replicated state has no voters yet."""
     initial_mode: RolloutMode | None = None
     """Proposed just before the bootstrap configuration (the bootstrap marks it done)."""
+    retention_ms: int | None = None
+    """Retire settled work this long after it settled (logical ms); None: never retire."""
+    retire_s: float = 1.0
+    max_retire_runs: int = 1000
 
     @property
     def actor(self) -> str:
@@ -82,9 +93,17 @@ class Survey:
     """(digest, the proposal's instance key)."""
     tick_due: bool = False
     reemit_due: bool = False
+    retire_due: bool = False
 
 
-def survey(m: StateMachine, actor: str, leader: bool, now_ms: int, detector: IncrementalDetector | None) -> Survey:
+def survey(
+    m: StateMachine,
+    actor: str,
+    leader: bool,
+    now_ms: int,
+    detector: IncrementalDetector | None,
+    retention_ms: int | None = None,
+) -> Survey:
     """Pure read of the state (run under the machine lock); ``detector`` only on the leader."""
     st = m.state
     rb = st.recovery
@@ -115,6 +134,7 @@ def survey(m: StateMachine, actor: str, leader: bool, now_ms: int, detector: Inc
                 out.proposals.append(c)
                 out.superseding[c.digest] = str(rb.proposals[c.digest].decision_id)
     out.tick_due, out.reemit_due = housekeeping_due(st, now)
+    out.retire_due = retention_ms is not None and retire_due(st, now, retention_ms)
     return out
 
 
@@ -165,6 +185,9 @@ class Loops:
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._not_before: dict[str, float] = {}
         self._last_housekeeping = 0.0
+        self._last_retire_check = 0.0
+        self._last_retire_pass = 0.0
+        self._retire_more = False
         self.counters: dict[str, int] = {}
 
     def now_ms(self) -> int:
@@ -204,8 +227,8 @@ class Loops:
             self._detector = None
         self._was_leader = leader
         detector = self._detector
-        actor, now = self.cfg.actor, self.now_ms()
-        read = await self.node.read_local(lambda m: survey(m, actor, leader, now, detector))
+        actor, now, retention = self.cfg.actor, self.now_ms(), self.cfg.retention_ms
+        read = await self.node.read_local(lambda m: survey(m, actor, leader, now, detector, retention))
         s: Survey = read.value
         for digest, approve, instance in s.votes:
             self._propose(f"vote:{instance}", VoteRecovery(digest=digest, approve=approve))
@@ -226,6 +249,24 @@ class Loops:
                 self._propose("tick", Tick(), idempotent=False)
             if s.reemit_due:
                 self._propose("reemit", ReemitCancels(), idempotent=False)
+        self._maybe_retire(s.retire_due, mono)
+
+    def _maybe_retire(self, due: bool, mono: float) -> None:
+        """RetireSettled when a run or a tombstone is due, while the last pass said ``more``, and
+        at least once per retention (the other books have no queue that would make them due)."""
+        retention = self.cfg.retention_ms
+        if retention is None:
+            return
+        sweep = mono - self._last_retire_pass >= retention / 1000
+        if not (self._retire_more or mono - self._last_retire_check >= self.cfg.retire_s):
+            return
+        self._last_retire_check = mono
+        if due or sweep or self._retire_more:
+            self._last_retire_pass = mono
+            self._retire_more = False
+            self._propose(
+                "retire", RetireSettled(retention_ms=retention, max_runs=self.cfg.max_retire_runs), idempotent=False
+            )
 
     def _bootstrap(self) -> None:
         if "bootstrap" in self._in_flight or time.monotonic() < self._not_before.get("bootstrap", 0):
@@ -268,7 +309,7 @@ class Loops:
                 self._not_before[key] = time.monotonic() + self.cfg.retry_s
             else:
                 logger.log(
-                    logging.DEBUG if cmd.KIND in ("Tick", "ReemitCancels") else logging.INFO,
+                    logging.DEBUG if cmd.KIND in ("Tick", "ReemitCancels", "RetireSettled") else logging.INFO,
                     "%s %s %s%s",
                     cmd.KIND,
                     key,
@@ -276,6 +317,8 @@ class Loops:
                     f" ({out.code})" if out.code else "",
                 )
                 self._not_before.pop(key, None)
+                if any(isinstance(fx, RetirementPassed) and fx.more for fx in out.effects):
+                    self._retire_more = True
         except ClusterError as exc:
             logger.info("%s not applied yet: %s", cmd.KIND, exc.message)
             self._not_before[key] = time.monotonic() + self.cfg.retry_s

@@ -111,6 +111,18 @@ HISTOGRAMS = {
 Labels = tuple[str, ...]
 
 
+RETIRED_KINDS = {
+    "RunRetired": "runs",
+    "ExecutionRetired": "executions",
+    "DecisionRetired": "decisions",
+    "ProposalRetired": "proposals",
+    "TrajectoryRetired": "trajectories",
+    "SessionRetired": "sessions",
+}
+"""The ``kind`` label of ``waitgraph_retired_total`` (the retirement effect) -> its core counter
+``retire.<name>``."""
+
+
 @dataclass(slots=True)
 class Sample:
     """The numbers one scrape needs, copied out of the replica under its lock."""
@@ -169,7 +181,13 @@ def sample(m: StateMachine) -> Sample:
         mode=rb.mode.value,
         cancel_slo_ms=st.cancel.slo_ms,
         counters=dict(st.counters),
-        gauges={**cancel_metrics(st), "orphaned": orphaned_count(st)},
+        gauges={
+            **cancel_metrics(st),
+            "live_executions": len(st.executions),
+            "live_runs": len(st.runs),
+            "tombstones": len(st.retired_executions) + len(st.retired_runs),
+            "orphaned": orphaned_count(st),
+        },
         decisions=decisions,
         unknown_side_effects=unknown,
     )
@@ -451,6 +469,25 @@ class WaitgraphCollector(Collector):
             ["source", "generation"],
             _grid(UNKNOWN_SOURCES, gen),
         )
+        yield _gauge(
+            "waitgraph_live_executions",
+            "Executions in the live state (settled ones retire after the retention; max_executions counts these).",
+            g.get("live_executions", 0),
+        )
+        yield _gauge("waitgraph_live_runs", "Runs in the live state.", g.get("live_runs", 0))
+        yield _gauge(
+            "waitgraph_retired_tombstones",
+            "Retired execution and run ids still remembered (answered 'retired', not reused) for one retention.",
+            g.get("tombstones", 0),
+        )
+        retired = CounterMetricFamily(
+            "waitgraph_retired",
+            "Records retirement passes moved out of the live state into the history store, by kind.",
+            labels=["kind"],
+        )
+        for kind, name in RETIRED_KINDS.items():
+            retired.add_metric([kind], c.get(f"retire.{name}", 0))
+        yield retired
         yield _gauge(
             "waitgraph_quarantined_executions",
             "Executions that ignored their cancel request past the emission budget.",

@@ -37,14 +37,17 @@ from waitgraph.node.clock import LogicalClock
 from waitgraph.node.config import INSECURE_SECRET, ServeConfig
 from waitgraph.node.errors import Stopped
 from waitgraph.node.events import EventfulMachine, EventJournal
+from waitgraph.node.history import FILE_NAME, HistoryStore
 from waitgraph.node.loops import LoopConfig, Loops
 from waitgraph.node.metrics import GrpcMetrics, MetricsServer, node_collectors
 from waitgraph.node.metrics import serve as serve_metrics
 from waitgraph.node.raft import RaftConfig, RaftNode
 from waitgraph.node.service import AgentServicer, Gateway, OperatorServicer
 from waitgraph.proto.v1 import agent_pb2, operator_pb2
+from waitgraph.statemachine import Envelope, Outcome
 from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES
 from waitgraph.statemachine.readiness import Readiness, readiness
+from waitgraph.statemachine.state import State
 from waitgraph.wire import convert
 
 logger = logging.getLogger("waitgraph.node.server")
@@ -120,7 +123,13 @@ class NodeProcess:
         self.cfg = cfg
         self.http_view = http_view
         self.journal = EventJournal(cfg.event_ring)
-        self.machine = EventfulMachine(self.journal, logs.DecisionLog(self._term, self._last_applied).applied)
+        self.history = HistoryStore(
+            cfg.data_dir / FILE_NAME,
+            max_bytes=cfg.history_max_mb * 1024 * 1024,
+            max_age_s=cfg.history_max_age_days * 86_400.0,
+        )
+        self.decision_log = logs.DecisionLog(self._term, self._last_applied)
+        self.machine = EventfulMachine(self.journal, self._on_applied)
         self.node = RaftNode(
             RaftConfig(
                 raft_address=cfg.raft_address,
@@ -133,7 +142,7 @@ class NodeProcess:
             machine=self.machine,
         )
         self.clock = LogicalClock(lambda: self.machine.state.now_ms)
-        self.gateway = Gateway(cfg, self.node, self.journal, stamp=self.clock.now_ms)
+        self.gateway = Gateway(cfg, self.node, self.journal, stamp=self.clock.now_ms, history=self.history)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.loops = Loops(
@@ -144,6 +153,8 @@ class NodeProcess:
                 housekeeping_s=cfg.housekeeping_interval_ms / 1000,
                 bootstrap=cfg.recovery_command() if cfg.recovery_bootstrap else None,
                 initial_mode=cfg.initial_mode,
+                retention_ms=cfg.retention_ms,
+                retire_s=cfg.retire_interval_ms / 1000,
             ),
             clock=self.clock.now_ms,
         )
@@ -152,6 +163,15 @@ class NodeProcess:
         self.grpc_metrics = GrpcMetrics(SERVED_METHODS)
         self.http: MetricsServer | None = None
         self.stopping = asyncio.Event()
+
+    def _on_applied(self, env: Envelope, out: Outcome, state: State) -> None:
+        """After each applied envelope (on the Raft tick thread): the decision log line, then the
+        history store's records of a retirement pass (each guards its own failures)."""
+        try:
+            self.decision_log.applied(env, out, state)
+        except Exception:  # a failing log line must not keep the records from the history store
+            logger.exception("the decision log failed")
+        self.history.applied(env, out, state)
 
     def _term(self) -> int | None:
         try:
@@ -284,6 +304,7 @@ class NodeProcess:
         if self.server is not None:
             await self.server.stop(self.cfg.shutdown_grace_s)
         await self.node.stop()
+        self.history.close()
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.stop)
         if self.http is not None:

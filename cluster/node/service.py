@@ -17,6 +17,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -33,6 +34,7 @@ from waitgraph.node.auth import Principal, Role, authorize
 from waitgraph.node.config import ServeConfig
 from waitgraph.node.errors import ClusterError, NotLeader
 from waitgraph.node.events import CursorExpired, EventJournal
+from waitgraph.node.history import HistoryStore
 from waitgraph.node.raft import RaftNode, Read
 from waitgraph.node.ratelimit import RateLimiter
 from waitgraph.proto.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc, types_pb2
@@ -88,10 +90,13 @@ class Gateway:
         journal: EventJournal,
         clock: Callable[[], float] = time.time,
         stamp: Callable[[], int] | None = None,
+        history: HistoryStore | None = None,
     ) -> None:
         self.cfg = cfg
         self.node = node
         self.journal = journal
+        self.history = history
+        """This node's store of retired records (cluster/node/history.py); None: not kept."""
         self.clock = clock
         """Wall clock: token expiry only."""
         self.stamp = stamp if stamp is not None else (lambda: int(clock() * 1000))
@@ -490,6 +495,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             "ExportPending",
             "ExportState",
             "ListDecisions",
+            "History",
         ):
             setattr(self, rpc, gateway.unary(f"/waitgraph.v1.OperatorService/{rpc}", getattr(self, f"_{rpc.lower()}")))
 
@@ -611,11 +617,44 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             return explain_response(m.state, decision_id, digest)
 
         got = await self.gw.read(look, request.fresh)
-        if not got.value.decisions:
+        response = got.value
+        if not response.decisions and self.gw.history is not None:
+            # Not in the live state: it may have retired (statemachine/retire.py); this node's
+            # history store kept the whole record.
+            retired = await asyncio.to_thread(self.gw.history.decisions, decision_id, digest)
+            if retired:
+                live = await self.gw.read(lambda m: retired_explain_response(m.state, retired), False)
+                response = live.value
+        if not response.decisions:
             what = f"decision {decision_id}" if decision_id else f"a decision for digest {digest[:16]}"
-            raise not_found("no_decision", f"there is no {what} on this replica")
-        got.value.stale, got.value.applied_index = got.stale, got.applied_index
-        return got.value
+            raise not_found("no_decision", f"there is no {what} on this replica, live or in its history")
+        response.stale, response.applied_index = got.stale, got.applied_index
+        return response
+
+    async def _history(
+        self, principal: Principal, request: operator_pb2.HistoryRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.HistoryResponse:
+        names = [n for n in (request.run_id, request.execution_id, request.decision_id) if n]
+        if len(names) > 1:
+            raise convert.WireError("HistoryRequest: give at most one of run_id, execution_id or decision_id")
+        store = self.gw.history
+        if store is None:
+            raise not_found("no_history", "this node keeps no history store")
+        found = await asyncio.to_thread(store.find, names[0] if names else "", _limit(request.limit))
+        records, total_bytes = await asyncio.to_thread(store.stats)
+        return operator_pb2.HistoryResponse(
+            records=[
+                operator_pb2.HistoryRecord(
+                    kind=r.kind, key=r.key, run_id=r.run_id or "", retired_at_ms=r.retired_at_ms, record_json=r.body
+                )
+                for r in found
+            ],
+            node_id=self.gw.cfg.node_id,
+            records_total=records,
+            bytes_total=total_bytes,
+            max_bytes=store.max_bytes,
+            max_age_days=int(store.max_age_s // 86_400),
+        )
 
     async def _signaturehistory(
         self, principal: Principal, request: operator_pb2.SignatureHistoryRequest, context: grpc.aio.ServicerContext
@@ -744,6 +783,17 @@ def list_decisions_response(
         truncated=truncated,
         epoch=st.recovery.epoch,
         retained=len(decisions),
+    )
+
+
+def retired_explain_response(st: State, retired: list[tuple[Decision, int]]) -> operator_pb2.ExplainDecisionResponse:
+    """Retired decisions (from the history store), each marked with when it retired, and their
+    signatures' trajectories as the live state has them now (forgotten ones show as unknown)."""
+    signatures = list(dict.fromkeys(d.signature for d, _ in retired))
+    return operator_pb2.ExplainDecisionResponse(
+        decisions=[convert.decision_view(d, retired_at_ms=at) for d, at in retired],
+        trajectories=[trajectory_view(st, sig) for sig in signatures],
+        epoch=st.recovery.epoch,
     )
 
 

@@ -5,6 +5,7 @@ script; this module is the group every other verb hangs on."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -648,6 +649,45 @@ def _since_ms(since: str | None) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)
     return int(when.timestamp() * 1000)
+
+
+@main.command()
+@click.option("--run", "run_id", default="", help="a run and its executions")
+@click.option("--execution", "execution_id", default="", help="an execution, and the decisions and proposals naming it")
+@click.option("--decision", "decision_id", default="", help="a recovery decision (d7)")
+@click.option("--limit", default=100, show_default=True, help="at most this many records, newest first")
+@_operator_verb()
+def history(s: _Session, run_id: str, execution_id: str, decision_id: str, limit: int) -> None:
+    """Settled work that retired from the live state, from a node's history store: each
+    execution's final status, generation and side-effect ledger, each run's cancellation
+    outcome, decisions with every candidate's score. `-o json` exports the whole records."""
+    from waitgraph.ops import render
+
+    if sum(1 for v in (run_id, execution_id, decision_id) if v) > 1:
+        raise click.UsageError("give at most one of --run, --execution, --decision")
+    read = s.client().history(run_id, execution_id, decision_id, limit)
+    reply = read.reply
+    if s.output == "json":
+        s.json(
+            {
+                "endpoint": read.endpoint,
+                "node_id": reply.node_id,
+                "records_total": reply.records_total,
+                "bytes_total": reply.bytes_total,
+                "records": [
+                    {
+                        "kind": r.kind,
+                        "key": r.key,
+                        "run_id": r.run_id or None,
+                        "retired_at_ms": r.retired_at_ms,
+                        "record": json.loads(r.record_json),
+                    }
+                    for r in reply.records
+                ],
+            }
+        )
+    else:
+        s.emit(render.history_blocks(reply))
 
 
 @main.command()

@@ -393,6 +393,14 @@ class OperatorClient:
             fresh,
         )
 
+    def history(self, run_id: str = "", execution_id: str = "", decision_id: str = "", limit: int = 0) -> Read:
+        """Retired records from the history store of the first endpoint that answers (each node
+        keeps its own; they hold the same records once they applied the same passes)."""
+        request = operator_pb2.HistoryRequest(
+            run_id=run_id, execution_id=execution_id, decision_id=decision_id, limit=limit
+        )
+        return self.read("History", lambda _fresh: request, False)
+
     def convergence(self, run_id: str = "", fresh: bool | None = None) -> Read:
         return self.read("Convergence", lambda f: operator_pb2.ConvergenceRequest(run_id=run_id, fresh=f), fresh)
 

@@ -998,8 +998,19 @@ def explain_blocks(
             ("mode", mode),
             ("epoch", _epoch_line(d)),
             ("decided at", f"{wall(d.at_ms)} (logical {d.at_ms} ms)"),
+            *(
+                [
+                    (
+                        "retired",
+                        f"{wall(d.retired_at_ms)} (logical {d.retired_at_ms} ms): the live state no longer holds "
+                        "it; this is the record the node's history store kept",
+                    )
+                ]
+                if d.HasField("retired_at_ms")
+                else []
+            ),
         ],
-        f"DECISION {d.decision_id}",
+        f"DECISION {d.decision_id}" + (" (RETIRED)" if d.HasField("retired_at_ms") else ""),
     )
     blocks: list[Block] = [head]
     walk = cycle_path(d)
@@ -1298,3 +1309,45 @@ def export_blocks(doc: dict[str, Any]) -> list[Block]:
         ),
         Table(["execution", "generation", "run", "effects"], recon, f"RECONCILIATIONS ({len(recon)})"),
     ]
+
+
+# -- history (the retired records a node's history store keeps) ----------------------------------------
+
+
+def _history_summary(kind: str, r: dict[str, Any]) -> str:
+    """One line of what a retired record says."""
+    if kind == "ExecutionRetired":
+        ledger = ", ".join(f"{e}={o}" for e, o in zip(r["effect_ids"], r["effect_outcomes"], strict=True))
+        return f"{r['status']} g{r['generation']} agent {r['agent_id']}; side effects: {ledger or 'none'}"
+    if kind == "RunRetired":
+        return (
+            f"{r['executions']} execution(s), root {r['root_id']}; cancellation {r['cancel_state']} "
+            f"(cancel generation {r['cancel_generation']})"
+        )
+    if kind == "DecisionRetired":
+        winner = r["winner_id"] or "-"
+        epoch = r["epoch"] if r["epoch"] is not None else "kept"
+        explain = f"`waitgraph explain {r['decision_id']}`"
+        return f"{r['decision_kind']} {r['reason_code']} winner {winner}, epoch {epoch}; {explain}"
+    if kind == "ProposalRetired":
+        return f"{r['proposal_status']} ({r['close_reason'] or '-'}), members {', '.join(r['member_ids'])}"
+    if kind == "TrajectoryRetired":
+        return f"proposed {r['observed_total']} time(s), rolled back {r['recovered_total']} time(s)"
+    if kind == "SessionRetired":
+        return f"{r['status']} incarnation {r['incarnation']}"
+    return ""
+
+
+def history_blocks(reply: Any) -> list[Block]:
+    rows = []
+    for rec in reply.records:
+        body = json.loads(rec.record_json)
+        kind = rec.kind.removesuffix("Retired").lower()
+        rows.append([wall(rec.retired_at_ms), kind, rec.key, rec.run_id or "-", _history_summary(rec.kind, body)])
+    title = (
+        f"HISTORY on {reply.node_id} ({len(rows)} shown; the store holds {reply.records_total} records, "
+        f"{reply.bytes_total / 1e6:.1f} of {reply.max_bytes / 1e6:.0f} MB, at most {reply.max_age_days} days)"
+    )
+    if not rows:
+        return [Text(title), Text("nothing retired matches (retired records older than the bounds are deleted)")]
+    return [Table(["retired", "kind", "id", "run", "what"], rows, title)]

@@ -534,12 +534,14 @@ def cancellation_view(scope: CancelScope, quarantined: int) -> operator_pb2.Canc
 
 
 def decision_view(
-    d: Decision, cancellations: Iterable[operator_pb2.CancellationView] = ()
+    d: Decision, cancellations: Iterable[operator_pb2.CancellationView] = (), retired_at_ms: int | None = None
 ) -> operator_pb2.DecisionView:
-    """``cancellations``: the rolled-back members' scopes as they stand now (read, not recorded)."""
+    """``cancellations``: the rolled-back members' scopes as they stand now (read, not recorded);
+    ``retired_at_ms``: when a retired decision (read from the history store) left the live state."""
     view: operator_pb2.DecisionView = _write(
         d,
         operator_pb2.DecisionView,
+        retired_at_ms=retired_at_ms,
         scores=[_write(s, operator_pb2.ScoreView) for s in d.scores],
         roles=[operator_pb2.RoleView(execution_id=e, role=r) for e, r in d.roles],
         # Every release happens inside the decision's own apply, after its epoch commit.
@@ -602,7 +604,7 @@ _VIEWS: tuple[tuple[type[Message], type, frozenset[str]], ...] = (
     (operator_pb2.RunView, Run, frozenset({"cancel_state"})),
     (operator_pb2.Cycle, Candidate, frozenset({"members", "edges", "proposal_status"})),
     (operator_pb2.ProposalView, Proposal, frozenset({"members", "edges"})),
-    (operator_pb2.DecisionView, Decision, frozenset({"scores", "roles", "released", "cancellations"})),
+    (operator_pb2.DecisionView, Decision, frozenset({"scores", "roles", "released", "cancellations", "retired_at_ms"})),
     (operator_pb2.CycleWaitView, CycleWait, frozenset()),
     (operator_pb2.CancellationView, CancelScope, frozenset({"pending", "quarantined"})),
     (operator_pb2.TrajectoryView, Trajectory, frozenset({"signature", "known", "decisions", "guard"})),

@@ -24,6 +24,18 @@ from waitgraph.statemachine.outcome import Outcome, Result, rejected
 from waitgraph.wire import convert, metadata
 
 
+def _value(name: str, tp: Any) -> Any:
+    if tp is str:
+        return f"{name}-value"
+    if tp is bool:
+        return True
+    if tp is int:
+        return 2**40 + len(name)
+    if isinstance(tp, type) and issubclass(tp, StrEnum):
+        return list(tp)[-1]
+    raise TypeError(tp)
+
+
 def sample(cls: type, variant: int = 0) -> Any:
     """An instance with every field set (variant 1: optional fields None)."""
     hints = field_types(cls)
@@ -37,17 +49,10 @@ def sample(cls: type, variant: int = 0) -> Any:
         if optional and variant == 1:
             kwargs[f.name] = None
         elif typing.get_origin(tp) is tuple:
-            kwargs[f.name] = ("exec:a", "exec:b")
-        elif tp is str:
-            kwargs[f.name] = f"{f.name}-value"
-        elif tp is bool:
-            kwargs[f.name] = True
-        elif tp is int:
-            kwargs[f.name] = 2**40 + len(f.name)
-        elif isinstance(tp, type) and issubclass(tp, StrEnum):
-            kwargs[f.name] = list(tp)[-1]
+            item = typing.get_args(tp)[0]
+            kwargs[f.name] = ("exec:a", "exec:b") if item is str else (_value(f.name, item), _value(f.name, item))
         else:
-            raise TypeError(tp)
+            kwargs[f.name] = _value(f.name, tp)
     return cls(**kwargs)
 
 

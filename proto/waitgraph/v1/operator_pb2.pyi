@@ -456,7 +456,7 @@ class CancellationView(_message.Message):
     def __init__(self, scope_id: _Optional[str] = ..., run_id: _Optional[str] = ..., root_id: _Optional[str] = ..., root_generation: _Optional[int] = ..., cause: _Optional[str] = ..., cancel_generation: _Optional[int] = ..., requested_at_ms: _Optional[int] = ..., stable_at_ms: _Optional[int] = ..., pending: _Optional[int] = ..., quarantined: _Optional[int] = ...) -> None: ...
 
 class DecisionView(_message.Message):
-    __slots__ = ("decision_id", "digest", "signature", "policy_version", "kind", "mode", "reason_code", "epoch", "winner_id", "winner_generation", "scores", "roles", "released", "at_ms", "epoch_before", "proposer", "proposed_at_ms", "votes", "waits", "cancellations")
+    __slots__ = ("decision_id", "digest", "signature", "policy_version", "kind", "mode", "reason_code", "epoch", "winner_id", "winner_generation", "scores", "roles", "released", "at_ms", "epoch_before", "proposer", "proposed_at_ms", "votes", "waits", "cancellations", "retired_at_ms")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
@@ -477,6 +477,7 @@ class DecisionView(_message.Message):
     VOTES_FIELD_NUMBER: _ClassVar[int]
     WAITS_FIELD_NUMBER: _ClassVar[int]
     CANCELLATIONS_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     digest: str
     signature: str
@@ -497,7 +498,8 @@ class DecisionView(_message.Message):
     votes: _containers.RepeatedCompositeFieldContainer[VoteView]
     waits: _containers.RepeatedCompositeFieldContainer[CycleWaitView]
     cancellations: _containers.RepeatedCompositeFieldContainer[CancellationView]
-    def __init__(self, decision_id: _Optional[str] = ..., digest: _Optional[str] = ..., signature: _Optional[str] = ..., policy_version: _Optional[str] = ..., kind: _Optional[_Union[_types_pb2.DecisionKind, str]] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., reason_code: _Optional[str] = ..., epoch: _Optional[int] = ..., winner_id: _Optional[str] = ..., winner_generation: _Optional[int] = ..., scores: _Optional[_Iterable[_Union[ScoreView, _Mapping]]] = ..., roles: _Optional[_Iterable[_Union[RoleView, _Mapping]]] = ..., released: _Optional[_Iterable[_Union[ReleaseView, _Mapping]]] = ..., at_ms: _Optional[int] = ..., epoch_before: _Optional[int] = ..., proposer: _Optional[str] = ..., proposed_at_ms: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[VoteView, _Mapping]]] = ..., waits: _Optional[_Iterable[_Union[CycleWaitView, _Mapping]]] = ..., cancellations: _Optional[_Iterable[_Union[CancellationView, _Mapping]]] = ...) -> None: ...
+    retired_at_ms: int
+    def __init__(self, decision_id: _Optional[str] = ..., digest: _Optional[str] = ..., signature: _Optional[str] = ..., policy_version: _Optional[str] = ..., kind: _Optional[_Union[_types_pb2.DecisionKind, str]] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., reason_code: _Optional[str] = ..., epoch: _Optional[int] = ..., winner_id: _Optional[str] = ..., winner_generation: _Optional[int] = ..., scores: _Optional[_Iterable[_Union[ScoreView, _Mapping]]] = ..., roles: _Optional[_Iterable[_Union[RoleView, _Mapping]]] = ..., released: _Optional[_Iterable[_Union[ReleaseView, _Mapping]]] = ..., at_ms: _Optional[int] = ..., epoch_before: _Optional[int] = ..., proposer: _Optional[str] = ..., proposed_at_ms: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[VoteView, _Mapping]]] = ..., waits: _Optional[_Iterable[_Union[CycleWaitView, _Mapping]]] = ..., cancellations: _Optional[_Iterable[_Union[CancellationView, _Mapping]]] = ..., retired_at_ms: _Optional[int] = ...) -> None: ...
 
 class EpochAt(_message.Message):
     __slots__ = ("epoch", "at_ms")
@@ -695,3 +697,45 @@ class ListDecisionsResponse(_message.Message):
     epoch: int
     retained: int
     def __init__(self, decisions: _Optional[_Iterable[_Union[DecisionView, _Mapping]]] = ..., truncated: _Optional[bool] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ..., epoch: _Optional[int] = ..., retained: _Optional[int] = ...) -> None: ...
+
+class HistoryRequest(_message.Message):
+    __slots__ = ("run_id", "execution_id", "decision_id", "limit")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    execution_id: str
+    decision_id: str
+    limit: int
+    def __init__(self, run_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., decision_id: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class HistoryRecord(_message.Message):
+    __slots__ = ("kind", "key", "run_id", "retired_at_ms", "record_json")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_JSON_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    key: str
+    run_id: str
+    retired_at_ms: int
+    record_json: str
+    def __init__(self, kind: _Optional[str] = ..., key: _Optional[str] = ..., run_id: _Optional[str] = ..., retired_at_ms: _Optional[int] = ..., record_json: _Optional[str] = ...) -> None: ...
+
+class HistoryResponse(_message.Message):
+    __slots__ = ("records", "node_id", "records_total", "bytes_total", "max_bytes", "max_age_days")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_AGE_DAYS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[HistoryRecord]
+    node_id: str
+    records_total: int
+    bytes_total: int
+    max_bytes: int
+    max_age_days: int
+    def __init__(self, records: _Optional[_Iterable[_Union[HistoryRecord, _Mapping]]] = ..., node_id: _Optional[str] = ..., records_total: _Optional[int] = ..., bytes_total: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_age_days: _Optional[int] = ...) -> None: ...

@@ -66,6 +66,11 @@ class OperatorServiceStub:
                 request_serializer=waitgraph_dot_v1_dot_operator__pb2.ConvergenceRequest.SerializeToString,
                 response_deserializer=waitgraph_dot_v1_dot_operator__pb2.ConvergenceResponse.FromString,
                 _registered_method=True)
+        self.History = channel.unary_unary(
+                '/waitgraph.v1.OperatorService/History',
+                request_serializer=waitgraph_dot_v1_dot_operator__pb2.HistoryRequest.SerializeToString,
+                response_deserializer=waitgraph_dot_v1_dot_operator__pb2.HistoryResponse.FromString,
+                _registered_method=True)
         self.ExportPending = channel.unary_unary(
                 '/waitgraph.v1.OperatorService/ExportPending',
                 request_serializer=waitgraph_dot_v1_dot_operator__pb2.ExportPendingRequest.SerializeToString,
@@ -166,6 +171,14 @@ class OperatorServiceServicer:
     def Convergence(self, request, context):
         """How far a run's cancellation (or, without a run, every open cancellation) has converged:
         cheap counts for `waitgraph cancel --wait` and `freeze --wait` to poll.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def History(self, request, context):
+        """Settled work that retired from the live state, from this node's history store: by run,
+        execution or decision, newest first. Each node keeps its own (it is never in a snapshot).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -275,6 +288,11 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     servicer.Convergence,
                     request_deserializer=waitgraph_dot_v1_dot_operator__pb2.ConvergenceRequest.FromString,
                     response_serializer=waitgraph_dot_v1_dot_operator__pb2.ConvergenceResponse.SerializeToString,
+            ),
+            'History': grpc.unary_unary_rpc_method_handler(
+                    servicer.History,
+                    request_deserializer=waitgraph_dot_v1_dot_operator__pb2.HistoryRequest.FromString,
+                    response_serializer=waitgraph_dot_v1_dot_operator__pb2.HistoryResponse.SerializeToString,
             ),
             'ExportPending': grpc.unary_unary_rpc_method_handler(
                     servicer.ExportPending,
@@ -494,6 +512,33 @@ class OperatorService:
             '/waitgraph.v1.OperatorService/Convergence',
             waitgraph_dot_v1_dot_operator__pb2.ConvergenceRequest.SerializeToString,
             waitgraph_dot_v1_dot_operator__pb2.ConvergenceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def History(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/waitgraph.v1.OperatorService/History',
+            waitgraph_dot_v1_dot_operator__pb2.HistoryRequest.SerializeToString,
+            waitgraph_dot_v1_dot_operator__pb2.HistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

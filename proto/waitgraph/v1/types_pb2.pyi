@@ -666,8 +666,224 @@ class CancellationConfigured(_message.Message):
     reemit_interval_ms: int
     def __init__(self, slo_ms: _Optional[int] = ..., reemit_interval_ms: _Optional[int] = ...) -> None: ...
 
+class ExecutionRetired(_message.Message):
+    __slots__ = ("execution_id", "run_id", "parent_id", "agent_id", "generation", "status", "priority", "cost_consumed", "created_at_ms", "settled_at_ms", "retired_at_ms", "effect_ids", "effect_outcomes", "effect_compensatable", "effect_generations", "compensation_versions")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    COST_CONSUMED_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_IDS_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_COMPENSATABLE_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATION_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    run_id: str
+    parent_id: str
+    agent_id: str
+    generation: int
+    status: ExecStatus
+    priority: int
+    cost_consumed: int
+    created_at_ms: int
+    settled_at_ms: int
+    retired_at_ms: int
+    effect_ids: _containers.RepeatedScalarFieldContainer[str]
+    effect_outcomes: _containers.RepeatedScalarFieldContainer[EffectOutcome]
+    effect_compensatable: _containers.RepeatedScalarFieldContainer[bool]
+    effect_generations: _containers.RepeatedScalarFieldContainer[int]
+    compensation_versions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, execution_id: _Optional[str] = ..., run_id: _Optional[str] = ..., parent_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., generation: _Optional[int] = ..., status: _Optional[_Union[ExecStatus, str]] = ..., priority: _Optional[int] = ..., cost_consumed: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., settled_at_ms: _Optional[int] = ..., retired_at_ms: _Optional[int] = ..., effect_ids: _Optional[_Iterable[str]] = ..., effect_outcomes: _Optional[_Iterable[_Union[EffectOutcome, str]]] = ..., effect_compensatable: _Optional[_Iterable[bool]] = ..., effect_generations: _Optional[_Iterable[int]] = ..., compensation_versions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RunRetired(_message.Message):
+    __slots__ = ("run_id", "root_id", "executions", "cancel_generation", "cancel_state", "cancel_stable_at_ms", "settled_at_ms", "retired_at_ms")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROOT_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_STATE_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_STABLE_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    root_id: str
+    executions: int
+    cancel_generation: int
+    cancel_state: CancelState
+    cancel_stable_at_ms: int
+    settled_at_ms: int
+    retired_at_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., root_id: _Optional[str] = ..., executions: _Optional[int] = ..., cancel_generation: _Optional[int] = ..., cancel_state: _Optional[_Union[CancelState, str]] = ..., cancel_stable_at_ms: _Optional[int] = ..., settled_at_ms: _Optional[int] = ..., retired_at_ms: _Optional[int] = ...) -> None: ...
+
+class SessionRetired(_message.Message):
+    __slots__ = ("agent_id", "incarnation", "status", "expires_at_ms", "retired_at_ms")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    incarnation: int
+    status: SessionStatus
+    expires_at_ms: int
+    retired_at_ms: int
+    def __init__(self, agent_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., status: _Optional[_Union[SessionStatus, str]] = ..., expires_at_ms: _Optional[int] = ..., retired_at_ms: _Optional[int] = ...) -> None: ...
+
+class ProposalRetired(_message.Message):
+    __slots__ = ("digest", "signature", "proposal_status", "decision_id", "proposer", "proposed_at_ms", "closed_at_ms", "close_reason", "member_ids", "member_generations", "retired_at_ms")
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    PROPOSAL_STATUS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROPOSER_FIELD_NUMBER: _ClassVar[int]
+    PROPOSED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_REASON_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_IDS_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    signature: str
+    proposal_status: str
+    decision_id: str
+    proposer: str
+    proposed_at_ms: int
+    closed_at_ms: int
+    close_reason: str
+    member_ids: _containers.RepeatedScalarFieldContainer[str]
+    member_generations: _containers.RepeatedScalarFieldContainer[int]
+    retired_at_ms: int
+    def __init__(self, digest: _Optional[str] = ..., signature: _Optional[str] = ..., proposal_status: _Optional[str] = ..., decision_id: _Optional[str] = ..., proposer: _Optional[str] = ..., proposed_at_ms: _Optional[int] = ..., closed_at_ms: _Optional[int] = ..., close_reason: _Optional[str] = ..., member_ids: _Optional[_Iterable[str]] = ..., member_generations: _Optional[_Iterable[int]] = ..., retired_at_ms: _Optional[int] = ...) -> None: ...
+
+class DecisionRetired(_message.Message):
+    __slots__ = ("decision_id", "digest", "signature", "policy_version", "decision_kind", "mode", "reason_code", "epoch", "epoch_before", "winner_id", "winner_generation", "at_ms", "proposer", "proposed_at_ms", "score_execution_ids", "score_generations", "score_external_side_effects", "score_checkpoints", "score_priorities", "score_costs", "score_unique_evidence", "role_execution_ids", "roles", "released_target_ids", "released_execution_ids", "voters", "vote_approvals", "vote_at_ms", "wait_waiter_ids", "wait_waiter_generations", "wait_target_ids", "wait_target_generations", "wait_edge_versions", "wait_reasons", "wait_registered_at_ms", "wait_satisfier_counts", "wait_satisfiers", "retired_at_ms")
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DECISION_KIND_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_CODE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    WINNER_ID_FIELD_NUMBER: _ClassVar[int]
+    WINNER_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    PROPOSER_FIELD_NUMBER: _ClassVar[int]
+    PROPOSED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SCORE_EXECUTION_IDS_FIELD_NUMBER: _ClassVar[int]
+    SCORE_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    SCORE_EXTERNAL_SIDE_EFFECTS_FIELD_NUMBER: _ClassVar[int]
+    SCORE_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    SCORE_PRIORITIES_FIELD_NUMBER: _ClassVar[int]
+    SCORE_COSTS_FIELD_NUMBER: _ClassVar[int]
+    SCORE_UNIQUE_EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_EXECUTION_IDS_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_TARGET_IDS_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_EXECUTION_IDS_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    VOTE_APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    VOTE_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_WAITER_IDS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_WAITER_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_TARGET_IDS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_TARGET_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_EDGE_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_REASONS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_REGISTERED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SATISFIER_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SATISFIERS_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    decision_id: str
+    digest: str
+    signature: str
+    policy_version: str
+    decision_kind: str
+    mode: str
+    reason_code: str
+    epoch: int
+    epoch_before: int
+    winner_id: str
+    winner_generation: int
+    at_ms: int
+    proposer: str
+    proposed_at_ms: int
+    score_execution_ids: _containers.RepeatedScalarFieldContainer[str]
+    score_generations: _containers.RepeatedScalarFieldContainer[int]
+    score_external_side_effects: _containers.RepeatedScalarFieldContainer[bool]
+    score_checkpoints: _containers.RepeatedScalarFieldContainer[bool]
+    score_priorities: _containers.RepeatedScalarFieldContainer[int]
+    score_costs: _containers.RepeatedScalarFieldContainer[int]
+    score_unique_evidence: _containers.RepeatedScalarFieldContainer[bool]
+    role_execution_ids: _containers.RepeatedScalarFieldContainer[str]
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    released_target_ids: _containers.RepeatedScalarFieldContainer[str]
+    released_execution_ids: _containers.RepeatedScalarFieldContainer[str]
+    voters: _containers.RepeatedScalarFieldContainer[str]
+    vote_approvals: _containers.RepeatedScalarFieldContainer[bool]
+    vote_at_ms: _containers.RepeatedScalarFieldContainer[int]
+    wait_waiter_ids: _containers.RepeatedScalarFieldContainer[str]
+    wait_waiter_generations: _containers.RepeatedScalarFieldContainer[int]
+    wait_target_ids: _containers.RepeatedScalarFieldContainer[str]
+    wait_target_generations: _containers.RepeatedScalarFieldContainer[int]
+    wait_edge_versions: _containers.RepeatedScalarFieldContainer[int]
+    wait_reasons: _containers.RepeatedScalarFieldContainer[str]
+    wait_registered_at_ms: _containers.RepeatedScalarFieldContainer[int]
+    wait_satisfier_counts: _containers.RepeatedScalarFieldContainer[int]
+    wait_satisfiers: _containers.RepeatedScalarFieldContainer[str]
+    retired_at_ms: int
+    def __init__(self, decision_id: _Optional[str] = ..., digest: _Optional[str] = ..., signature: _Optional[str] = ..., policy_version: _Optional[str] = ..., decision_kind: _Optional[str] = ..., mode: _Optional[str] = ..., reason_code: _Optional[str] = ..., epoch: _Optional[int] = ..., epoch_before: _Optional[int] = ..., winner_id: _Optional[str] = ..., winner_generation: _Optional[int] = ..., at_ms: _Optional[int] = ..., proposer: _Optional[str] = ..., proposed_at_ms: _Optional[int] = ..., score_execution_ids: _Optional[_Iterable[str]] = ..., score_generations: _Optional[_Iterable[int]] = ..., score_external_side_effects: _Optional[_Iterable[bool]] = ..., score_checkpoints: _Optional[_Iterable[bool]] = ..., score_priorities: _Optional[_Iterable[int]] = ..., score_costs: _Optional[_Iterable[int]] = ..., score_unique_evidence: _Optional[_Iterable[bool]] = ..., role_execution_ids: _Optional[_Iterable[str]] = ..., roles: _Optional[_Iterable[str]] = ..., released_target_ids: _Optional[_Iterable[str]] = ..., released_execution_ids: _Optional[_Iterable[str]] = ..., voters: _Optional[_Iterable[str]] = ..., vote_approvals: _Optional[_Iterable[bool]] = ..., vote_at_ms: _Optional[_Iterable[int]] = ..., wait_waiter_ids: _Optional[_Iterable[str]] = ..., wait_waiter_generations: _Optional[_Iterable[int]] = ..., wait_target_ids: _Optional[_Iterable[str]] = ..., wait_target_generations: _Optional[_Iterable[int]] = ..., wait_edge_versions: _Optional[_Iterable[int]] = ..., wait_reasons: _Optional[_Iterable[str]] = ..., wait_registered_at_ms: _Optional[_Iterable[int]] = ..., wait_satisfier_counts: _Optional[_Iterable[int]] = ..., wait_satisfiers: _Optional[_Iterable[str]] = ..., retired_at_ms: _Optional[int] = ...) -> None: ...
+
+class TrajectoryRetired(_message.Message):
+    __slots__ = ("signature", "observed_total", "recovered_total", "first_seen_epoch", "first_seen_at_ms", "last_seen_at_ms", "retired_at_ms")
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    signature: str
+    observed_total: int
+    recovered_total: int
+    first_seen_epoch: int
+    first_seen_at_ms: int
+    last_seen_at_ms: int
+    retired_at_ms: int
+    def __init__(self, signature: _Optional[str] = ..., observed_total: _Optional[int] = ..., recovered_total: _Optional[int] = ..., first_seen_epoch: _Optional[int] = ..., first_seen_at_ms: _Optional[int] = ..., last_seen_at_ms: _Optional[int] = ..., retired_at_ms: _Optional[int] = ...) -> None: ...
+
+class RetirementPassed(_message.Message):
+    __slots__ = ("cutoff_ms", "runs", "executions", "sessions", "proposals", "decisions", "trajectories", "tombstones_forgotten", "more")
+    CUTOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    PROPOSALS_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    TRAJECTORIES_FIELD_NUMBER: _ClassVar[int]
+    TOMBSTONES_FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    cutoff_ms: int
+    runs: int
+    executions: int
+    sessions: int
+    proposals: int
+    decisions: int
+    trajectories: int
+    tombstones_forgotten: int
+    more: bool
+    def __init__(self, cutoff_ms: _Optional[int] = ..., runs: _Optional[int] = ..., executions: _Optional[int] = ..., sessions: _Optional[int] = ..., proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., trajectories: _Optional[int] = ..., tombstones_forgotten: _Optional[int] = ..., more: _Optional[bool] = ...) -> None: ...
+
 class Effect(_message.Message):
-    __slots__ = ("session_joined", "session_renewed", "session_ended", "execution_created", "execution_state_changed", "generation_advanced", "target_created", "satisfier_declared", "satisfier_closed", "acquired", "released", "wait_registered", "wait_closed", "artifact_produced", "approval_decided", "side_effect_recorded", "cost_recorded", "recovery_configured", "mode_changed", "recovery_proposed", "recovery_retracted", "vote_recorded", "recovery_rejected", "epoch_committed", "victim_chosen", "yielded", "livelock_detected", "recovery_escalated", "cancel_generation_raised", "cancel_requested", "cancel_acknowledged", "cancellation_stable", "cancel_slo_exceeded", "resource_quarantined", "quarantine_released", "reconciliation_opened", "compensation_queued", "task_claimed", "claim_renewed", "claim_released", "tool_call_accepted", "admission_changed", "cancellation_configured")
+    __slots__ = ("session_joined", "session_renewed", "session_ended", "execution_created", "execution_state_changed", "generation_advanced", "target_created", "satisfier_declared", "satisfier_closed", "acquired", "released", "wait_registered", "wait_closed", "artifact_produced", "approval_decided", "side_effect_recorded", "cost_recorded", "recovery_configured", "mode_changed", "recovery_proposed", "recovery_retracted", "vote_recorded", "recovery_rejected", "epoch_committed", "victim_chosen", "yielded", "livelock_detected", "recovery_escalated", "cancel_generation_raised", "cancel_requested", "cancel_acknowledged", "cancellation_stable", "cancel_slo_exceeded", "resource_quarantined", "quarantine_released", "reconciliation_opened", "compensation_queued", "task_claimed", "claim_renewed", "claim_released", "tool_call_accepted", "admission_changed", "cancellation_configured", "execution_retired", "run_retired", "session_retired", "proposal_retired", "decision_retired", "trajectory_retired", "retirement_passed")
     SESSION_JOINED_FIELD_NUMBER: _ClassVar[int]
     SESSION_RENEWED_FIELD_NUMBER: _ClassVar[int]
     SESSION_ENDED_FIELD_NUMBER: _ClassVar[int]
@@ -711,6 +927,13 @@ class Effect(_message.Message):
     TOOL_CALL_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     ADMISSION_CHANGED_FIELD_NUMBER: _ClassVar[int]
     CANCELLATION_CONFIGURED_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_RETIRED_FIELD_NUMBER: _ClassVar[int]
+    RUN_RETIRED_FIELD_NUMBER: _ClassVar[int]
+    SESSION_RETIRED_FIELD_NUMBER: _ClassVar[int]
+    PROPOSAL_RETIRED_FIELD_NUMBER: _ClassVar[int]
+    DECISION_RETIRED_FIELD_NUMBER: _ClassVar[int]
+    TRAJECTORY_RETIRED_FIELD_NUMBER: _ClassVar[int]
+    RETIREMENT_PASSED_FIELD_NUMBER: _ClassVar[int]
     session_joined: SessionJoined
     session_renewed: SessionRenewed
     session_ended: SessionEnded
@@ -754,4 +977,11 @@ class Effect(_message.Message):
     tool_call_accepted: ToolCallAccepted
     admission_changed: AdmissionChanged
     cancellation_configured: CancellationConfigured
-    def __init__(self, session_joined: _Optional[_Union[SessionJoined, _Mapping]] = ..., session_renewed: _Optional[_Union[SessionRenewed, _Mapping]] = ..., session_ended: _Optional[_Union[SessionEnded, _Mapping]] = ..., execution_created: _Optional[_Union[ExecutionCreated, _Mapping]] = ..., execution_state_changed: _Optional[_Union[ExecutionStateChanged, _Mapping]] = ..., generation_advanced: _Optional[_Union[GenerationAdvanced, _Mapping]] = ..., target_created: _Optional[_Union[TargetCreated, _Mapping]] = ..., satisfier_declared: _Optional[_Union[SatisfierDeclared, _Mapping]] = ..., satisfier_closed: _Optional[_Union[SatisfierClosed, _Mapping]] = ..., acquired: _Optional[_Union[Acquired, _Mapping]] = ..., released: _Optional[_Union[Released, _Mapping]] = ..., wait_registered: _Optional[_Union[WaitRegistered, _Mapping]] = ..., wait_closed: _Optional[_Union[WaitClosed, _Mapping]] = ..., artifact_produced: _Optional[_Union[ArtifactProduced, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., side_effect_recorded: _Optional[_Union[SideEffectRecorded, _Mapping]] = ..., cost_recorded: _Optional[_Union[CostRecorded, _Mapping]] = ..., recovery_configured: _Optional[_Union[RecoveryConfigured, _Mapping]] = ..., mode_changed: _Optional[_Union[ModeChanged, _Mapping]] = ..., recovery_proposed: _Optional[_Union[RecoveryProposed, _Mapping]] = ..., recovery_retracted: _Optional[_Union[RecoveryRetracted, _Mapping]] = ..., vote_recorded: _Optional[_Union[VoteRecorded, _Mapping]] = ..., recovery_rejected: _Optional[_Union[RecoveryRejected, _Mapping]] = ..., epoch_committed: _Optional[_Union[EpochCommitted, _Mapping]] = ..., victim_chosen: _Optional[_Union[VictimChosen, _Mapping]] = ..., yielded: _Optional[_Union[Yielded, _Mapping]] = ..., livelock_detected: _Optional[_Union[LivelockDetected, _Mapping]] = ..., recovery_escalated: _Optional[_Union[RecoveryEscalated, _Mapping]] = ..., cancel_generation_raised: _Optional[_Union[CancelGenerationRaised, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., cancel_acknowledged: _Optional[_Union[CancelAcknowledged, _Mapping]] = ..., cancellation_stable: _Optional[_Union[CancellationStable, _Mapping]] = ..., cancel_slo_exceeded: _Optional[_Union[CancelSloExceeded, _Mapping]] = ..., resource_quarantined: _Optional[_Union[ResourceQuarantined, _Mapping]] = ..., quarantine_released: _Optional[_Union[QuarantineReleased, _Mapping]] = ..., reconciliation_opened: _Optional[_Union[ReconciliationOpened, _Mapping]] = ..., compensation_queued: _Optional[_Union[CompensationQueued, _Mapping]] = ..., task_claimed: _Optional[_Union[TaskClaimed, _Mapping]] = ..., claim_renewed: _Optional[_Union[ClaimRenewed, _Mapping]] = ..., claim_released: _Optional[_Union[ClaimReleased, _Mapping]] = ..., tool_call_accepted: _Optional[_Union[ToolCallAccepted, _Mapping]] = ..., admission_changed: _Optional[_Union[AdmissionChanged, _Mapping]] = ..., cancellation_configured: _Optional[_Union[CancellationConfigured, _Mapping]] = ...) -> None: ...
+    execution_retired: ExecutionRetired
+    run_retired: RunRetired
+    session_retired: SessionRetired
+    proposal_retired: ProposalRetired
+    decision_retired: DecisionRetired
+    trajectory_retired: TrajectoryRetired
+    retirement_passed: RetirementPassed
+    def __init__(self, session_joined: _Optional[_Union[SessionJoined, _Mapping]] = ..., session_renewed: _Optional[_Union[SessionRenewed, _Mapping]] = ..., session_ended: _Optional[_Union[SessionEnded, _Mapping]] = ..., execution_created: _Optional[_Union[ExecutionCreated, _Mapping]] = ..., execution_state_changed: _Optional[_Union[ExecutionStateChanged, _Mapping]] = ..., generation_advanced: _Optional[_Union[GenerationAdvanced, _Mapping]] = ..., target_created: _Optional[_Union[TargetCreated, _Mapping]] = ..., satisfier_declared: _Optional[_Union[SatisfierDeclared, _Mapping]] = ..., satisfier_closed: _Optional[_Union[SatisfierClosed, _Mapping]] = ..., acquired: _Optional[_Union[Acquired, _Mapping]] = ..., released: _Optional[_Union[Released, _Mapping]] = ..., wait_registered: _Optional[_Union[WaitRegistered, _Mapping]] = ..., wait_closed: _Optional[_Union[WaitClosed, _Mapping]] = ..., artifact_produced: _Optional[_Union[ArtifactProduced, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., side_effect_recorded: _Optional[_Union[SideEffectRecorded, _Mapping]] = ..., cost_recorded: _Optional[_Union[CostRecorded, _Mapping]] = ..., recovery_configured: _Optional[_Union[RecoveryConfigured, _Mapping]] = ..., mode_changed: _Optional[_Union[ModeChanged, _Mapping]] = ..., recovery_proposed: _Optional[_Union[RecoveryProposed, _Mapping]] = ..., recovery_retracted: _Optional[_Union[RecoveryRetracted, _Mapping]] = ..., vote_recorded: _Optional[_Union[VoteRecorded, _Mapping]] = ..., recovery_rejected: _Optional[_Union[RecoveryRejected, _Mapping]] = ..., epoch_committed: _Optional[_Union[EpochCommitted, _Mapping]] = ..., victim_chosen: _Optional[_Union[VictimChosen, _Mapping]] = ..., yielded: _Optional[_Union[Yielded, _Mapping]] = ..., livelock_detected: _Optional[_Union[LivelockDetected, _Mapping]] = ..., recovery_escalated: _Optional[_Union[RecoveryEscalated, _Mapping]] = ..., cancel_generation_raised: _Optional[_Union[CancelGenerationRaised, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., cancel_acknowledged: _Optional[_Union[CancelAcknowledged, _Mapping]] = ..., cancellation_stable: _Optional[_Union[CancellationStable, _Mapping]] = ..., cancel_slo_exceeded: _Optional[_Union[CancelSloExceeded, _Mapping]] = ..., resource_quarantined: _Optional[_Union[ResourceQuarantined, _Mapping]] = ..., quarantine_released: _Optional[_Union[QuarantineReleased, _Mapping]] = ..., reconciliation_opened: _Optional[_Union[ReconciliationOpened, _Mapping]] = ..., compensation_queued: _Optional[_Union[CompensationQueued, _Mapping]] = ..., task_claimed: _Optional[_Union[TaskClaimed, _Mapping]] = ..., claim_renewed: _Optional[_Union[ClaimRenewed, _Mapping]] = ..., claim_released: _Optional[_Union[ClaimReleased, _Mapping]] = ..., tool_call_accepted: _Optional[_Union[ToolCallAccepted, _Mapping]] = ..., admission_changed: _Optional[_Union[AdmissionChanged, _Mapping]] = ..., cancellation_configured: _Optional[_Union[CancellationConfigured, _Mapping]] = ..., execution_retired: _Optional[_Union[ExecutionRetired, _Mapping]] = ..., run_retired: _Optional[_Union[RunRetired, _Mapping]] = ..., session_retired: _Optional[_Union[SessionRetired, _Mapping]] = ..., proposal_retired: _Optional[_Union[ProposalRetired, _Mapping]] = ..., decision_retired: _Optional[_Union[DecisionRetired, _Mapping]] = ..., trajectory_retired: _Optional[_Union[TrajectoryRetired, _Mapping]] = ..., retirement_passed: _Optional[_Union[RetirementPassed, _Mapping]] = ...) -> None: ...
