@@ -71,6 +71,35 @@ def test_the_documents_have_examples_with_output() -> None:
     assert matches("epoch ...: 0 open", "epoch 3: 0 open") and not matches("lease 1", "lease 2")
 
 
+FIRST_HOUR: dict[str, tuple[str, str | None]] = {
+    # what an agent does: (the call an example makes, what that example's checked output shows of it)
+    "create": ("s.execution(", None),
+    "hold": ("ex.holding(", "holds the browser"),
+    "wait": ("ex.waiting_for(", "writer: target_produced"),
+    "record a side effect": ("ex.record_side_effect(", "side effects True"),
+    "be chosen as a victim": ("except DeadlockVictim", "reviewer: victim"),
+    "retry": ("ex.retry()", "generation 2"),
+    "vote": ("voter=True", "c voted: [True]"),
+    "read its run's convergence": (".convergence(", "converged True"),
+}
+
+
+def test_the_sdk_page_alone_covers_an_agents_first_hour() -> None:
+    """Issue 17: a program written only from docs/sdk.md can create, hold, wait, record a side
+    effect, be chosen as a victim, retry, vote and read its run's convergence, without protobuf.
+    Each verb is in an example whose output the page shows (so the test below runs and checks it)."""
+    sdk = examples("docs/sdk.md")
+    missing = [
+        verb
+        for verb, (call, shown) in FIRST_HOUR.items()
+        if not any(call in e.code and e.expected is not None and (shown is None or shown in e.expected) for e in sdk)
+    ]
+    assert not missing, f"no checked docs/sdk.md example does: {missing}"
+    for e in sdk:
+        for raw in ("_pb2", "protobuf", "transport.call", "waitgraph.statemachine", "waitgraph.proto"):
+            assert raw not in e.code, f"{e} reaches past the SDK: {raw}"
+
+
 @pytest.fixture(scope="module")
 def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     lc = LocalCluster(root=tmp_path_factory.mktemp("docs-cluster"), nodes=3, mode="auto")

@@ -16,10 +16,12 @@ cluster as an operator (``WatchEvents``, ``Cycles``, ``ExplainDecision``, ``Grap
 3. the second seed's 7-agent pipeline with the A -> B -> C -> D -> A resource cycle, recovered by
    the cluster nodes' votes (quorum 2 > max_rollback 1; the seed's own 4-of-7 gate with four
    simultaneous rollbacks is refused);
-4. the second seed's livelock: the ring re-races every batch and re-forms the same cycle (the
-   same signature) under every new epoch; after K=2 speculative rollbacks the guard makes the
-   next recovery a deterministic tie-break (the lowest id wins, the others yield, epoch first) on
-   the default cluster, stale-epoch re-acquires are refused, and the naive per-agent-epoch design
+4. the second seed's livelock, all seven agents: every batch the ring A..D re-races and re-forms
+   the same cycle (the same signature) under every new epoch, while E, F and G, the downstream
+   stages, wait for the batch's artifact D produces; after K=2 speculative rollbacks the guard
+   makes the next recovery a deterministic tie-break (the lowest id wins, the others yield, epoch
+   first) on the default cluster, stale-epoch re-acquires are refused, E, F and G are never
+   chosen and complete with the ring, and the naive per-agent-epoch design
    (:mod:`waitgraph.dev.naive`) is printed beside it: 11 rollbacks, the epoch never advanced.
 
 For each it prints detection (members, signature), the votes, the epoch commit, the victim with
@@ -84,8 +86,16 @@ def s4_resource(x: str) -> str:
 
 
 S4_BATCHES = 3
-"""Batches the ring processes in scenario 4; with the default guard (K=2 recoveries of one
+"""Batches the pipeline processes in scenario 4; with the default guard (K=2 recoveries of one
 signature within 60 s) the third re-formation is the one broken by the tie-break."""
+S4_PRODUCER = "d"
+"""The ring member whose stage produces each batch's artifact (the ring's last stage)."""
+S4_STAGES = {"e": "packages", "f": "tests", "g": "publishes"}
+"""Scenario 4's downstream stages, outside the cycle, and what each does with a batch."""
+
+
+def s4_batch(batch: int) -> str:
+    return f"artifact:s4-batch-{batch}"
 
 
 # == the agents (one process each) ===========================================================================
@@ -290,7 +300,8 @@ async def s4_ring(io: AgentIO, me: str) -> None:
 
     The same pattern every batch re-forms the same A->B->C->D->A cycle (the same members, so the
     same signature), whatever the epoch: the re-race of the second seed. A victim retries; a
-    tie-break loser (yielded) retries and waits behind the winner before it re-races.
+    tie-break loser (yielded) retries and waits behind the winner before it re-races. D declares
+    and, after its stage, produces the batch's artifact that E, F and G wait for.
     """
     nxt = RING[(RING.index(me) + 1) % len(RING)]
     name = f"exec:s4-{me.upper()}"
@@ -300,6 +311,8 @@ async def s4_ring(io: AgentIO, me: str) -> None:
                 if batch > 1:  # the whole ring starts the next batch together
                     io.mark(f"done-{batch - 1}")
                     await io.go()
+                if me == S4_PRODUCER:
+                    await ex.produces(s4_batch(batch))
                 released = False
                 while True:
                     try:
@@ -318,11 +331,36 @@ async def s4_ring(io: AgentIO, me: str) -> None:
                         io.say(f"batch {batch}: DeadlockVictim raised in the blocked task ({why}), epoch {d.epoch}")
                         generation = await ex.retry()
                         await _show_stale_epoch(io, s, ex.execution_id, generation, s4_resource(me))
+                        if me == S4_PRODUCER:  # the declaration names a generation: renew it
+                            await ex.produces(s4_batch(batch))
                         if d.role == "yielded" and d.winner_id is not None:
                             async with ex.waiting_for(d.winner_id) as behind:
                                 io.say(f"yields: waits behind the winner {d.winner_id}")
                                 await behind.resolved()
+                if me == S4_PRODUCER:
+                    await s.produce(s4_batch(batch))
+                    io.say(f"batch {batch}: produced {s4_batch(batch)} for E, F and G")
         io.say(f"{name} COMPLETED {S4_BATCHES} batches")
+
+
+async def s4_stage(io: AgentIO, me: str) -> None:
+    """Scenario 4's E, F, G: every batch, a registered wait for the artifact D produces in it.
+
+    They are behind the cycle, never in it (nothing waits for them), so no recovery may touch them:
+    an interruption would end this process with an error, which the driver reports.
+    """
+    name = f"exec:s4-{me.upper()}"
+    async with io.client() as c, c.session(f"pipe-{me}") as s:
+        async with s.execution(name, run_id=f"s4-run-{me}") as ex:
+            for batch in range(1, S4_BATCHES + 1):
+                artifact = s4_batch(batch)
+                async with ex.waiting_for(artifact) as w:
+                    io.say(f"batch {batch}: {name} g{ex.generation} waits for {artifact} (D's output of the batch)")
+                    io.mark(f"waiting-{batch}")
+                    reason = await w.resolved()
+                io.say(f"batch {batch}: {artifact} arrived ({reason}): {name} {S4_STAGES[me]} it")
+            generation = ex.generation
+        io.say(f"{name} COMPLETED {S4_BATCHES} batches at g{generation}, never interrupted")
 
 
 async def _show_stale_epoch(io: AgentIO, s: Session, execution_id: str, generation: int, target_id: str) -> None:
@@ -339,7 +377,7 @@ async def _show_stale_epoch(io: AgentIO, s: Session, execution_id: str, generati
 AgentMain = Callable[[AgentIO], Coroutine[Any, Any, None]]
 
 
-def _ring(me: str, play: Callable[[AgentIO, str], Coroutine[Any, Any, None]] = s3_ring) -> AgentMain:
+def _agent(me: str, play: Callable[[AgentIO, str], Coroutine[Any, Any, None]] = s3_ring) -> AgentMain:
     async def run(io: AgentIO) -> None:
         await play(io, me)
 
@@ -351,11 +389,12 @@ AGENT_MAIN: dict[tuple[str, str], AgentMain] = {
     ("s1", "b"): s1_b,
     ("s2", "supervisor"): s2_supervisor,
     ("s2", "subtask"): s2_subtask,
-    **{("s3", f"pipe-{x}"): _ring(x) for x in RING},
+    **{("s3", f"pipe-{x}"): _agent(x) for x in RING},
     ("s3", "pipe-e"): s3_e,
     ("s3", "pipe-f"): s3_f,
     ("s3", "pipe-g"): s3_g,
-    **{("s4", f"pipe-{x}"): _ring(x, s4_ring) for x in RING},
+    **{("s4", f"pipe-{x}"): _agent(x, s4_ring) for x in RING},
+    **{("s4", f"pipe-{x}"): _agent(x, s4_stage) for x in S4_STAGES},
 }
 
 
@@ -437,6 +476,10 @@ class Scope:
     started: float = field(default_factory=time.monotonic)
     digests: set[str] = field(default_factory=set)
     signatures: list[str] = field(default_factory=list)
+    members: set[str] = field(default_factory=set)
+    """Every execution named as a member of one of the scenario's recovery proposals."""
+    rolled_back: set[str] = field(default_factory=set)
+    """The executions whose holdings a recovery released as rolled back."""
     votes: list[VoteRecorded] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)
     decisions: list[VictimChosen] = field(default_factory=list)
@@ -524,6 +567,7 @@ class Driver:
                 return
             scope.digests.add(fx.digest)
             scope.signatures.append(fx.signature)
+            scope.members.update(fx.members)
             members = ", ".join(fx.members)
             self.cluster(
                 f"DETECTED a deadlock: members {members}; cycle signature {fx.signature}; "
@@ -566,6 +610,7 @@ class Driver:
             )
             scope.converged.set()
         elif isinstance(fx, Released) and fx.execution_id in scope.executions and fx.reason == "rolled_back":
+            scope.rolled_back.add(fx.execution_id)
             if scope.epoch_cursor is None or cursor < scope.epoch_cursor:
                 scope.problems.append(f"{fx.target_id} was released before the epoch commit")
             self.cluster(
@@ -746,7 +791,8 @@ class Driver:
 
     async def _resolve_livelock(self, scope: Scope, agents: list[AgentProcess]) -> str:
         """Scenario 4: the same signature every round, speculative rollbacks under fresh epochs,
-        then the guard's tie-break (lowest id wins, the others yield), and the pipeline completes."""
+        then the guard's tie-break (lowest id wins, the other members yield); the executions
+        outside the cycle are never touched, and the whole pipeline completes."""
         try:
             await asyncio.wait_for(scope.tie_break.wait(), SCENARIO_TIMEOUT_S)
         except TimeoutError:
@@ -764,10 +810,10 @@ class Driver:
             scope.problems.append(f"decisions {kinds}: expected speculative rollbacks, then one tie-break")
         if scope.epochs != sorted(set(scope.epochs)) or len(scope.epochs) != len(kinds):
             scope.problems.append(f"epochs {scope.epochs}: each recovery must commit a new one")
-        if winner != min(scope.executions):
+        if winner != min(scope.members):
             scope.problems.append(f"the tie-break's winner is {winner}, not the lowest id")
         losers = sorted(y.execution_id for y in scope.yielded)
-        if losers != sorted(scope.executions - {winner or ""}):
+        if losers != sorted(scope.members - {winner or ""}):
             scope.problems.append(f"yielded {losers}: every other member must yield")
         self.check(
             f"signature {scope.signatures[0]} re-formed {len(kinds)} times: {len(kinds) - 1} speculative rollbacks "
@@ -776,13 +822,34 @@ class Driver:
         )
         if polls is not None:
             self.check(f"no re-formation after the tie-break: Cycles polled {polls} times over {NO_REFORM_S:.1f}s")
-        await self._all_completed(scope)
+        completed = await self._all_completed(scope)
+        self._outside_untouched(scope, completed)
         await asyncio.gather(*self._explain, return_exceptions=True)
         self._naive_beside(len(kinds))
         return (
             f"livelock broken by the tie-break {scope.decisions[-1].decision_id} at epoch {scope.epochs[-1]} "
             f"({winner} won), {len(scope.executions)} executions completed"
         )
+
+    def _outside_untouched(self, scope: Scope, completed: dict[str, Any]) -> None:
+        """The executions outside every cycle (scenario 4's E, F, G): never a member, never chosen,
+        yielded or rolled back, and completed at their first generation."""
+        outside = sorted(scope.executions - scope.members)
+        if not outside:
+            return
+        touched = {d.execution_id for d in scope.decisions if d.execution_id is not None}
+        touched |= {y.execution_id for y in scope.yielded} | scope.rolled_back
+        hit = sorted(touched & set(outside))
+        if hit:
+            scope.problems.append(f"{', '.join(hit)} are outside the cycle but a recovery chose them")
+        moved = sorted(eid for eid in outside if eid in completed and completed[eid].generation != 1)
+        if moved:
+            scope.problems.append(f"{', '.join(moved)} moved past generation 1: they were cancelled")
+        if not hit and not moved:
+            self.check(
+                f"{', '.join(outside)}: behind the ring, never in it (not a member of any of the "
+                f"{len(scope.digests)} proposals), never chosen, yielded or rolled back; completed at g1"
+            )
 
     def _naive_beside(self, ours: int) -> None:
         """What the second seed's naive design (an epoch per agent) does with the same ring."""
@@ -797,7 +864,8 @@ class Driver:
             f"11 re-formations; here {ours} recoveries and done"
         )
 
-    async def _all_completed(self, scope: Scope) -> None:
+    async def _all_completed(self, scope: Scope) -> dict[str, Any]:
+        """Check every execution of the scenario COMPLETED; their graph records, by id."""
         graph = await self.ops.graph(fresh=True)
         mine = {e.execution_id: e for e in graph.executions if e.execution_id in scope.executions}
         done = []
@@ -809,6 +877,7 @@ class Driver:
             done.append(f"{eid} g{ex.generation if ex is not None else '?'}")
         if all(_status_name(e.status) == "COMPLETED" for e in mine.values()) and len(mine) == len(scope.executions):
             self.check(f"every execution COMPLETED: {', '.join(done)}")
+        return mine
 
     # -- the scenarios ----------------------------------------------------------------------------------------------
 
@@ -879,33 +948,43 @@ class Driver:
         )
 
     async def scenario_4(self) -> Result:
-        roles = [f"pipe-{x}" for x in RING]
-
         async def run() -> list[AgentProcess]:
-            agents = [await self.spawn("s4", role) for role in roles]
+            spawned = await asyncio.gather(*(self.spawn("s4", f"pipe-{x}") for x in RING + "".join(S4_STAGES)))
+            ring, stages = spawned[: len(RING)], spawned[len(RING) :]
             for batch in range(1, S4_BATCHES + 1):
-                if batch > 1:
-                    for agent in agents:
+                if batch > 1:  # the ring finished the last batch (D produced it): the next one
+                    for agent in ring:
                         await agent.marker(f"done-{batch - 1}")
-                    for agent in agents:
+                for agent in stages:
+                    await agent.marker(f"waiting-{batch}")
+                if batch > 1:
+                    for agent in ring:
                         await agent.go()
-                for agent in agents:
+                for agent in ring:
                     await agent.marker(f"holding-{batch}")
-                self.say("driver", f"batch {batch}: A, B, C and D each hold their own resource again: go")
-                for agent in agents:
+                epoch = (await self.ops.status(fresh=True)).epoch
+                self.say(
+                    "driver",
+                    f"batch {batch} (epoch {epoch}): E, F, G wait for {s4_batch(batch)}; A, B, C and D each "
+                    "hold their own resource again: go",
+                )
+                for agent in ring:
                     await agent.go()
-            return agents
+            return ring + stages
 
         return await self.play(
             4,
             "the re-forming cycle: livelock broken by a deterministic tie-break (second seed)",
             [
-                "The ring re-races every batch: each member holds its own resource, then takes the next",
-                "one's, so the same A->B->C->D->A cycle forms again under every new epoch. The guard sees",
-                "the same signature recur and makes the next recovery a tie-break: the lowest id wins, the",
-                "others yield, the epoch is committed before anything is released. On the default cluster.",
+                "All seven agents re-race every batch. A, B, C and D each hold their own resource, then",
+                "take the next one's, so the same A->B->C->D->A cycle forms again under every new epoch;",
+                "D's stage produces the batch's artifact, which E, F and G, the downstream stages, wait",
+                "for: behind the cycle, not in it. The guard sees the same signature recur and makes the",
+                "next recovery a tie-break: the lowest id wins, the others yield, the epoch is committed",
+                "before anything is released. E, F and G are never chosen; all seven complete. On the",
+                "default cluster.",
             ],
-            {f"exec:s4-{x.upper()}" for x in RING},
+            {f"exec:s4-{x.upper()}" for x in RING + "".join(S4_STAGES)},
             run,
             livelock=True,
         )

@@ -73,6 +73,17 @@ def test_the_demo_resolves_every_scenario() -> None:
     assert out.count("a re-acquire presenting epoch") >= 5 and "ACCEPTED (it must not be)" not in out
     assert "11 rollbacks, the same signature re-formed every round, replicated epoch still 0" in out
     assert "no re-formation after the tie-break" in out
+    # all seven take part: E, F and G wait every batch for the artifact D produces, behind the ring
+    for batch in (1, 2, 3):
+        assert f"batch {batch}: produced artifact:s4-batch-{batch} for E, F and G" in out
+        for x in "EFG":
+            assert f"batch {batch}: exec:s4-{x} g1 waits for artifact:s4-batch-{batch}" in out
+            assert f"batch {batch}: artifact:s4-batch-{batch} arrived (target_produced): exec:s4-{x} " in out
+    assert "exec:s4-E, exec:s4-F, exec:s4-G: behind the ring, never in it" in out
+    assert "never chosen, yielded or rolled back; completed at g1" in out
+    assert re.search(r"every execution COMPLETED: exec:s4-A g\d+, .*exec:s4-E g1, exec:s4-F g1, exec:s4-G g1", out)
+    assert all(f"exec:s4-{x} COMPLETED 3 batches at g1, never interrupted" in out for x in "EFG")
+    assert "7 executions completed" in out
     # and nothing is left running
     pids = node_pids(out)
     assert len(pids) == 3 and all(gone(p) for p in pids)
