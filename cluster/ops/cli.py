@@ -121,9 +121,9 @@ def serve(config_file: Path | None, **flags: Any) -> None:
     # fork) are not wanted. Read once, when grpc is first imported: that is just below.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     from waitgraph.node import server
-    from waitgraph.ops import liveview
+    from waitgraph.ops import liveweb
 
-    raise SystemExit(server.main(cfg, http_view=liveview.serve_node))
+    raise SystemExit(server.main(cfg, http_view=liveweb.serve_node))
 
 
 @main.command("hash-token")
