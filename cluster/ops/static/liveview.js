@@ -437,7 +437,7 @@ function fit() {
   }
 }
 
-async function fetchGraph(version) {
+async function fetchGraph() {
   live.fetching = true;
   const t0 = performance.now();
   try {
@@ -445,7 +445,7 @@ async function fetchGraph(version) {
     if (reply.status === 401 || reply.status === 403) return window.location.assign("/login");
     if (!reply.ok) throw new Error(`HTTP ${reply.status}`);
     const doc = await reply.json();
-    const got = Number(reply.headers.get("X-Graph-Version") || version);
+    const got = Number(reply.headers.get("X-Graph-Version"));
     live.graph = indexGraph(doc, got);
     live.graphVersion = got;
     fillChoices(live.graph);
@@ -456,6 +456,7 @@ async function fetchGraph(version) {
     live.lastGraphAt = Date.now();
     live.graphCostMs = performance.now() - t0;
   }
+  maybeFetchGraph(); // the feed may have moved on meanwhile
 }
 
 function maybeFetchGraph() {
@@ -467,7 +468,7 @@ function maybeFetchGraph() {
     setTimeout(maybeFetchGraph, wait);
     return;
   }
-  fetchGraph(doc.graph_version).catch((err) => lost(err));
+  fetchGraph().catch((err) => lost(err));
 }
 
 function fillChoices(g) {
@@ -940,6 +941,8 @@ function wire() {
     redraw();
   });
   connect();
+  // at once, beside the feed's first message: both wait for the same build on the node
+  fetchGraph().catch((err) => lost(err));
 }
 
 document.addEventListener("DOMContentLoaded", wire);
