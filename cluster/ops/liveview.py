@@ -178,7 +178,8 @@ def graph(st: State, cycles: Any, decisions: Sequence[Any]) -> dict[str, Any]:
     - ``targets``: [id, kind, version, satisfier id or null, [holder ids]] (``exec:`` targets are
       the executions themselves and are not repeated)
     - ``waits``: [waiter id, target id, reason index, edge version, registered at ms]
-    - ``cycles``: every current cycle with all its members; ``victims``: execution id -> decision id
+    - ``cycles``: every current cycle with all its members; ``victims``: execution id -> decision id;
+      ``statuses`` and ``kinds``: the filters' choices
     """
     runs: dict[str, int] = {}
     agents: dict[str, int] = {}
@@ -201,7 +202,9 @@ def graph(st: State, cycles: Any, decisions: Sequence[Any]) -> dict[str, Any]:
         "agents": list(agents),
         "reasons": list(reasons),
         "executions": execs,
+        "statuses": sorted({row[2] for row in execs}),
         "targets": targets,
+        "kinds": sorted({row[1] for row in targets}),
         "waits": waits,
         "cycles": [
             {"digest": c.digest, "kind": kinds[c.digest], "members": [m.execution_id for m in c.members]}
@@ -211,25 +214,24 @@ def graph(st: State, cycles: Any, decisions: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-_FRAME = struct.Struct("!Qdd")
+_FRAME = struct.Struct("!Qd")
 
 
-def build(m: StateMachine, lock_s: float = -1.0) -> bytes:
-    """Both documents of one state, framed: a header (the panels' length, ``lock_s``, this build's
-    CPU seconds), the panels, the graph (JSON). The node runs it in its forked reader, where
-    everything here is the child's CPU, not time under the node's lock; ``lock_s`` is how long the
-    lock was held before (the fork), or -1 when the build itself runs under the lock."""
+def build(m: StateMachine) -> bytes:
+    """Both documents of one state, framed: a header (the panels' length, this build's CPU
+    seconds), the panels, the graph (JSON). The node runs it in its forked reader, where all of it
+    is the child's CPU, none of it under the node's lock."""
     cpu0 = time.process_time()
     snap = snapshot(m)
     view = _dumps(document(snap))
     picture = _dumps(graph(m.state, snap.cycles, picture_decisions(snap.cycles, snap.decisions)))
-    return _FRAME.pack(len(view), lock_s, time.process_time() - cpu0) + view + picture
+    return _FRAME.pack(len(view), time.process_time() - cpu0) + view + picture
 
 
-def unframe(data: bytes) -> tuple[bytes, bytes, float, float]:
-    """(panels, graph, lock seconds or -1, CPU seconds) of :func:`build`'s bytes."""
-    n, lock_s, cpu_s = _FRAME.unpack_from(data)
-    return data[_FRAME.size : _FRAME.size + n], data[_FRAME.size + n :], lock_s, cpu_s
+def unframe(data: bytes) -> tuple[bytes, bytes, float]:
+    """(panels, graph, CPU seconds) of :func:`build`'s bytes."""
+    n, cpu_s = _FRAME.unpack_from(data)
+    return data[_FRAME.size : _FRAME.size + n], data[_FRAME.size + n :], cpu_s
 
 
 def _dumps(doc: Any) -> bytes:

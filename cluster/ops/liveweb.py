@@ -30,7 +30,9 @@ import asyncio
 import gzip
 import json
 import logging
+import os
 import ssl
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -58,6 +60,8 @@ logger = logging.getLogger("waitgraph.ops.liveweb")
 T = TypeVar("T")
 REBUILD_S = 1.0
 """A new document at most this often (and only when the applied index moved)."""
+MAX_READER_SHARE = 0.3
+"""Builds are spaced so that the forked reader uses at most this share of one core."""
 COOKIE = "waitgraph_token"
 MAX_FORM_BYTES = 4096
 STATIC_DIR = Path(str(resources.files("waitgraph.ops").joinpath("static")))
@@ -89,9 +93,9 @@ class Replica(Protocol):
         """``fn`` on the state under the machine lock, off the event loop."""
         ...
 
-    async def image(self, fn: Callable[[StateMachine, float], bytes]) -> tuple[bytes, int]:
-        """``fn(machine, lock_s)`` on an image of the state, and the applied index it saw: ``lock_s``
-        is how long the lock was held to take the image, or -1 if ``fn`` runs under it."""
+    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, float]:
+        """``fn`` on an image of the state: its bytes, the applied index it saw, and how long the
+        machine lock was held to take the image (seconds)."""
         ...
 
 
@@ -107,8 +111,10 @@ class Built:
 
 
 class Documents:
-    """The current documents: built by one task at a time, at most every :data:`REBUILD_S`,
-    only when the applied index moved; everyone else gets the last build."""
+    """The current documents. One build at a time, at most every :data:`REBUILD_S` (longer when a
+    build's reader CPU would exceed :data:`MAX_READER_SHARE` of a core), only when the applied
+    index moved. A request never waits for a rebuild once a build exists (:meth:`current`: the
+    document says which applied index it shows); the feed does (:meth:`latest`)."""
 
     def __init__(self, replica: Replica, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.replica = replica
@@ -117,29 +123,51 @@ class Documents:
         self._current: Built | None = None
         self._started = float("-inf")
         self._lock = asyncio.Lock()
+        self._refresh: asyncio.Task[Built] | None = None
 
     async def current(self) -> Built:
+        """The last build (starting a rebuild behind it when one is due); the first one is waited for."""
+        cur = self._current
+        if cur is None:
+            return await self.latest()
+        if self._due(cur) and (self._refresh is None or self._refresh.done()):
+            self._refresh = asyncio.get_running_loop().create_task(self.latest(), name="waitgraph-liveview-build")
+            self._refresh.add_done_callback(_quiet)
+        return cur
+
+    def warm(self) -> None:
+        """Start the first build now, if there is none yet (the page is about to ask for it)."""
+        if self._current is None and not self._lock.locked():
+            task = asyncio.get_running_loop().create_task(self.latest(), name="waitgraph-liveview-build")
+            task.add_done_callback(_quiet)
+
+    async def latest(self) -> Built:
+        """The documents of the applied index now, rebuilt first when one is due."""
         async with self._lock:
             cur = self._current
             try:
-                applied = self.replica.applied_index()
-                due = self.monotonic() - self._started >= REBUILD_S
-                if cur is None or (applied != cur.applied_index and due):
+                if cur is None or self._due(cur):
                     self._started = self.monotonic()
                     cur = self._current = await self._build()
-            except Unreadable:
-                raise
             except Exception as exc:  # starting, stopping, restoring a snapshot
                 logger.debug("liveview: the replica cannot be read now: %r", exc)
+                if cur is not None:
+                    return cur
                 raise Unreadable("this node's replica cannot be read right now (starting or stopping)") from exc
             return cur
 
+    def _due(self, cur: Built) -> bool:
+        try:
+            moved = self.replica.applied_index() != cur.applied_index
+        except Exception:  # stopped: keep what we have
+            return False
+        gap_s = max(REBUILD_S, cur.stats["reader_cpu_ms"] / 1000 / MAX_READER_SHARE)
+        return moved and self.monotonic() - self._started >= gap_s
+
     async def _build(self) -> Built:
         t0 = time.perf_counter()
-        data, applied = await self.replica.image(liveview.build)
-        panels, graph, lock_s, reader_cpu_s = liveview.unframe(data)
-        if lock_s < 0:  # built under the lock
-            lock_s = time.perf_counter() - t0
+        data, applied, lock_s = await self.replica.image(liveview.build)
+        panels, graph, reader_cpu_s = liveview.unframe(data)
 
         def finish() -> tuple[dict[str, Any], bytes, float]:
             c0 = time.thread_time()
@@ -178,19 +206,24 @@ class NodeReplica:
         got = await self.node.node.read_local(lambda m: fn(m.state))
         return got.value
 
-    async def image(self, fn: Callable[[StateMachine, float], bytes]) -> tuple[bytes, int]:
-        entered = [0.0]
-        forked = self.node.node.cfg.fork_dumps
+    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, float]:
+        entered: list[tuple[int, float]] = []
 
-        def enter(m: StateMachine) -> None:  # under the lock, just before the fork
-            entered[0] = time.perf_counter()
+        def enter(m: StateMachine) -> None:  # under the lock, on the thread that forks next
+            entered.append((threading.get_ident(), time.perf_counter()))
 
-        def child(m: StateMachine) -> bytes:
-            # The child's first instant is the fork's end: the lock was held from ``enter`` to here.
-            return fn(m, time.perf_counter() - entered[0] if forked else -1.0)
+        got = await self.node.node.read_image(enter, fn)
+        thread, t0 = entered[0]
+        # forked: held from enter() until the fork returned; else the whole build ran under it
+        end = _forked_at.get(thread, t0) if self.node.node.cfg.fork_dumps else time.perf_counter()
+        return got.value[1], got.applied_index, end - t0
 
-        got = await self.node.node.read_image(enter, child)
-        return got.value[1], got.applied_index
+
+_forked_at: dict[int, float] = {}
+"""thread id -> when a fork last returned on it, in the parent. The forked reader forks on the
+thread that ran its ``enter`` under the machine lock and lets go right after: the difference is
+how long the lock was held, measured on the node's side of the fork."""
+os.register_at_fork(after_in_parent=lambda: _forked_at.__setitem__(threading.get_ident(), time.perf_counter()))
 
 
 class InProcessReplica:
@@ -207,8 +240,10 @@ class InProcessReplica:
     async def read(self, fn: Callable[[State], T]) -> T:
         return fn(self.machine.state)
 
-    async def image(self, fn: Callable[[StateMachine, float], bytes]) -> tuple[bytes, int]:
-        return fn(self.machine, -1.0), self.applied()
+    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, float]:
+        t0 = time.perf_counter()
+        data = fn(self.machine)
+        return data, self.applied(), time.perf_counter() - t0
 
 
 # -- the web application ----------------------------------------------------------------------------------------
@@ -244,8 +279,8 @@ class LiveView:
 
     # -- documents ---------------------------------------------------------------------------------
 
-    async def view(self) -> tuple[dict[str, Any], Built]:
-        built = await self.docs.current()
+    async def view(self, fresh: bool = False) -> tuple[dict[str, Any], Built]:
+        built = await (self.docs.latest() if fresh else self.docs.current())
         doc = {
             **built.view,
             "node": self.node.describe(built.applied_index),
@@ -309,7 +344,11 @@ class LiveView:
         if token:  # once: the cookie replaces it, and the address bar forgets it
             refused = self._refusal(token)
             return login_page(*refused) if refused else self._logged_in(token)
-        return self._gate(request, page=True) or web.FileResponse(STATIC_DIR / "liveview.html")
+        gate = self._gate(request, page=True)
+        if gate is not None:
+            return gate
+        self.docs.warm()  # while the browser loads the page and its scripts
+        return web.FileResponse(STATIC_DIR / "liveview.html")
 
     async def login_form(self, request: web.Request) -> web.StreamResponse:
         return login_page(HTTPStatus.OK, "")
@@ -405,7 +444,7 @@ class LiveView:
         changed = self._changed()
         while self.watchers > 0:
             try:
-                doc, _ = await self.view()
+                doc, _ = await self.view(fresh=True)
                 doc.pop("served_at_ms")
                 key = _dumps(doc)
                 message = key if key == last else _dumps({**doc, "served_at_ms": int(self.clock() * 1000)})
@@ -433,6 +472,12 @@ class LiveView:
         if self._feeder is not None:
             self._feeder.cancel()
             await asyncio.gather(self._feeder, return_exceptions=True)
+
+
+def _quiet(task: asyncio.Task[Built]) -> None:
+    """A background rebuild's failure is logged by :meth:`Documents.latest`; nobody awaits it."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _see_other(location: str) -> web.Response:

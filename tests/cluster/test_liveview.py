@@ -263,15 +263,26 @@ async def test_one_build_per_applied_index_at_most_every_rebuild_s() -> None:
     index = [next(applied)]
     now = [1000.0]
     docs = liveweb.Documents(liveweb.InProcessReplica(w.m, lambda: index[0]), monotonic=lambda: now[0])
-    first = await docs.current()
+    first = await docs.current()  # the first build is waited for
     assert first.applied_index == 100 and docs.builds == 1
-    assert (await docs.current()) is first  # nothing moved
+    assert (await docs.latest()) is first  # nothing moved
     index[0] = next(applied)
-    assert (await docs.current()) is first and docs.builds == 1  # moved, but too soon
+    assert (await docs.latest()) is first and docs.builds == 1  # moved, but too soon
     now[0] += liveweb.REBUILD_S
-    again = await asyncio.gather(docs.current(), docs.current(), docs.current())
-    assert {b.applied_index for b in again} == {101} and docs.builds == 2  # many readers, one build
+    # a request gets the last build at once and starts one rebuild behind it, however many ask
+    assert await asyncio.gather(docs.current(), docs.current(), docs.current()) == [first] * 3
+    again = await docs.latest()
+    assert again.applied_index == 101 and docs.builds == 2
+    assert (await docs.current()) is again
     assert liveview.unframe(liveview.build(w.m))[0] == json.dumps(first.view, separators=(",", ":")).encode()
+    # a build that costs the reader more CPU is spaced further apart
+    index[0] = next(applied)
+    now[0] += liveweb.REBUILD_S
+    heavy = dict(again.stats, reader_cpu_ms=3000 * liveweb.MAX_READER_SHARE)  # 3 s between builds
+    docs._current = liveweb.Built(again.applied_index, again.view, again.graph, again.graph_gzip, heavy)
+    assert (await docs.latest()).applied_index == 101
+    now[0] += 3.0
+    assert (await docs.latest()).applied_index == 102
 
 
 async def test_the_feed_sends_the_view_and_each_change_once() -> None:

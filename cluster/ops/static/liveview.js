@@ -196,7 +196,8 @@ function indexGraph(doc, version) {
   for (const c of doc.cycles) {
     for (const m of c.members) if (cycleOf.get(m) !== "confirmed") cycleOf.set(m, c.kind);
   }
-  return { version, execs, targets, adj, edges, cycleOf, victims: doc.victims, cycles: doc.cycles, runs: doc.runs, agents: doc.agents };
+  const kinds = [...new Set([...doc.kinds, ...[...targets.values()].map((t) => t.kind)])].sort();
+  return { version, execs, targets, adj, edges, cycleOf, victims: doc.victims, cycles: doc.cycles, runs: doc.runs, agents: doc.agents, statuses: doc.statuses, kinds };
 }
 
 function filters() {
@@ -444,12 +445,17 @@ async function fetchGraph() {
     const reply = await fetch("/api/graph", { cache: "no-store", credentials: "same-origin" });
     if (reply.status === 401 || reply.status === 403) return window.location.assign("/login");
     if (!reply.ok) throw new Error(`HTTP ${reply.status}`);
+    const t1 = performance.now();
     const doc = await reply.json();
+    const t2 = performance.now();
     const got = Number(reply.headers.get("X-Graph-Version"));
     live.graph = indexGraph(doc, got);
     live.graphVersion = got;
+    const t3 = performance.now();
     fillChoices(live.graph);
+    const t4 = performance.now();
     drawGraph();
+    live.timing = { start: Math.round(t0), reply: Math.round(t1), parsed: Math.round(t2), indexed: Math.round(t3), choices: Math.round(t4), drawn: Math.round(performance.now()) };
     if (live.selected) showDetails(live.selected);
   } finally {
     live.fetching = false;
@@ -485,8 +491,8 @@ function fillChoices(g) {
     const have = new Set([...box.options].map((o) => o.value));
     for (const v of values) if (!have.has(v)) box.appendChild(el("option", { value: v }, v));
   };
-  select("f-status", [...new Set([...g.execs.values()].map((x) => x.status))].sort());
-  select("f-kind", [...new Set([...g.targets.values()].map((t) => t.kind))].sort());
+  select("f-status", g.statuses);
+  select("f-kind", g.kinds);
 }
 
 // -- find and click -----------------------------------------------------------------------------
