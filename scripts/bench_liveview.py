@@ -19,13 +19,16 @@ Columns:
   the node's own thread per build (parsing the panels, gzip); median of the builds.
 - ``node CPU ms/s open / closed``: the node process and its reaped readers (psutil), per second
   of wall time, with the page open and with none: the difference is what watching costs.
-- ``lock ms``: how long the replica's lock was held per build (the fork): median / max.
+- ``lock ms``: how long the replica's lock was held per build (the fork, measured on the node's
+  side of it, including any wait of the forking thread for the GIL): median / max. ``node RSS
+  MB``: the node's resident memory, which the fork's cost grows with.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -72,7 +75,7 @@ def builds(base: str, token: str, seconds: float) -> list[dict[str, float]]:
     return list(seen.values())
 
 
-def measure(n: int, seconds: float, repeat: int, browser: str) -> dict[str, Any]:
+def measure(n: int, seconds: float, repeat: int, browser: str | None) -> dict[str, Any]:
     lc = showcase.cluster(mode="shadow")
     try:
         lc.start()
@@ -94,15 +97,19 @@ def measure(n: int, seconds: float, repeat: int, browser: str) -> dict[str, Any]
         writer = threading.Thread(target=heartbeats, args=(lc.endpoints, tokens["pipe-g"], "pipe-g", stop))
         writer.start()
         try:
-            with showcase.browser_page(browser) as page:
-                cold = showcase.open_view(page, url, timeout_s=60)
-                warm = []
-                for _ in range(repeat):
-                    warm.append(showcase.open_view(page, url, timeout_s=60))
+            cold = warm = float("nan")
+            drawn: Any = "-"
+            with contextlib.ExitStack() as stack:
+                if browser is not None:
+                    page = stack.enter_context(showcase.browser_page(browser))
+                    cold = showcase.open_view(page, url, timeout_s=60)
+                    warm = min(showcase.open_view(page, url, timeout_s=60) for _ in range(repeat))
                 cpu0, t0 = node_cpu_s(proc), time.monotonic()
                 stats = builds(base, lc.credentials.operator, seconds)
                 open_rate = (node_cpu_s(proc) - cpu0) / (time.monotonic() - t0)
-                drawn = page.evaluate("liveview.cy.nodes().length")
+                if browser is not None:
+                    drawn = page.evaluate("liveview.cy.nodes().length")
+                rss_mb = proc.memory_info().rss / 2**20
             time.sleep(1.0)
             cpu0, t0 = node_cpu_s(proc), time.monotonic()
             time.sleep(seconds)
@@ -117,7 +124,7 @@ def measure(n: int, seconds: float, repeat: int, browser: str) -> dict[str, Any]
         return {
             "executions": n + 7,
             "cold": cold,
-            "warm": min(warm),
+            "warm": warm,
             "view_kb": med("view_bytes") / 1024,
             "graph_kb": med("graph_bytes") / 1024,
             "gzip_kb": med("graph_gzip_bytes") / 1024,
@@ -128,6 +135,7 @@ def measure(n: int, seconds: float, repeat: int, browser: str) -> dict[str, Any]
             "lock_med": med("lock_ms"),
             "lock_max": max(b["lock_ms"] for b in stats),
             "builds": len(stats),
+            "rss": rss_mb,
             "drawn": drawn,
         }
     finally:
@@ -142,20 +150,20 @@ def main() -> None:
     ns = parser.parse_args()
     browser = showcase.find_chromium()
     if browser is None:
-        sys.exit("scripts/bench liveview: no chromium on PATH (apt-get install chromium)")
+        print("no chromium on PATH (apt-get install chromium): no first-render figures, and no page open")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
     print(
         "| executions | first render s (cold / warm) | view KB | graph KB (gzip) | reader ms | server ms "
-        "| node CPU ms/s (page open / closed) | lock ms under the replica lock (median / max) | builds | drawn |"
+        "| node CPU ms/s (page open / closed) | lock ms, under the lock (median / max) | node RSS MB | builds | drawn |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in (int(s) for s in ns.sizes.split(",")):
         r = measure(n, ns.seconds, ns.repeat, browser)
         print(
             f"| {r['executions']:,} | {r['cold']:.2f} / {r['warm']:.2f} | {r['view_kb']:.1f} "
             f"| {r['graph_kb']:.0f} ({r['gzip_kb']:.0f}) | {r['reader_ms']:.0f} | {r['server_ms']:.1f} "
-            f"| {r['open']:.0f} / {r['closed']:.0f} | {r['lock_med']:.2f} / {r['lock_max']:.2f} | {r['builds']} "
-            f"| {r['drawn']} |",
+            f"| {r['open']:.0f} / {r['closed']:.0f} | {r['lock_med']:.2f} / {r['lock_max']:.2f} | {r['rss']:.0f} "
+            f"| {r['builds']} | {r['drawn']} |",
             flush=True,
         )
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")

@@ -19,6 +19,8 @@ const live = {
   graph: null, // the indexed graph (indexGraph)
   graphVersion: null,
   fetching: false,
+  graphTimer: null, // at most one pending graph fetch
+  timing: null, // the last graph fetch's phases (ms since navigation): for the benchmark
   lastGraphAt: 0,
   graphCostMs: 0,
   pinned: new Set(), // ids found by search: drawn with their neighbourhood whatever the filters
@@ -471,7 +473,12 @@ function maybeFetchGraph() {
   // a large graph costs the browser (and the node) more: refresh it less often
   const wait = Math.max(GRAPH_MIN_MS, 4 * live.graphCostMs) - (Date.now() - live.lastGraphAt);
   if (wait > 0) {
-    setTimeout(maybeFetchGraph, wait);
+    if (!live.graphTimer) {
+      live.graphTimer = setTimeout(() => {
+        live.graphTimer = null;
+        maybeFetchGraph();
+      }, wait);
+    }
     return;
   }
   fetchGraph().catch((err) => lost(err));
