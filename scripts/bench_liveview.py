@@ -11,9 +11,11 @@ documents about once a second) for ``--seconds`` with the page open, and as long
 page open (the anchor: the same writes, no view).
 
 Columns:
-- ``first render s``: the page's own clock from navigation to the graph drawn with the cycle
-  (``document.body.dataset.firstRenderMs``): cold (the node's first build of this state) and the
-  best of ``--repeat`` warm loads.
+- ``first render s``: the page's own clock from navigation to the graph drawn
+  (``showcase.open_view``). Cold: the node's first build since it started, waited for. Warm (best
+  of ``--repeat`` loads): the node answers at once with its last build (labelled with its applied
+  index) while the feed asks for a new one: the first drawing, and the first drawing of the build
+  the feed calls current (with the heartbeats, that is a fresh build each time).
 - ``view / graph KB``: the panels' JSON and the whole graph's (raw, and gzip as sent).
 - ``reader ms``: CPU of the forked reader per build (detection pass, both documents); ``server ms``:
   the node's own thread per build (parsing the panels, gzip); median of the builds.
@@ -97,13 +99,15 @@ def measure(n: int, seconds: float, repeat: int, browser: str | None) -> dict[st
         writer = threading.Thread(target=heartbeats, args=(lc.endpoints, tokens["pipe-g"], "pipe-g", stop))
         writer.start()
         try:
-            cold = warm = float("nan")
+            cold = warm = current = float("nan")
             drawn: Any = "-"
             with contextlib.ExitStack() as stack:
                 if browser is not None:
                     page = stack.enter_context(showcase.browser_page(browser))
-                    cold = showcase.open_view(page, url, timeout_s=60)
-                    warm = min(showcase.open_view(page, url, timeout_s=60) for _ in range(repeat))
+                    cold = showcase.open_view(page, url, timeout_s=60)[1]
+                    loads = [showcase.open_view(page, url, timeout_s=60) for _ in range(repeat)]
+                    warm = min(first for first, _ in loads)
+                    current = min(now for _, now in loads)
                 cpu0, t0 = node_cpu_s(proc), time.monotonic()
                 stats = builds(base, lc.credentials.operator, seconds)
                 open_rate = (node_cpu_s(proc) - cpu0) / (time.monotonic() - t0)
@@ -125,6 +129,7 @@ def measure(n: int, seconds: float, repeat: int, browser: str | None) -> dict[st
             "executions": n + 7,
             "cold": cold,
             "warm": warm,
+            "current": current,
             "view_kb": med("view_bytes") / 1024,
             "graph_kb": med("graph_bytes") / 1024,
             "gzip_kb": med("graph_gzip_bytes") / 1024,
@@ -153,14 +158,14 @@ def main() -> None:
         print("no chromium on PATH (apt-get install chromium): no first-render figures, and no page open")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
     print(
-        "| executions | first render s (cold / warm) | view KB | graph KB (gzip) | reader ms | server ms "
-        "| node CPU ms/s (page open / closed) | lock ms, under the lock (median / max) | node RSS MB | builds | drawn |"
+        "| executions | first render s (cold / warm / warm current) | view KB | graph KB (gzip) | reader ms "
+        "| server ms | node CPU ms/s (page open / closed) | lock ms, under the lock (median / max) | node RSS MB | builds | drawn |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in (int(s) for s in ns.sizes.split(",")):
         r = measure(n, ns.seconds, ns.repeat, browser)
         print(
-            f"| {r['executions']:,} | {r['cold']:.2f} / {r['warm']:.2f} | {r['view_kb']:.1f} "
+            f"| {r['executions']:,} | {r['cold']:.2f} / {r['warm']:.2f} / {r['current']:.2f} | {r['view_kb']:.1f} "
             f"| {r['graph_kb']:.0f} ({r['gzip_kb']:.0f}) | {r['reader_ms']:.0f} | {r['server_ms']:.1f} "
             f"| {r['open']:.0f} / {r['closed']:.0f} | {r['lock_med']:.2f} / {r['lock_max']:.2f} | {r['rss']:.0f} "
             f"| {r['builds']} | {r['drawn']} |",

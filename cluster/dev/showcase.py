@@ -309,12 +309,15 @@ def browser_page(browser: str, size: tuple[int, int] = (1400, 1000)) -> Iterator
             ctx.close()
 
 
-def open_view(page: Any, url: str, timeout_s: float = 30.0) -> float:
-    """Load the live view at ``url`` (with ``?token=``) and wait for its first drawing of the
-    graph; returns the page's own time from navigation to that drawing, in seconds."""
+def open_view(page: Any, url: str, timeout_s: float = 30.0) -> tuple[float, float]:
+    """Load the live view at ``url`` (with ``?token=``) and wait until it draws the graph at the
+    applied index its feed reports. Returns the page's own times from navigation, in seconds, to
+    its first drawing (of the node's last build, which may be a moment old and says so) and to the
+    first drawing of the current one."""
     page.goto(url)
-    page.wait_for_selector("body[data-first-render-ms]", timeout=timeout_s * 1000)
-    return float(page.evaluate("Number(document.body.dataset.firstRenderMs)")) / 1000
+    page.wait_for_selector("body[data-current-render-ms]", timeout=timeout_s * 1000)
+    first, current = page.evaluate("[document.body.dataset.firstRenderMs, document.body.dataset.currentRenderMs]")
+    return float(first) / 1000, float(current) / 1000
 
 
 def click_node(page: Any, node_id: str, timeout_s: float = 15.0) -> None:
@@ -436,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(2.5)  # every replica applies it, and the next build reads it
             out.parent.mkdir(parents=True, exist_ok=True)
             with browser_page(browser, (width, height)) as page:
-                first_s = open_view(page, url)
+                _, first_s = open_view(page, url)
                 click_node(page, "exec:pipe-d")  # the victim: its details and scores
                 page.wait_for_timeout(300)
                 page.screenshot(path=str(out))

@@ -416,13 +416,19 @@ function drawGraph() {
   }
   if (live.selected && cy.getElementById(live.selected).length) cy.getElementById(live.selected).select();
   const execs = [...ids].filter((id) => g.execs.has(id)).length;
-  text("graph-counts", `${execs} of ${g.execs.size} executions, ${ids.size - execs} of ${g.targets.size} targets drawn`);
+  text(
+    "graph-counts",
+    `${execs} of ${g.execs.size} executions, ${ids.size - execs} of ${g.targets.size} targets drawn, at applied index ${g.version}`,
+  );
   text("graph-note", note);
   const box = document.getElementById("graph");
   box.dataset.drawn = String(ids.size);
   box.dataset.version = String(g.version);
-  if (!document.body.dataset.firstRenderMs && ids.size) {
-    document.body.dataset.firstRenderMs = String(Math.round(performance.now()));
+  // for the tests and the benchmark: the first drawing, and the first of what the feed says is current
+  const now = String(Math.round(performance.now()));
+  if (!document.body.dataset.firstRenderMs && ids.size) document.body.dataset.firstRenderMs = now;
+  if (!document.body.dataset.currentRenderMs && ids.size && live.doc && live.doc.graph_version <= g.version) {
+    document.body.dataset.currentRenderMs = now;
   }
 }
 
@@ -885,6 +891,7 @@ function render(doc) {
   rollout(doc);
   document.body.dataset.loaded = "1";
   document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
+  if (live.graph && !document.body.dataset.currentRenderMs && doc.graph_version <= live.graph.version) drawGraph();
   maybeFetchGraph();
 }
 
