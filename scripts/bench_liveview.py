@@ -159,7 +159,8 @@ def main() -> None:
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
     print(
         "| executions | first render s (cold / warm / warm current) | view KB | graph KB (gzip) | reader ms "
-        "| server ms | node CPU ms/s (page open / closed) | lock ms, under the lock (median / max) | node RSS MB | builds | drawn |"
+        "| server ms | node CPU ms/s (page open / closed) | lock ms, under the lock (median / max) | node RSS MB "
+        "| builds | drawn |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in (int(s) for s in ns.sizes.split(",")):
