@@ -352,6 +352,22 @@ def _until(check: Any, timeout_s: float, what: str) -> Any:
     raise TimeoutError(f"timed out waiting for {what}")
 
 
+def view_counts(http_address: str, token: str) -> dict[str, int]:
+    """What a node's live view counts now (``/api/view``), as an operator script would ask."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(f"http://{http_address}/api/view", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        counts: dict[str, int] = json.loads(reply.read())["counts"]
+    return counts
+
+
+def shows_more_than(http_address: str, token: str, executions: int, timeout_s: float = 120.0) -> None:
+    """Wait until the live view at ``http_address`` counts more than ``executions``."""
+    _until(lambda: view_counts(http_address, token)["executions"] > executions, timeout_s, "the node's view")
+
+
 def decided(lc: Any) -> int:
     """How many recovery proposals have a decision (a cluster's operator view)."""
     with lc.client("operator") as ops:
@@ -436,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
         for out, crowd in shots:
             if crowd:
                 asyncio.run(stage_crowd(lc.endpoints, tokens, crowd))
-                time.sleep(2.5)  # every replica applies it, and the next build reads it
+                # this node applies it and builds the documents of it
+                shows_more_than(node.http_address, lc.credentials.operator, crowd)
             out.parent.mkdir(parents=True, exist_ok=True)
             with browser_page(browser, (width, height)) as page:
                 _, first_s = open_view(page, url)

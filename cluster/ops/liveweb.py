@@ -416,7 +416,14 @@ class LiveView:
         self._start_feeder()
         try:
             async with sse_response(request) as resp:
-                seen = -1
+                # At once what the node has (the feeder's last message may be from another
+                # session's time), then each newer message.
+                seen = self._feed_seq
+                try:
+                    doc, _ = await self.view()
+                    await resp.send(_dumps(doc), event="view")
+                except Unreadable as exc:
+                    await resp.send(_dumps({"error": "unavailable", "message": str(exc)}), event="view")
                 while resp.is_connected():
                     async with changed:
                         while self._feed_seq == seen:

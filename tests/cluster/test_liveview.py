@@ -308,8 +308,11 @@ async def test_the_feed_sends_the_view_and_each_change_once() -> None:
         first = await event()
         assert first["graph_version"] == 7 and first["cycles"][0]["kind"] == "confirmed"
         assert view.watchers == 1
-        index[0] = 8  # the replica moved on: the next event carries the new version
-        assert (await event())["graph_version"] == 8
+        index[0] = 8  # the replica moved on: an event soon carries the new version
+        versions: list[int] = []
+        while 8 not in versions and len(versions) < 3:
+            versions.append((await event())["graph_version"])
+        assert versions[-1] == 8 and set(versions) <= {7, 8}
         reply.close()
         for _ in range(100):
             if view.watchers == 0:

@@ -602,6 +602,8 @@ function execDetails(d) {
       ["unique evidence", yesNo(d.unique_evidence)],
       ["cost consumed", d.cost_consumed],
     ]),
+    el("h4", {}, "Decisions and scores"),
+    decisionsOf(d),
     el("h4", {}, `Waits (${d.waits.length})`),
     table(
       ["on", "reason", "edge v", "target gen", "since"],
@@ -620,8 +622,6 @@ function execDetails(d) {
       d.side_effects.map((s) => el("tr", {}, el("td", { class: "mono" }, s.effect_id), el("td", {}, s.outcome), el("td", {}, yesNo(s.compensatable)), el("td", { class: "num" }, s.generation))),
       "None recorded.",
     ),
-    el("h4", {}, "Decisions and scores"),
-    decisionsOf(d),
   ];
 }
 
