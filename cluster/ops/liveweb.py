@@ -124,6 +124,7 @@ class Documents:
         self._started = float("-inf")
         self._lock = asyncio.Lock()
         self._refresh: asyncio.Task[Built] | None = None
+        self._failing = False
 
     async def current(self) -> Built:
         """The last build (starting a rebuild behind it when one is due); the first one is waited for."""
@@ -137,9 +138,14 @@ class Documents:
 
     def warm(self) -> None:
         """Start the first build now, if there is none yet (the page is about to ask for it)."""
-        if self._current is None and not self._lock.locked():
-            task = asyncio.get_running_loop().create_task(self.latest(), name="waitgraph-liveview-build")
-            task.add_done_callback(_quiet)
+        if self._current is None and (self._refresh is None or self._refresh.done()) and not self._lock.locked():
+            self._refresh = asyncio.get_running_loop().create_task(self.latest(), name="waitgraph-liveview-build")
+            self._refresh.add_done_callback(_quiet)
+
+    async def close(self) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
+            await asyncio.gather(self._refresh, return_exceptions=True)
 
     async def latest(self) -> Built:
         """The documents of the applied index now, rebuilt first when one is due."""
@@ -149,11 +155,16 @@ class Documents:
                 if cur is None or self._due(cur):
                     self._started = self.monotonic()
                     cur = self._current = await self._build()
-            except Exception as exc:  # starting, stopping, restoring a snapshot
-                logger.debug("liveview: the replica cannot be read now: %r", exc)
-                if cur is not None:
-                    return cur
-                raise Unreadable("this node's replica cannot be read right now (starting or stopping)") from exc
+            except Exception as exc:  # starting, stopping, restoring a snapshot, a failed reader
+                if cur is None:
+                    logger.debug("liveview: the replica cannot be read now: %r", exc)
+                    raise Unreadable("this node's replica cannot be read right now (starting or stopping)") from exc
+                # the page keeps showing the last build, which says its applied index; say it once here
+                log = logger.debug if self._failing else logger.warning
+                log("liveview: a rebuild failed; still showing applied index %d: %r", cur.applied_index, exc)
+                self._failing = True
+                return cur
+            self._failing = False
             return cur
 
     def _due(self, cur: Built) -> bool:
@@ -479,6 +490,7 @@ class LiveView:
         if self._feeder is not None:
             self._feeder.cancel()
             await asyncio.gather(self._feeder, return_exceptions=True)
+        await self.docs.close()
 
 
 def _quiet(task: asyncio.Task[Built]) -> None:
