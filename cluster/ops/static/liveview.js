@@ -360,10 +360,14 @@ const STYLE = [
 
 // A force-directed layout draws a small ring as a ring; past COSE_MAX elements it gets slow and
 // tangled, and dagre's layers (left to right, along the waits) read better and lay out faster.
-const COSE_MAX = 160;
+const COSE_MAX = 100;
+const FIT_ALL_MAX = 60;
 
 function layoutFor(elements) {
-  if (elements <= COSE_MAX) return { name: "cose", nodeRepulsion: () => 8000, idealEdgeLength: () => 40, randomize: true };
+  if (elements <= COSE_MAX) {
+    // strong repulsion, weak gravity, long springs: a ring opens into a circle, tails stay short
+    return { name: "cose", randomize: true, numIter: 2500, nodeRepulsion: () => 200000, idealEdgeLength: () => 60, edgeElasticity: () => 100, gravity: 0.25, nodeOverlap: 20 };
+  }
   return { name: "dagre", rankDir: "LR", nodeSep: 18, rankSep: 55, edgeSep: 8 };
 }
 
@@ -438,7 +442,9 @@ function fit() {
   if (!cy || !cy.elements().length) return;
   const hot = cy.nodes(".confirmed, .candidate, .victim");
   const pinned = cy.nodes().filter((n) => live.pinned.has(n.id()));
-  const focus = pinned.length ? pinned.closedNeighborhood() : hot.length ? hot.closedNeighborhood() : cy.elements();
+  // a small drawing fits whole; a large one fits the cycles (or what was found) and their neighbours
+  const small = cy.nodes().length <= FIT_ALL_MAX;
+  const focus = pinned.length ? pinned.closedNeighborhood() : hot.length && !small ? hot.closedNeighborhood() : cy.elements();
   cy.fit(focus, 30);
   if (cy.zoom() > 1.5) {
     cy.zoom(1.5);
