@@ -19,7 +19,7 @@ from tests.world import World
 from waitgraph.node.auth import TokenStore
 from waitgraph.node.service import graph_response
 from waitgraph.ops import liveview, liveweb, render
-from waitgraph.statemachine.commands import DeclareSatisfier, RecordSideEffect
+from waitgraph.statemachine.commands import DeclareSatisfier, JoinSession, RecordSideEffect, Tick
 from waitgraph.statemachine.enums import EffectOutcome
 from waitgraph.statemachine.recovery_state import RolloutMode
 
@@ -201,6 +201,18 @@ async def test_the_summary_strip() -> None:
     assert s["cycles"] == {"candidate": 0, "confirmed": 1}
     assert s["unconverged_cancellations"] == 0 and s["quarantined"] == 0
     assert s["orphaned"] == [] and s["orphaned_total"] == 0
+    # the owner of exec:lone stops heartbeating: its session expires, the execution is orphaned
+    w.ok("agent:gone", JoinSession(agent_id="gone", lease_ms=1000))
+    w.ok("operator:op", Tick(), dt=2000)
+    s = liveview.summary(w.st, liveview.snapshot(w.m).cycles, 0, 0)
+    assert s["orphaned"] == ["exec:lone"] and s["orphaned_total"] == 1
+
+
+def test_the_summary_counts_a_cancellation_that_has_not_converged() -> None:
+    w = ring_world(mode=RolloutMode.AUTO)  # recovery acts: the victim is asked to stop, nobody acks
+    s = liveview.snapshot(w.m).summary
+    assert s["unconverged_cancellations"] == 1 and s["executions_by_status"]["CANCELLING"] == 1
+    assert s["cycles"] == {"candidate": 0, "confirmed": 0}  # broken: the victim's waits are closed
 
 
 async def test_the_graph_document_has_every_node_the_cycle_and_the_victim(client: TestClient[Any, Any]) -> None:
