@@ -137,7 +137,9 @@ class Documents:
         return cur
 
     def warm(self) -> None:
-        """Start the first build now, if there is none yet (the page is about to ask for it)."""
+        """Start the first build now, if there is none yet: the login form or the page is being
+        served, and the page will ask for it. Only ever the first build (so a request without
+        credentials can cause one build per node lifetime, no more), never waited for."""
         if self._current is None and (self._refresh is None or self._refresh.done()) and not self._lock.locked():
             self._refresh = asyncio.get_running_loop().create_task(self.latest(), name="waitgraph-liveview-build")
             self._refresh.add_done_callback(_quiet)
@@ -329,6 +331,7 @@ class LiveView:
         return None
 
     def _logged_in(self, token: str) -> web.Response:
+        self.docs.warm()
         reply = _see_other("/")
         reply.set_cookie(COOKIE, token, path="/", httponly=True, samesite="Strict", secure=self.secure_cookie)
         return reply
@@ -339,6 +342,7 @@ class LiveView:
             self.principal(request)
         except Unauthenticated as exc:
             if page:
+                self.docs.warm()
                 return login_page(HTTPStatus.UNAUTHORIZED, "")
             return web.json_response({"error": "unauthenticated", "message": exc.message}, status=401)
         except Exception as exc:
@@ -362,6 +366,7 @@ class LiveView:
         return web.FileResponse(STATIC_DIR / "liveview.html")
 
     async def login_form(self, request: web.Request) -> web.StreamResponse:
+        self.docs.warm()
         return login_page(HTTPStatus.OK, "")
 
     async def login(self, request: web.Request) -> web.StreamResponse:
