@@ -1,77 +1,178 @@
-"""Live view benchmark (cluster/ops/liveview.py): what one refresh costs a node.
+"""Live view benchmark: what the page costs an operator's browser and a node, on real clusters.
 
 Prints a table; asserts nothing. Usage:
-    scripts/bench liveview [--sizes 200,2000,10000] [--repeat 3]
+    scripts/bench liveview [--sizes 100,1000,10000] [--seconds 8] [--repeat 3]
 
-The state is built through real commands (tests/world.py): n executions of 50 agents, each
-producing its own artifact and waiting for the next one's, every tenth wait on its own successor,
-so the waits close one ring through all n (one candidate of n members: the detection pass inside
-``snapshot`` works on the whole graph), in shadow mode with the recovery decided.
+For each size, a fresh local 3-node cluster (cluster/dev/showcase.py ``cluster``) in shadow mode
+with the second seed's ring confirmed (its victim decided) and ``n`` more executions with ``2n``
+waits (``stage_crowd``), the view read on a follower by Debian's chromium (headless, Playwright).
+Then an agent heartbeats every 0.25 s (so the applied index moves and the node rebuilds the
+documents about once a second) for ``--seconds`` with the page open, and as long again with no
+page open (the anchor: the same writes, no view).
 
-Columns (best of ``--repeat``, interleaved; the machine is shared and timings are noisy):
-- ``snapshot ms``: :func:`waitgraph.ops.liveview.snapshot`, the part that runs under the machine lock
-  (applies wait meanwhile): a full detection pass (the Cycles RPC's), the decisions (converted
-  once and kept, as the node does: the best of the repeats is the steady state), the picture's
-  part of the graph (at most 60 executions and 60 targets converted), the pending-edges document.
-- ``document ms (+dot)``: building the JSON and the DOT and running graphviz, outside the lock.
-- ``document ms (cached svg)``: the same with the picture unchanged (graphviz not run).
-A node builds at most one document per ``REBUILD_S`` (1 s), and only when its applied index moved.
+Columns:
+- ``first render s``: the page's own clock from navigation to the graph drawn
+  (``showcase.open_view``). Cold: the node's first build since it started, waited for. Warm (best
+  of ``--repeat`` loads): the node answers at once with its last build (labelled with its applied
+  index) while the feed asks for a new one: the first drawing, and the first drawing of the build
+  the feed calls current (with the heartbeats, that is a fresh build each time).
+- ``view / graph KB``: the panels' JSON and the whole graph's (raw, and gzip as sent).
+- ``reader ms``: CPU of the forked reader per build (detection pass, both documents); ``server ms``:
+  the node's own thread per build (parsing the panels, gzip); median of the builds.
+- ``node CPU ms/s open / closed``: the node process and its reaped readers (psutil), per second
+  of wall time, with the page open and with none: the difference is what watching costs.
+- ``lock ms``: how long the replica's lock was held per build (the fork, measured on the node's
+  side of it, including any wait of the forking thread for the GIL): median / max. ``node RSS
+  MB``: the node's resident memory, which the fork's cost grows with.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import json
+import statistics
 import sys
+import threading
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.world import World
-from waitgraph.ops import liveview
-from waitgraph.statemachine.recovery_state import RolloutMode
+import psutil
+
+from waitgraph.dev import showcase
+from waitgraph.sdk import Client
+from waitgraph.statemachine import commands as C
 
 
-def build(n: int) -> World:
-    w = World()
-    w.configure(mode=RolloutMode.SHADOW)
-    for i in range(n):
-        e = w.execution(f"e{i:06d}", agent=f"ag{i % 50}")
-        w.produces(e, f"artifact:a{i:06d}")
-    for i in range(n):
-        w.wait(f"exec:e{i:06d}", f"artifact:a{(i + 1) % n:06d}")
-    w.recover()
-    return w
+def heartbeats(endpoints: list[str], token: str, agent: str, stop: threading.Event) -> None:
+    async def run() -> None:
+        async with Client(endpoints, token) as client:
+            while not stop.is_set():
+                await client.submit(C.Heartbeat(agent_id=agent))
+                await asyncio.sleep(0.25)
+
+    asyncio.run(run())
+
+
+def node_cpu_s(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return float(t.user + t.system + t.children_user + t.children_system)
+
+
+def builds(base: str, token: str, seconds: float) -> list[dict[str, float]]:
+    """The build stats the node reports (``/api/view`` ``build``), one per new graph version."""
+    seen: dict[int, dict[str, float]] = {}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        request = urllib.request.Request(f"{base}/api/view", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            doc = json.loads(reply.read())
+        seen[doc["graph_version"]] = doc["build"]
+        time.sleep(0.5)
+    return list(seen.values())
+
+
+def measure(n: int, seconds: float, repeat: int, browser: str | None) -> dict[str, Any]:
+    lc = showcase.cluster(mode="shadow")
+    try:
+        lc.start()
+        lc.wait_for_leader(60)
+        assert lc.credentials is not None
+        tokens = lc.credentials.agents
+        asyncio.run(showcase.stage_ring(lc.endpoints, tokens))
+        showcase._until(lambda: showcase.decided(lc) >= 1, 60, "the shadow decision")
+        asyncio.run(showcase.stage_crowd(lc.endpoints, tokens, n))
+        time.sleep(1.5)  # every replica applies it
+        with lc.client("operator") as ops:
+            leader = ops.wait_for_leader(10)
+        node = next(m for m in lc.members if m.node_id != leader.node_id)
+        assert node.pid is not None
+        proc = psutil.Process(node.pid)
+        base = f"http://{node.http_address}"
+        url = f"{base}/?token={lc.credentials.operator}"
+        stop = threading.Event()
+        writer = threading.Thread(target=heartbeats, args=(lc.endpoints, tokens["pipe-g"], "pipe-g", stop))
+        writer.start()
+        try:
+            cold = warm = current = float("nan")
+            drawn: Any = "-"
+            with contextlib.ExitStack() as stack:
+                if browser is not None:
+                    page = stack.enter_context(showcase.browser_page(browser))
+                    cold = showcase.open_view(page, url, timeout_s=60)[1]
+                    loads = [showcase.open_view(page, url, timeout_s=60) for _ in range(repeat)]
+                    warm = min(first for first, _ in loads)
+                    current = min(now for _, now in loads)
+                cpu0, t0 = node_cpu_s(proc), time.monotonic()
+                stats = builds(base, lc.credentials.operator, seconds)
+                open_rate = (node_cpu_s(proc) - cpu0) / (time.monotonic() - t0)
+                if browser is not None:
+                    drawn = page.evaluate("liveview.cy.nodes().length")
+                rss_mb = proc.memory_info().rss / 2**20
+            time.sleep(1.0)
+            cpu0, t0 = node_cpu_s(proc), time.monotonic()
+            time.sleep(seconds)
+            closed_rate = (node_cpu_s(proc) - cpu0) / (time.monotonic() - t0)
+        finally:
+            stop.set()
+            writer.join(30)
+
+        def med(key: str) -> float:
+            return statistics.median(b[key] for b in stats)
+
+        return {
+            "executions": n + 7,
+            "cold": cold,
+            "warm": warm,
+            "current": current,
+            "view_kb": med("view_bytes") / 1024,
+            "graph_kb": med("graph_bytes") / 1024,
+            "gzip_kb": med("graph_gzip_bytes") / 1024,
+            "reader_ms": med("reader_cpu_ms"),
+            "server_ms": med("server_cpu_ms"),
+            "open": open_rate * 1000,
+            "closed": closed_rate * 1000,
+            "lock_med": med("lock_ms"),
+            "lock_max": max(b["lock_ms"] for b in stats),
+            "builds": len(stats),
+            "rss": rss_mb,
+            "drawn": drawn,
+        }
+    finally:
+        lc.close()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="200,2000,10000")
+    parser.add_argument("--sizes", default="100,1000,10000", help="crowd sizes (the ring adds 7 executions)")
+    parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--repeat", type=int, default=3)
     ns = parser.parse_args()
-    print("| executions | snapshot ms (under the lock) | document ms (+dot) | document ms (cached svg) | drawn |")
-    print("|-----------:|----------------------------:|-------------------:|-------------------------:|------:|")
+    browser = showcase.find_chromium()
+    if browser is None:
+        print("no chromium on PATH (apt-get install chromium): no first-render figures, and no page open")
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
+    print(
+        "| executions | first render s (cold / warm / warm current) | view KB | graph KB (gzip) | reader ms "
+        "| server ms | node CPU ms/s (page open / closed) | lock ms, under the lock (median / max) | node RSS MB "
+        "| builds | drawn |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in (int(s) for s in ns.sizes.split(",")):
-        w = build(n)
-        best = [float("inf")] * 3
-        doc: dict[str, object] = {}
-        warm = liveview.SvgCache()
-        views: dict[liveview.DecisionKey, object] = {}
-        for _ in range(ns.repeat):
-            t0 = time.perf_counter()
-            snap = liveview.snapshot(w.m, views)
-            t1 = time.perf_counter()
-            doc = liveview.document(snap, liveview.SvgCache())
-            t2 = time.perf_counter()
-            liveview.document(snap, warm)
-            t3 = time.perf_counter()
-            for i, v in enumerate((t1 - t0, t2 - t1, t3 - t2)):
-                best[i] = min(best[i], v)
-        shown = doc["graph"]["shown"]  # type: ignore[index]
+        r = measure(n, ns.seconds, ns.repeat, browser)
         print(
-            f"| {n:>10,} | {best[0] * 1000:>27.1f} | {best[1] * 1000:>18.1f} | {best[2] * 1000:>24.1f} "
-            f"| {shown['executions']:>5} |"
+            f"| {r['executions']:,} | {r['cold']:.2f} / {r['warm']:.2f} / {r['current']:.2f} | {r['view_kb']:.1f} "
+            f"| {r['graph_kb']:.0f} ({r['gzip_kb']:.0f}) | {r['reader_ms']:.0f} | {r['server_ms']:.1f} "
+            f"| {r['open']:.0f} / {r['closed']:.0f} | {r['lock_med']:.2f} / {r['lock_max']:.2f} | {r['rss']:.0f} "
+            f"| {r['builds']} | {r['drawn']} |",
+            flush=True,
         )
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
 
 
 if __name__ == "__main__":

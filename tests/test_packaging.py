@@ -86,7 +86,13 @@ def test_the_wheel_holds_waitgraph_only_and_every_module(installed: tuple[Path, 
     in_wheel = {n.removesuffix(".py").replace("/", ".").removesuffix(".__init__") for n in names if n.endswith(".py")}
     missing = sorted(set(modules()) - in_wheel)
     assert not missing, f"modules of the source tree missing from the wheel: {missing}"
-    for data in ("waitgraph/ops/static/liveview.js", "waitgraph/proto/v1/agent.proto", "waitgraph/py.typed"):
+    for data in (
+        "waitgraph/ops/static/liveview.js",
+        "waitgraph/ops/static/vendor/cytoscape.min.js",
+        "waitgraph/ops/static/vendor/cytoscape.LICENSE.txt",
+        "waitgraph/proto/v1/agent.proto",
+        "waitgraph/py.typed",
+    ):
         assert data in names, data
 
 

@@ -1,6 +1,6 @@
 """``scripts/screenshot``: stage a scene on a local cluster and photograph its live view.
 
-    python -m waitgraph.dev.showcase --out docs/live-view.png     # what scripts/screenshot runs
+    python -m waitgraph.dev.showcase     # what scripts/screenshot runs: docs/live-view.png, docs/live-view-10k.png
 
 Three real ``waitgraph serve`` nodes with the live view on (cluster/dev/localcluster.py ``http``),
 then, through the AgentService with each agent's own token:
@@ -14,22 +14,23 @@ then, through the AgentService with each agent's own token:
    the decision names the victim recovery would pick (D: no external effects, a checkpoint), but
    nothing is cancelled, so the cycle stays on the page.
 
-Then Debian's chromium, headless, loads the page and saves a PNG. The browser test
-(tests/cluster/test_liveview_browser.py) stages step 2 the same way (:func:`stage_ring`).
+Debian's chromium, headless and driven by Playwright, loads the page, clicks the victim (its
+details and scores) and saves docs/live-view.png. Then 10,000 more executions with 20,000 waits
+(:func:`stage_crowd`, no cycle among them) join, and the same again gives docs/live-view-10k.png.
+The browser tests (tests/cluster/test_liveview_browser.py) stage the same scenes.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
+import contextlib
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +157,127 @@ async def stage_ring(endpoints: Sequence[str], tokens: Mapping[str, str], reason
     await _play(endpoints, tokens, steps)
 
 
+CROWD_AGENTS = 50
+CROWD_RUNS = 100
+
+
+def crowd_agents(agents: int = CROWD_AGENTS) -> tuple[str, ...]:
+    return tuple(f"crowd-{a:02d}" for a in range(agents))
+
+
+def crowd_run(i: int, runs: int = CROWD_RUNS) -> str:
+    return f"run-{i % runs:03d}"
+
+
+async def stage_crowd(
+    endpoints: Sequence[str], tokens: Mapping[str, str], n: int, agents: int = CROWD_AGENTS, runs: int = CROWD_RUNS
+) -> None:
+    """``n`` executions with two waits each (``2n`` waits, no cycle among them): execution ``i``
+    (run ``i % runs``, agent ``i % agents``) produces ``artifact:crowd-i`` and waits for the
+    artifacts of the next two executions of its run; the last ones of a run wait for a human's
+    approvals instead. Around the rings of :func:`stage_seed_cycle` and
+    :func:`stage_ring` this is the 10,000-execution scene of the browser test and the benchmark.
+    The writes go in three phases (create, start and declare, wait), each in concurrent chunks
+    that the SDK batches into WriteBatch calls."""
+    names = crowd_agents(agents)
+    clients = {a: Client(list(endpoints), tokens[a]) for a in names}
+    approvals = ("approval:crowd-sign-off", "approval:crowd-review")
+
+    def eid(i: int) -> str:
+        return f"exec:crowd-{i:05d}"
+
+    def art(i: int) -> str:
+        return f"artifact:crowd-{i:05d}"
+
+    def owner(i: int) -> str:
+        return names[i % agents]
+
+    async def phase(steps: Sequence[tuple[str, Command]], chunk: int = 4000) -> None:
+        for k in range(0, len(steps), chunk):
+            await asyncio.gather(*(clients[a].submit(c) for a, c in steps[k : k + chunk]))
+
+    try:
+        await phase([(a, C.JoinSession(agent_id=a, lease_ms=LEASE_MS)) for a in names])
+        await phase([(names[0], C.CreateTarget(target_id=t)) for t in approvals])
+        await phase(
+            [
+                (names[0], C.DeclareSatisfier(target_id=t, target_generation=1, satisfier_id="human:approver"))
+                for t in approvals
+            ]
+        )
+        roots = min(n, runs)  # execution r < runs is its run's root; the others are its children,
+        # created by the root's agent as delegations to their own
+        await phase(
+            [
+                (
+                    owner(i),
+                    C.CreateExecution(execution_id=eid(i), run_id=crowd_run(i, runs), observed_cancel_generation=0),
+                )
+                for i in range(roots)
+            ]
+        )
+        create: list[tuple[str, Command]] = [(owner(i), C.CreateTarget(target_id=art(i))) for i in range(n)]
+        for i in range(roots, n):
+            root = i % runs
+            create.append(
+                (
+                    owner(root),
+                    C.CreateExecution(
+                        execution_id=eid(i),
+                        run_id=crowd_run(i, runs),
+                        parent_id=eid(root),
+                        agent_id=owner(i),
+                        observed_cancel_generation=0,
+                    ),
+                )
+            )
+        await phase(create)
+        start: list[tuple[str, Command]] = []
+        for i in range(n):
+            a = owner(i)
+            start.append((a, C.StartExecution(execution_id=eid(i), generation=1, observed_cancel_generation=0)))
+            start.append(
+                (
+                    a,
+                    C.DeclareSatisfier(
+                        target_id=art(i), target_generation=1, satisfier_id=eid(i), satisfier_generation=1
+                    ),
+                )
+            )
+        await phase(start)
+        waits: list[tuple[str, Command]] = []
+        for i in range(n):
+            for step, reason in ((1, "needs the next step's output"), (2, "needs the step after next")):
+                j = i + step * runs
+                target = art(j) if j < n else approvals[step - 1]
+                text = reason if j < n else "waits for a human's approval"
+                waits.append(
+                    (
+                        owner(i),
+                        C.RegisterWait(
+                            waiter_id=eid(i), waiter_generation=1, target_id=target, target_generation=1, reason=text
+                        ),
+                    )
+                )
+        await phase(waits)
+    finally:
+        for c in clients.values():
+            await c.close()
+
+
 # -- the browser ---------------------------------------------------------------------------------------------
+
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",  # chromium refuses to run as root with its sandbox
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 
 
 def find_chromium() -> str | None:
@@ -168,15 +289,54 @@ def find_chromium() -> str | None:
     return None
 
 
-def chromium(browser: str, url: str, *args: str, timeout_s: float = 90.0) -> subprocess.CompletedProcess[str]:
-    """Headless chromium on ``url`` with a throwaway profile; ``--virtual-time-budget`` lets the
-    page's script run (fetch, polling) before the DOM is dumped or the screenshot taken."""
-    with tempfile.TemporaryDirectory(prefix="waitgraph-chromium-") as profile:
-        cmd = [browser, "--headless", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}"]
-        if os.geteuid() == 0:
-            cmd.append("--no-sandbox")  # chromium refuses to run as root with its sandbox
-        cmd += ["--virtual-time-budget=8000", *args, url]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+@contextlib.contextmanager
+def browser_page(browser: str, size: tuple[int, int] = (1400, 1000)) -> Iterator[Any]:
+    """A Playwright page in ``browser`` (Debian's chromium: Playwright never downloads one here),
+    headless, with a throwaway profile; closed, with the browser, on the way out."""
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory(prefix="waitgraph-chromium-") as profile, sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(
+            profile,
+            executable_path=browser,
+            args=list(CHROMIUM_FLAGS),
+            headless=True,
+            viewport={"width": size[0], "height": size[1]},
+        )
+        try:
+            yield ctx.pages[0] if ctx.pages else ctx.new_page()
+        finally:
+            ctx.close()
+
+
+def open_view(page: Any, url: str, timeout_s: float = 30.0) -> tuple[float, float]:
+    """Load the live view at ``url`` (with ``?token=``) and wait until it draws the graph at the
+    applied index its feed reports. Returns the page's own times from navigation, in seconds, to
+    its first drawing (of the node's last build, which may be a moment old and says so) and to the
+    first drawing of the current one."""
+    page.goto(url)
+    page.wait_for_selector("body[data-current-render-ms]", timeout=timeout_s * 1000)
+    first, current = page.evaluate("[document.body.dataset.firstRenderMs, document.body.dataset.currentRenderMs]")
+    return float(first) / 1000, float(current) / 1000
+
+
+def click_node(page: Any, node_id: str, timeout_s: float = 15.0) -> None:
+    """Click ``node_id`` where the graph draws it (as a person would), and wait for its details."""
+    at = page.evaluate(
+        """id => {
+          const n = liveview.cy.getElementById(id);
+          if (!n.length) return null;
+          const b = n.renderedBoundingBox(), r = document.getElementById("graph").getBoundingClientRect();
+          return {x: r.left + (b.x1 + b.x2) / 2, y: r.top + (b.y1 + b.y2) / 2};
+        }""",
+        node_id,
+    )
+    if at is None:
+        raise LookupError(f"{node_id} is not drawn")
+    page.mouse.click(at["x"], at["y"])
+    page.wait_for_function(
+        "id => document.getElementById('details').dataset.id === id", arg=node_id, timeout=timeout_s * 1000
+    )
 
 
 # -- the script ----------------------------------------------------------------------------------------------
@@ -190,6 +350,22 @@ def _until(check: Any, timeout_s: float, what: str) -> Any:
             return value
         time.sleep(0.2)
     raise TimeoutError(f"timed out waiting for {what}")
+
+
+def view_counts(http_address: str, token: str) -> dict[str, int]:
+    """What a node's live view counts now (``/api/view``), as an operator script would ask."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(f"http://{http_address}/api/view", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        counts: dict[str, int] = json.loads(reply.read())["counts"]
+    return counts
+
+
+def shows_more_than(http_address: str, token: str, executions: int, timeout_s: float = 120.0) -> None:
+    """Wait until the live view at ``http_address`` counts more than ``executions``."""
+    _until(lambda: view_counts(http_address, token)["executions"] > executions, timeout_s, "the node's view")
 
 
 def decided(lc: Any) -> int:
@@ -206,31 +382,53 @@ def quarantined(lc: Any) -> bool:
     )
 
 
+NO_GRPC_FORK = {"GRPC_ENABLE_FORK_SUPPORT": "false"}
+"""What `waitgraph serve` means to set before gRPC loads (cluster/ops/cli.py); ``import waitgraph``
+loads gRPC first (the SDK's re-exports), so the nodes here get it from their environment: with
+gRPC's fork handlers on, the forked reader the live view builds with can crash."""
+
+
+def cluster(**kw: Any) -> Any:
+    """A local 3-node cluster with the live view on, quick confirmation, no rate limit (the crowd)."""
+    from waitgraph.dev.localcluster import LocalCluster
+
+    return LocalCluster(
+        nodes=3,
+        agents=AGENTS + crowd_agents(),
+        http=True,
+        extra_env=lambda m: NO_GRPC_FORK,
+        serve_args=(
+            "--recovery-confirmation-window-ms",
+            "300",
+            "--detect-interval-ms",
+            "50",
+            "--rate-limit-per-s",
+            "0",
+        ),
+        **kw,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/screenshot", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("docs/live-view.png"))
-    parser.add_argument("--size", default="1400,1620", help="browser window WIDTH,HEIGHT in CSS pixels")
+    parser.add_argument("--out", type=Path, default=Path("docs/live-view.png"), help="the small scene's picture")
+    parser.add_argument("--out-large", type=Path, default=Path("docs/live-view-10k.png"), help="the large one's")
+    parser.add_argument("--executions", type=int, default=10_000, help="the large scene's crowd (0: no large scene)")
+    parser.add_argument("--size", default="1400,1000", help="browser window WIDTH,HEIGHT in CSS pixels")
     parser.add_argument("--keep-running", action="store_true", help="leave the cluster up until Ctrl-C")
     ns = parser.parse_args(argv)
     browser = find_chromium()
     if browser is None:
         print("scripts/screenshot: no chromium on PATH (apt-get install chromium)", file=sys.stderr)
         return 1
-    from waitgraph.dev.localcluster import LocalCluster
+    width, height = (int(x) for x in ns.size.split(","))
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-
-    lc = LocalCluster(
-        nodes=3,
-        mode="auto",
-        agents=AGENTS,
-        http=True,
-        serve_args=("--recovery-confirmation-window-ms", "300", "--detect-interval-ms", "50"),
-    )
+    lc = cluster(mode="auto")
     try:
         lc.start()
         lc.wait_for_leader(60)
@@ -250,14 +448,19 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(1.5)  # every replica applies it
         node = lc.members[0]
         url = f"http://{node.http_address}/?token={lc.credentials.operator}"
-        ns.out.parent.mkdir(parents=True, exist_ok=True)
-        shot = chromium(
-            browser, url, f"--screenshot={ns.out.resolve()}", f"--window-size={ns.size}", "--hide-scrollbars"
-        )
-        if shot.returncode != 0 or not ns.out.exists():
-            print(f"scripts/screenshot: chromium failed ({shot.returncode}): {shot.stderr[-2000:]}", file=sys.stderr)
-            return 1
-        print(f"saved {ns.out} ({ns.out.stat().st_size} bytes): {node.node_id}'s live view, {url.split('?')[0]}")
+        shots = [(ns.out, 0)] + ([(ns.out_large, ns.executions)] if ns.executions else [])
+        for out, crowd in shots:
+            if crowd:
+                asyncio.run(stage_crowd(lc.endpoints, tokens, crowd))
+                # this node applies it and builds the documents of it
+                shows_more_than(node.http_address, lc.credentials.operator, crowd)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with browser_page(browser, (width, height)) as page:
+                _, first_s = open_view(page, url)
+                click_node(page, "exec:pipe-d")  # the victim: its details and scores
+                page.wait_for_timeout(300)
+                page.screenshot(path=str(out))
+            print(f"saved {out} ({out.stat().st_size} bytes): {node.node_id}'s live view, drawn after {first_s:.2f} s")
         if ns.keep_running:
             print(f"live view: http://{node.http_address}/  token: {lc.credentials.operator}\nCtrl-C stops.")
             while True:

@@ -21,10 +21,8 @@ import contextlib
 import logging
 import signal
 import sys
-import threading
-from collections.abc import Callable
-from typing import Any
-from wsgiref.simple_server import WSGIServer
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf import message_factory
@@ -113,9 +111,14 @@ def _credentials(cfg: ServeConfig) -> grpc.ServerCredentials | None:
     )
 
 
-HttpView = Callable[["NodeProcess", str, Any], tuple[WSGIServer, threading.Thread]]
-"""Serves a node's web view on an address, with the node's /metrics WSGI app mounted beside it:
-``(node, address, metrics_app) -> (server, its thread)``."""
+class HttpServer(Protocol):
+    async def close(self) -> None: ...
+
+
+HttpView = Callable[["NodeProcess", str, Any], Awaitable[HttpServer]]
+"""Serves a node's web view on an address from the node's own event loop, with the node's
+/metrics registry (a prometheus_client ``CollectorRegistry``) beside it:
+``await http_view(node, address, registry)`` -> something to ``await ….close()`` on stop."""
 
 
 class NodeProcess:
@@ -161,7 +164,7 @@ class NodeProcess:
         self._health_task: asyncio.Task[None] | None = None
         self.metrics: MetricsServer | None = None
         self.grpc_metrics = GrpcMetrics(SERVED_METHODS)
-        self.http: MetricsServer | None = None
+        self.http: HttpServer | None = None
         self.stopping = asyncio.Event()
 
     def _on_applied(self, env: Envelope, out: Outcome, state: State) -> None:
@@ -204,7 +207,7 @@ class NodeProcess:
             )
             logger.info("metrics: http://%s/metrics", self.cfg.metrics_address)
         if self.cfg.http_address is not None:
-            self.http = self._serve_http(self.cfg.http_address)
+            self.http = await self._serve_http(self.cfg.http_address)
         self.node.start()
         logs.add_context(self._log_context)
         self.journal.bind(self._last_applied, asyncio.get_running_loop())
@@ -242,19 +245,18 @@ class NodeProcess:
             len(self.cfg.peers) - 1,
         )
 
-    def _serve_http(self, address: str) -> MetricsServer:
-        """The live view and /metrics on one listener, read like /metrics: on the server's threads,
-        under the machine lock, never on this loop. The view itself is an operator tool
-        (waitgraph.ops.liveview); ``waitgraph serve`` hands it in as ``http_view``."""
-        from prometheus_client import CollectorRegistry, make_wsgi_app
+    async def _serve_http(self, address: str) -> HttpServer:
+        """The live view and /metrics on one listener, served from this loop; what reads the
+        replica does it off this loop's thread. The view itself is an operator tool
+        (waitgraph.ops.liveweb); ``waitgraph serve`` hands it in as ``http_view``."""
+        from prometheus_client import CollectorRegistry
 
         if self.http_view is None:
             raise RuntimeError("--http-addr: this node was started without a live view (use `waitgraph serve`)")
         registry = CollectorRegistry(auto_describe=False)
         for collector in node_collectors(lambda fn: self.node.obj.read(fn), self.node.status, self.grpc_metrics):
             registry.register(collector)  # the same series as --metrics-addr
-        httpd, thread = self.http_view(self, address, make_wsgi_app(registry))
-        return MetricsServer(httpd, thread, registry)
+        return await self.http_view(self, address, registry)
 
     def recovery_readiness(self) -> Readiness:
         """This node's view: itself and the peers it is connected to. Reads the replicated voter
@@ -300,6 +302,8 @@ class NodeProcess:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health_task
         await self.loops.stop()
+        if self.http is not None:  # its feeds end before Raft stops under them
+            await self.http.close()
         self.journal.close()
         if self.server is not None:
             await self.server.stop(self.cfg.shutdown_grace_s)
@@ -307,8 +311,6 @@ class NodeProcess:
         self.history.close()
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.stop)
-        if self.http is not None:
-            await asyncio.to_thread(self.http.stop)
         logger.info("stopped")
 
     async def run(self) -> None:

@@ -144,9 +144,9 @@ def serve(config_file: Path | None, **flags: Any) -> None:
     if "grpc" in sys.modules and os.environ["GRPC_ENABLE_FORK_SUPPORT"].lower() not in ("false", "0"):
         raise click.ClickException("grpc was imported before serve could turn its fork handlers off (a bug)")
     from waitgraph.node import server
-    from waitgraph.ops import liveview
+    from waitgraph.ops import liveweb
 
-    raise SystemExit(server.main(cfg, http_view=liveview.serve_node))
+    raise SystemExit(server.main(cfg, http_view=liveweb.serve_node))
 
 
 @main.command("hash-token")

@@ -1,27 +1,31 @@
-"""The live view's HTTP endpoints (cluster/ops/liveview.py) on an in-process replica: auth, content,
-escaping, the bounded picture, and the one SVG path it shares with ``waitgraph graph -o svg``."""
+"""The live view's server (cluster/ops/liveweb.py) and documents (cluster/ops/liveview.py) on an
+in-process replica, through aiohttp's test client: auth, headers, content, escaping, the graph
+document the page draws from, a click's details, the build rate, the feed, HTTPS on a real socket."""
 
 from __future__ import annotations
 
-import io
+import asyncio
+import itertools
 import json
-import shutil
+from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any
-from wsgiref.util import setup_testing_defaults
 
 import pytest
+from aiohttp import ClientSession, TCPConnector
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry, Counter
 
 from tests.world import World
 from waitgraph.node.auth import TokenStore
-from waitgraph.ops import liveview, render
-from waitgraph.statemachine.commands import DeclareSatisfier, RecordSideEffect
+from waitgraph.node.service import graph_response
+from waitgraph.ops import liveview, liveweb, render
+from waitgraph.statemachine.commands import DeclareSatisfier, JoinSession, RecordSideEffect, Tick
 from waitgraph.statemachine.enums import EffectOutcome
 from waitgraph.statemachine.recovery_state import RolloutMode
 
 OPERATOR, ADMIN, AGENT = "operator-token-0123456789", "admin-token-0123456789abc", "agent-token-0123456789abc"
 EVIL = '<img src=x onerror="document.body.dataset.pwned=1"><script>alert(1)</script>'
-needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz (dot) is not installed")
 
 
 def tokens() -> TokenStore:
@@ -63,39 +67,18 @@ def ring_world(reason: str = EVIL, mode: RolloutMode = RolloutMode.SHADOW) -> Wo
     return w
 
 
-def app(w: World, svg: liveview.SvgCache | None = None, metrics: Any = None) -> liveview.LiveView:
-    return liveview.LiveView(
-        read=lambda fn: (fn(w.m), 42),
-        tokens=tokens(),
-        node=liveview.NodeInfo("n1", None),
-        metrics_app=metrics,
-        svg=svg,
+def make_view(
+    w: World, metrics: CollectorRegistry | None = None, applied: Any = lambda: 42, **kw: Any
+) -> liveweb.LiveView:
+    return liveweb.LiveView(
+        liveweb.InProcessReplica(w.m, applied), tokens(), liveview.NodeInfo("n1", None), metrics=metrics, **kw
     )
 
 
-def call(
-    view: liveview.LiveView,
-    path: str,
-    *,
-    method: str = "GET",
-    query: str = "",
-    headers: dict[str, str] | None = None,
-    body: bytes = b"",
-) -> tuple[int, dict[str, str], bytes]:
-    environ: dict[str, Any] = {"PATH_INFO": path, "REQUEST_METHOD": method, "QUERY_STRING": query}
-    setup_testing_defaults(environ)
-    environ["wsgi.input"] = io.BytesIO(body)
-    environ["CONTENT_LENGTH"] = str(len(body))
-    for k, v in (headers or {}).items():
-        environ["HTTP_" + k.upper().replace("-", "_")] = v
-    got: dict[str, Any] = {}
-
-    def start_response(status: str, hdrs: list[tuple[str, str]]) -> None:
-        got["status"] = int(status.split()[0])
-        got["headers"] = dict(hdrs)
-
-    out = b"".join(view(environ, start_response))
-    return got["status"], got["headers"], out
+@pytest.fixture
+async def client() -> AsyncIterator[TestClient[Any, Any]]:
+    async with TestClient(TestServer(liveweb.make_app(make_view(ring_world())))) as c:
+        yield c
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -105,72 +88,95 @@ def bearer(token: str) -> dict[str, str]:
 # -- auth --------------------------------------------------------------------------------------------------
 
 
-def test_no_token_is_401_and_shows_no_data() -> None:
-    view = app(ring_world())
-    status, headers, body = call(view, "/api/view")
-    assert status == 401 and json.loads(body)["error"] == "unauthenticated"
-    status, headers, body = call(view, "/")
-    assert status == 401 and headers["Content-Type"].startswith("text/html")
-    assert b'action="/login"' in body and b"pipe" not in body
-    assert call(view, "/graph.svg")[0] == 401
-    assert call(view, "/api/view", headers=bearer("not-a-token-at-all-xyz"))[0] == 401
+async def test_no_token_is_401_and_shows_no_data(client: TestClient[Any, Any]) -> None:
+    for path in ("/api/view", "/api/graph", "/api/details?id=exec:pipe-d", "/events"):
+        reply = await client.get(path)
+        assert reply.status == 401 and (await reply.json())["error"] == "unauthenticated", path
+    reply = await client.get("/")
+    body = await reply.text()
+    assert reply.status == 401 and reply.content_type == "text/html"
+    assert 'action="/login"' in body and "pipe" not in body
+    assert (await client.get("/api/view", headers=bearer("not-a-token-at-all-xyz"))).status == 401
 
 
-def test_an_agent_token_is_refused_with_403() -> None:
-    view = app(ring_world())
-    status, _, body = call(view, "/api/view", headers=bearer(AGENT))
-    assert status == 403 and json.loads(body)["error"] == "wrong_role"
-    status, _, body = call(view, "/", query=f"token={AGENT}")
-    assert status == 403 and b"may not see the live view" in body
-    status, headers, _ = call(view, "/login", method="POST", body=f"token={AGENT}".encode())
-    assert status == 403 and "Set-Cookie" not in headers
+async def test_the_login_form_starts_the_first_build_and_only_that_one() -> None:
+    ticks = itertools.count(0, 10)  # every build would be due: the index moves, time flies
+    view = make_view(ring_world(), applied=lambda: next(ticks), monotonic=lambda: float(next(ticks)))
+    async with TestClient(TestServer(liveweb.make_app(view))) as c:
+        assert (await c.get("/login")).status == 200
+        for _ in range(100):  # built in the background while the operator types the token
+            if view.docs.builds:
+                break
+            await asyncio.sleep(0.02)
+        for _ in range(3):
+            assert (await c.get("/")).status == 401 and (await c.get("/login")).status == 200
+        await asyncio.sleep(0.1)
+        assert view.docs.builds == 1
 
 
-def test_operator_and_admin_tokens_by_header_query_cookie_and_form() -> None:
-    view = app(ring_world())
+async def test_an_agent_token_is_refused_with_403(client: TestClient[Any, Any]) -> None:
+    reply = await client.get("/api/view", headers=bearer(AGENT))
+    assert reply.status == 403 and (await reply.json())["error"] == "wrong_role"
+    reply = await client.get("/", params={"token": AGENT}, allow_redirects=False)
+    assert reply.status == 403 and "may not see the live view" in await reply.text()
+    reply = await client.post("/login", data={"token": AGENT}, allow_redirects=False)
+    assert reply.status == 403 and "Set-Cookie" not in reply.headers
+
+
+async def test_operator_and_admin_tokens_by_header_query_cookie_and_form(client: TestClient[Any, Any]) -> None:
     for token in (OPERATOR, ADMIN):
-        assert call(view, "/api/view", headers=bearer(token))[0] == 200
+        assert (await client.get("/api/view", headers=bearer(token))).status == 200
     # ?token= sets an HttpOnly cookie and redirects to a bare / (the token leaves the address bar)
-    status, headers, _ = call(view, "/", query=f"token={OPERATOR}")
-    assert status == 303 and headers["Location"] == "/"
-    cookie = headers["Set-Cookie"]
+    reply = await client.get("/", params={"token": OPERATOR}, allow_redirects=False)
+    assert reply.status == 303 and reply.headers["Location"] == "/"
+    cookie = reply.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Secure" not in cookie
-    jar = {"Cookie": cookie.split(";")[0]}
-    status, headers, body = call(view, "/", headers=jar)
-    assert status == 200 and b'<script src="/static/liveview.js"' in body
-    assert call(view, "/api/view", headers=jar)[0] == 200
+    # the client's jar now has it
+    reply = await client.get("/")
+    assert reply.status == 200 and '<script src="/static/liveview.js"' in await reply.text()
+    assert (await client.get("/api/view")).status == 200
+    # logging out clears it
+    reply = await client.get("/logout", allow_redirects=False)
+    assert reply.status == 303 and reply.headers["Location"] == "/login"
+    assert f"{liveweb.COOKIE}=" in reply.headers["Set-Cookie"] and "Max-Age=0" in reply.headers["Set-Cookie"]
+    client.session.cookie_jar.clear()
+    assert (await client.get("/api/view")).status == 401
     # the login form
-    status, headers, _ = call(view, "/login", method="POST", body=f"token={ADMIN}".encode())
-    assert status == 303 and headers["Set-Cookie"].startswith(f"{liveview.COOKIE}=")
-    status, _, body = call(view, "/login", method="POST", body=b"token=wrong-token-wrong-token")
-    assert status == 401 and b"unknown token" in body
+    reply = await client.post("/login", data={"token": ADMIN}, allow_redirects=False)
+    assert reply.status == 303 and reply.headers["Set-Cookie"].startswith(f"{liveweb.COOKIE}=")
+    reply = await client.post("/login", data={"token": "wrong-token-wrong-token"}, allow_redirects=False)
+    assert reply.status == 401 and "unknown token" in await reply.text()
     # read-only
-    assert call(view, "/api/view", method="POST", headers=bearer(OPERATOR))[0] == 405
+    assert (await client.post("/api/view", headers=bearer(OPERATOR))).status == 405
 
 
-def test_security_headers_and_open_static_and_metrics() -> None:
-    view = app(ring_world(), metrics=lambda environ, start: (start("200 OK", []), [b"waitgraph_epoch 0\n"])[1])
-    status, headers, _ = call(view, "/api/view", headers=bearer(OPERATOR))
-    csp = headers["Content-Security-Policy"]
-    assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
-    assert headers["X-Content-Type-Options"] == "nosniff" and headers["Cache-Control"] == "no-store"
-    for name in ("liveview.js", "liveview.css"):
-        status, headers, body = call(view, f"/static/{name}")
-        assert status == 200 and body
-    assert call(view, "/static/../liveview.py")[0] == 404
-    assert call(view, "/metrics") == (200, {}, b"waitgraph_epoch 0\n")  # open, like --metrics-addr
-    assert call(app(ring_world()), "/metrics")[0] == 404  # not served when the node has no collector here
+async def test_security_headers_static_files_and_metrics() -> None:
+    registry = CollectorRegistry()
+    Counter("waitgraph_test_total", "a counter", registry=registry).inc()
+    async with TestClient(TestServer(liveweb.make_app(make_view(ring_world(), registry)))) as c:
+        reply = await c.get("/api/view", headers=bearer(OPERATOR))
+        csp = reply.headers["Content-Security-Policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
+        assert reply.headers["X-Content-Type-Options"] == "nosniff" and reply.headers["Cache-Control"] == "no-store"
+        for name in ("liveview.js", "liveview.css", "vendor/cytoscape.min.js", "vendor/cytoscape-dagre.min.js"):
+            reply = await c.get(f"/static/{name}")
+            assert reply.status == 200 and await reply.read(), name
+            assert reply.headers["Content-Security-Policy"] == csp  # every response, static ones too
+        assert (await c.get("/static/../liveview.py")).status == 404
+        assert (await c.get("/static/")).status in (403, 404)  # no directory listing
+        reply = await c.get("/metrics")  # open, like --metrics-addr
+        assert reply.status == 200 and "waitgraph_test_total 1.0" in await reply.text()
+    async with TestClient(TestServer(liveweb.make_app(make_view(ring_world())))) as c:
+        assert (await c.get("/metrics")).status == 404  # not served without a registry
 
 
 # -- content --------------------------------------------------------------------------------------------------
 
 
-@needs_dot
-def test_the_document_shows_the_confirmed_cycle_the_victim_and_every_policy_term() -> None:
+async def test_the_view_shows_the_confirmed_cycle_the_victim_and_every_policy_term() -> None:
     w = ring_world()
-    status, _, body = call(app(w), "/api/view", headers=bearer(OPERATOR))
-    assert status == 200
-    doc = json.loads(body)
+    async with TestClient(TestServer(liveweb.make_app(make_view(w)))) as client:
+        doc = await (await client.get("/api/view", headers=bearer(OPERATOR))).json()
     [cycle] = doc["cycles"]
     assert cycle["kind"] == "confirmed" and cycle["proposal"] == "COMMITTED" and cycle["decision_ids"] == ["d1"]
     assert cycle["members"] == ["exec:pipe-a@g1", "exec:pipe-b@g1", "exec:pipe-c@g1", "exec:pipe-d@g1"]
@@ -190,107 +196,172 @@ def test_the_document_shows_the_confirmed_cycle_the_victim_and_every_policy_term
     assert victim["terms"] == [t for t, _ in render.POLICY_TERMS]
     assert doc["mode"] == "shadow" and doc["epoch"] == 0 and doc["admission"]["cluster_frozen"] is None
     assert doc["node"]["stale"] is True and "STALE" in doc["node"]["read_note"]
-    assert doc["node"]["applied_index"] == 42
+    assert doc["node"]["applied_index"] == 42 and doc["graph_version"] == 42
     assert doc["decisions"][0]["decision_id"] == "d1" and doc["decisions"][0]["epoch"] is None
-    svg = doc["graph"]["svg"]
-    assert 'class="node cycle confirmed victim"' in svg and "VICTIM if recovery acted (d1, shadow)" in svg
-    assert doc["graph"]["hidden"] == {"executions": 0, "targets": 0, "waits": 0} and doc["graph"]["note"] is None
-    # the same SVG is served on its own for the operator
-    status, headers, body = call(app(w), "/graph.svg", headers=bearer(OPERATOR))
-    assert status == 200 and headers["Content-Type"].startswith("image/svg+xml") and body.decode() == svg
+    assert doc["build"]["graph_bytes"] > 0 and doc["build"]["lock_ms"] >= 0
 
 
-@needs_dot
-def test_a_malicious_reason_stays_text() -> None:
-    w = ring_world(EVIL)
-    doc = json.loads(call(app(w), "/api/view", headers=bearer(OPERATOR))[2])
-    svg = doc["graph"]["svg"]
-    assert "<img" not in svg and "<script" not in svg and "onerror=&quot;" in svg
-    assert "&lt;img src=x" in svg and "&lt;script&gt;alert(1)&lt;/script&gt;" in svg
-    # a second, unconnected part: the picture goes through the packing pipeline (render.graph_svg)
-    w.execution("lone")
-    w.wait("exec:lone", w.target("artifact:later"), EVIL)
-    svg = json.loads(call(app(w), "/api/view", headers=bearer(OPERATOR))[2])["graph"]["svg"]
-    assert svg.count("&lt;img src=x onerror=&quot;") == 2 and "<img" not in svg and "<script" not in svg
-    assert 'class="node cycle confirmed victim"' in svg
-    # the JSON carries it as a string; the page's script only ever assigns text
-    js = (resources.files("waitgraph.ops") / "static" / "liveview.js").read_text()
+async def test_the_summary_strip() -> None:
+    w = ring_world()
+    w.execution("lone", agent="gone")
+    w.wait("exec:lone", w.target("approval:later"), "sign-off")
+    w.configure(mode=RolloutMode.SHADOW)
+    async with TestClient(TestServer(liveweb.make_app(make_view(w)))) as c:
+        s = (await (await c.get("/api/view", headers=bearer(OPERATOR))).json())["summary"]
+    assert s["executions_by_status"] == {"WAITING": 5}
+    assert s["waits_by_kind"] == {"approval": 1, "resource": 4}
+    assert {"reason": "sign-off", "count": 1} in s["waits_by_reason"] and s["reasons_total"] == 5
+    oldest = s["longest_waits"]
+    assert [x["waiter_id"] for x in oldest][:4] == ["exec:pipe-a", "exec:pipe-b", "exec:pipe-c", "exec:pipe-d"]
+    assert oldest[0]["age_ms"] >= oldest[-1]["age_ms"] and oldest[0]["edge_version"] == 1
+    assert s["cycles"] == {"candidate": 0, "confirmed": 1}
+    assert s["unconverged_cancellations"] == 0 and s["quarantined"] == 0
+    assert s["orphaned"] == [] and s["orphaned_total"] == 0
+    # the owner of exec:lone stops heartbeating: its session expires, the execution is orphaned
+    w.ok("agent:gone", JoinSession(agent_id="gone", lease_ms=1000))
+    w.ok("operator:op", Tick(), dt=2000)
+    s = liveview.summary(w.st, liveview.snapshot(w.m).cycles, 0, 0)
+    assert s["orphaned"] == ["exec:lone"] and s["orphaned_total"] == 1
+
+
+def test_the_summary_counts_a_cancellation_that_has_not_converged() -> None:
+    w = ring_world(mode=RolloutMode.AUTO)  # recovery acts: the victim is asked to stop, nobody acks
+    s = liveview.snapshot(w.m).summary
+    assert s["unconverged_cancellations"] == 1 and s["executions_by_status"]["CANCELLING"] == 1
+    assert s["cycles"] == {"candidate": 0, "confirmed": 0}  # broken: the victim's waits are closed
+
+
+async def test_the_graph_document_has_every_node_the_cycle_and_the_victim(client: TestClient[Any, Any]) -> None:
+    reply = await client.get("/api/graph", headers=bearer(OPERATOR))
+    assert reply.status == 200 and reply.headers["X-Graph-Version"] == "42"
+    g = await reply.json()
+    assert [x[0] for x in g["executions"]] == ["exec:pipe-a", "exec:pipe-b", "exec:pipe-c", "exec:pipe-d"]
+    assert g["executions"][3][1:3] == [1, "WAITING"] and g["runs"][g["executions"][3][3]] == "run-pipe-d"
+    assert ["resource:a-lock", "resource", 1, None, ["exec:pipe-a"]] in g["targets"]
+    [wait] = [x for x in g["waits"] if x[0] == "exec:pipe-a"]
+    assert wait[1] == "resource:b-lock" and g["reasons"][wait[2]] == EVIL and wait[3] == 1
+    [cycle] = g["cycles"]
+    assert cycle["kind"] == "confirmed" and sorted(cycle["members"]) == [f"exec:pipe-{x}" for x in "abcd"]
+    assert g["victims"] == {"exec:pipe-d": "d1"}
+
+
+async def test_a_click_gets_the_details_with_edges_holders_and_scores(client: TestClient[Any, Any]) -> None:
+    d = await (await client.get("/api/details", params={"id": "exec:pipe-d"}, headers=bearer(OPERATOR))).json()
+    assert d["kind"] == "execution" and d["generation"] == 1 and d["status"] == "WAITING" and d["checkpoint"] is True
+    assert [(x["target_id"], x["edge_version"]) for x in d["waits"]] == [("resource:a-lock", 1)]
+    assert d["holds"] == ["resource:d-lock"] and d["session"] == "ACTIVE"
+    [decision] = d["decisions"]
+    assert decision["decision_id"] == "d1" and decision["victims"] == ["exec:pipe-d"]
+    assert decision["scores"][0]["execution_id"] == "exec:pipe-d" and decision["scores"][0]["role"] == "victim"
+    a = await (await client.get("/api/details", params={"id": "exec:pipe-a"}, headers=bearer(OPERATOR))).json()
+    assert [(s["effect_id"], s["outcome"]) for s in a["side_effects"]] == [("e1", "COMMITTED")]
+    assert a["waits"][0]["reason"] == EVIL  # JSON text; the page assigns it as text
+    t = await (await client.get("/api/details", params={"id": "resource:a-lock"}, headers=bearer(OPERATOR))).json()
+    assert t["kind"] == "target" and t["holders"] == [{"execution_id": "exec:pipe-a", "generation": 1}]
+    assert [x["waiter_id"] for x in t["waited_on_by"]] == ["exec:pipe-d"] and t["waited_on_by"][0]["edge_version"] == 1
+    assert (await client.get("/api/details", params={"id": "exec:nobody"}, headers=bearer(OPERATOR))).status == 404
+
+
+async def test_a_target_with_a_producer_and_an_external_satisfier() -> None:
+    w = ring_world()
+    w.target("approval:go")
+    w.ok("agent:pipe-a", DeclareSatisfier(target_id="approval:go", target_generation=1, satisfier_id="human:boss"))
+    w.execution("maker")
+    w.produces("exec:maker", "artifact:out")
+    async with TestClient(TestServer(liveweb.make_app(make_view(w)))) as c:
+        g = await (await c.get("/api/graph", headers=bearer(OPERATOR))).json()
+        by_id = {t[0]: t for t in g["targets"]}
+        assert by_id["approval:go"][3] == "human:boss" and by_id["artifact:out"][3] == "exec:maker"
+        d = await (await c.get("/api/details", params={"id": "exec:maker"}, headers=bearer(OPERATOR))).json()
+        assert d["satisfies"] == ["artifact:out"] and d["holds"] == []
+
+
+def test_agent_text_stays_text() -> None:
+    body = liveweb.login_page(liveweb.HTTPStatus.UNAUTHORIZED, EVIL).text
+    assert body is not None and EVIL not in body and "&lt;img src=x onerror=&#34;" in body
+    # the page's scripts only ever assign text
+    static = resources.files("waitgraph.ops") / "static"
+    js = (static / "liveview.js").read_text()
     assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "document.write" not in js
 
 
-def test_a_login_refusal_is_escaped() -> None:
-    body = liveview._login(liveview.HTTPStatus.UNAUTHORIZED, EVIL)[2].decode()
-    assert EVIL not in body and "&lt;img src=x onerror=&quot;" in body
-
-
-def test_without_graphviz_the_page_still_has_everything_but_the_picture(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shutil, "which", lambda name: None)
-    with pytest.raises(render.GraphvizMissing, match="install it"):
-        render.graph_svg("digraph {}")
-    doc = json.loads(call(app(ring_world()), "/api/view", headers=bearer(OPERATOR))[2])
-    assert doc["graph"]["svg"] is None and "graphviz is not installed" in doc["graph"]["error"]
-    assert doc["cycles"][0]["kind"] == "confirmed" and doc["victims"][0]["victims"] == ["exec:pipe-d"]
-    status, _, body = call(app(ring_world()), "/graph.svg", headers=bearer(OPERATOR))
-    assert status == 503 and b"graphviz is not installed" in body
-
-
-def test_graphviz_runs_once_per_distinct_picture_and_builds_are_rate_limited() -> None:
-    drawn: list[str] = []
-
-    def draw(dot: str) -> str:
-        drawn.append(dot)
-        return f"<svg>{len(drawn)}</svg>"
-
-    cache = liveview.SvgCache(draw)
-    assert cache.get("digraph a {}") == ("<svg>1</svg>", None)
-    assert cache.get("digraph a {}") == ("<svg>1</svg>", None) and len(drawn) == 1
-    assert cache.get("digraph b {}") == ("<svg>2</svg>", None) and len(drawn) == 2
-    # the document: rebuilt when the applied index moved, at most every REBUILD_S
+async def test_one_build_per_applied_index_at_most_every_rebuild_s() -> None:
     w = ring_world()
     applied = iter(range(100, 200))
-    reads: list[int] = []
-
-    def read(fn: Any) -> tuple[Any, int]:
-        index = next(applied)
-        reads.append(index)
-        return fn(w.m), index
-
+    index = [next(applied)]
     now = [1000.0]
-    view = liveview.LiveView(
-        read, tokens(), liveview.NodeInfo("n1", None), svg=liveview.SvgCache(draw), monotonic=lambda: now[0]
-    )
-    first = view.view()["node"]["applied_index"]
-    again = view.view()["node"]["applied_index"]
-    assert first == again == 101  # a probe read, then the build at 101; the next poll reuses it
-    now[0] += liveview.REBUILD_S
-    assert view.view()["node"]["applied_index"] == 104
+    docs = liveweb.Documents(liveweb.InProcessReplica(w.m, lambda: index[0]), monotonic=lambda: now[0])
+    first = await docs.current()  # the first build is waited for
+    assert first.applied_index == 100 and docs.builds == 1
+    assert (await docs.latest()) is first  # nothing moved
+    index[0] = next(applied)
+    assert (await docs.latest()) is first and docs.builds == 1  # moved, but too soon
+    now[0] += liveweb.REBUILD_S
+    # a request gets the last build at once and starts one rebuild behind it, however many ask
+    assert await asyncio.gather(docs.current(), docs.current(), docs.current()) == [first] * 3
+    again = await docs.latest()
+    assert again.applied_index == 101 and docs.builds == 2
+    assert (await docs.current()) is again
+    assert liveview.unframe(liveview.build(w.m))[0] == json.dumps(first.view, separators=(",", ":")).encode()
+    # a build that costs the reader more CPU is spaced further apart
+    index[0] = next(applied)
+    now[0] += liveweb.REBUILD_S
+    heavy = dict(again.stats, reader_cpu_ms=3000 * liveweb.MAX_READER_SHARE)  # 3 s between builds
+    docs._current = liveweb.Built(again.applied_index, again.view, again.graph, again.graph_gzip, heavy)
+    assert (await docs.latest()).applied_index == 101
+    now[0] += 3.0
+    assert (await docs.latest()).applied_index == 102
 
 
-def test_the_picture_is_bounded_and_keeps_the_cycle_first() -> None:
+async def test_the_feed_sends_the_view_and_each_change_once() -> None:
     w = ring_world()
-    for i in range(30):
-        w.execution(f"idle-{i:02d}")
-    w.target("approval:go")
-    w.ok("agent:idle-00", DeclareSatisfier(target_id="approval:go", target_generation=1, satisfier_id="human:boss"))
-    snap = liveview.snapshot(w.m)
-    drawn = liveview.picture_decisions(snap.cycles, snap.decisions)
-    small, hidden = liveview.picture_graph(w.st, snap.cycles, drawn, max_executions=6, max_targets=5)
-    kept = [ex.execution_id for ex in small.executions]
-    assert kept[:4] == ["exec:pipe-a", "exec:pipe-b", "exec:pipe-c", "exec:pipe-d"] and len(kept) == 6
-    assert hidden == {"executions": 28, "targets": 0, "waits": 0}
-    assert {t.target_id: t.satisfier_id for t in small.targets}["approval:go"] == "human:boss"  # not an execution
-    assert liveview.hidden_note(hidden) == "28 more executions not shown"
-    dot = render.graph_dot(small, snap.cycles, drawn, liveview.hidden_note(hidden))
-    assert "28 more executions not shown" in dot
-    # a cap below the cycle drops waits whose ends are not drawn, and holders not drawn
-    small, hidden = liveview.picture_graph(w.st, snap.cycles, drawn, max_executions=2, max_targets=2)
-    shown = {ex.execution_id for ex in small.executions}
-    assert all(w_.waiter_id in shown for w_ in small.waits)
-    assert all(h.execution_id in shown for t in small.targets for h in t.holders)
-    assert hidden["executions"] == 32 and hidden["targets"] == 3 and hidden["waits"] == 4 - len(small.waits)
+    index = [7]
+    view = make_view(w, applied=lambda: index[0], feed_period_s=0.05, monotonic=lambda: 10_000.0 + index[0])
+    async with TestClient(TestServer(liveweb.make_app(view))) as c:
+        reply = await c.get("/events", headers=bearer(OPERATOR))
+        assert reply.status == 200 and reply.content_type == "text/event-stream"
+
+        async def event() -> dict[str, Any]:
+            lines: list[str] = []
+            while True:
+                line = (await asyncio.wait_for(reply.content.readline(), 10)).decode().rstrip("\r\n")
+                if line == "" and lines:
+                    break
+                if line and not line.startswith(":"):
+                    lines.append(line)
+            assert lines[0] == "event: view"
+            data: dict[str, Any] = json.loads("".join(x.removeprefix("data: ") for x in lines[1:]))
+            return data
+
+        first = await event()
+        assert first["graph_version"] == 7 and first["cycles"][0]["kind"] == "confirmed"
+        assert view.watchers == 1
+        index[0] = 8  # the replica moved on: an event soon carries the new version
+        versions: list[int] = []
+        while 8 not in versions and len(versions) < 3:
+            versions.append((await event())["graph_version"])
+        assert versions[-1] == 8 and set(versions) <= {7, 8}
+        reply.close()
+        for _ in range(100):
+            if view.watchers == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert view.watchers == 0  # a closed tab leaves nothing behind
+
+
+async def test_unreadable_replica_is_503() -> None:
+    class Starting(liveweb.InProcessReplica):
+        async def image(self, fn: Any) -> tuple[bytes, int]:
+            raise RuntimeError("not started")
+
+    view = liveweb.LiveView(Starting(ring_world().m), tokens(), liveview.NodeInfo("n1", None))
+    async with TestClient(TestServer(liveweb.make_app(view))) as c:
+        reply = await c.get("/api/view", headers=bearer(OPERATOR))
+        assert reply.status == 503 and "cannot be read" in (await reply.json())["message"]
 
 
 def test_dot_marks_candidates_orange_and_confirmed_red() -> None:
+    """``waitgraph graph -o dot`` (cluster/ops/render.py) colours cycles as the page does."""
     w = World()
     w.configure(mode=RolloutMode.SHADOW)
     w.execution("A")
@@ -300,14 +371,15 @@ def test_dot_marks_candidates_orange_and_confirmed_red() -> None:
     w.wait("exec:A", "artifact:x")
     w.wait("exec:B", "resource:r")
     snap = liveview.snapshot(w.m)
-    dot = render.graph_dot(snap.graph, snap.cycles)
+    dot = render.graph_dot(graph_response(w.st, 1000), snap.cycles)
     assert 'class="cycle candidate"' in dot and "darkorange" in dot and 'color="red"' not in dot
     [c] = w.candidates()
     w.propose(c)
     w.vote_all(c)
     w.commit(c)
     snap = liveview.snapshot(w.m)
-    dot = render.graph_dot(snap.graph, snap.cycles, liveview.picture_decisions(snap.cycles, snap.decisions))
+    picked = liveview.picture_decisions(snap.cycles, snap.decisions)
+    dot = render.graph_dot(graph_response(w.st, 1000), snap.cycles, picked)
     assert 'class="cycle confirmed"' in dot and "darkorange" not in dot
     assert 'class="cycle confirmed victim"' in dot and "mistyrose" in dot
 
@@ -337,30 +409,27 @@ def test_http_addr_is_a_setting_like_the_others(tmp_path: Any) -> None:
     assert resolve(flags(path, tmp_path, http_addr="10.0.0.5:8081", insecure=True), env=env).http_address
 
 
-def test_https_with_the_nodes_certificate_and_a_secure_cookie(tmp_path: Any) -> None:
-    """liveview.serve over TLS (what --http-addr does with tls_cert/tls_key), on a real socket."""
+async def test_https_with_the_nodes_certificate_and_a_secure_cookie(tmp_path: Any) -> None:
+    """liveweb.serve over TLS (what --http-addr does with tls_cert/tls_key), on a real socket."""
     import ssl
-    import urllib.request
 
     from .grpc_harness import make_pki
     from .harness import free_ports
 
     pki = make_pki(tmp_path)
     [port] = free_ports(1)
-    view = liveview.LiveView(
-        read=lambda fn: (fn(ring_world().m), 7), tokens=tokens(), node=liveview.NodeInfo("n1", None), secure_cookie=True
-    )
-    httpd, thread = liveview.serve(f"127.0.0.1:{port}", view, (pki["server"], pki["server-key"]))
+    view = make_view(ring_world(), applied=lambda: 7, secure_cookie=True)
+    server = await liveweb.serve(f"127.0.0.1:{port}", view, (pki["server"], pki["server-key"]))
     try:
         ctx = ssl.create_default_context(cafile=str(pki["ca"]))
-        request = urllib.request.Request(f"https://127.0.0.1:{port}/api/view", headers=bearer(OPERATOR))
-        with urllib.request.urlopen(request, context=ctx, timeout=10) as reply:
-            assert reply.status == 200 and json.loads(reply.read())["node"]["applied_index"] == 7
-        with pytest.raises((urllib.error.URLError, ConnectionError)):  # no plain HTTP on that port
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/view", timeout=10)
+        async with ClientSession(connector=TCPConnector(ssl=ctx)) as s:
+            async with s.get(f"https://127.0.0.1:{port}/api/view", headers=bearer(OPERATOR)) as reply:
+                assert reply.status == 200 and (await reply.json())["node"]["applied_index"] == 7
+            async with s.get(f"https://127.0.0.1:{port}/?token={OPERATOR}", allow_redirects=False) as reply:
+                assert reply.status == 303 and "; Secure" in reply.headers["Set-Cookie"]
+        async with ClientSession() as s:
+            with pytest.raises(Exception):  # no plain HTTP on that port  # noqa: B017
+                async with s.get(f"http://127.0.0.1:{port}/api/view", timeout=10) as reply:
+                    await reply.read()
     finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
-    status, headers, _ = call(view, "/", query=f"token={OPERATOR}")
-    assert status == 303 and "; Secure" in headers["Set-Cookie"]
+        await server.close()

@@ -1,15 +1,35 @@
-// waitgraph live view: polls /api/view every second and redraws.
+// waitgraph live view: a feed of server-sent events (/events) for the panels, the whole wait graph
+// (/api/graph) fetched when its version moves, and a cytoscape.js drawing of the part that matters:
+// the cycles and their k-hop neighbourhood, or what the filters select, at most MAX_DRAWN nodes.
 //
-// Every id, reason and signature in the document comes from agents. They reach the DOM only as
-// text (textContent, createTextNode, setAttribute on fixed attribute names), never as markup; the
-// graph's SVG is graphviz's (every label escaped), parsed as XML and stripped of anything active
-// before it is adopted. The page's Content-Security-Policy forbids inline scripts as well.
+// Every id, reason and signature comes from agents. They reach the DOM only as text
+// (textContent, createTextNode, setAttribute on fixed attribute names), never as markup, and the
+// graph draws them on a canvas. The page's Content-Security-Policy forbids inline scripts as well.
 "use strict";
 
-const POLL_MS = 1000;
-let lastSvg = null;
-let lastOk = 0;
-let failures = 0;
+const MAX_DRAWN = 300; // nodes drawn at once: beyond this a layout stops being readable
+const GRAPH_MIN_MS = 1000; // the graph is fetched at most this often (more when it is large)
+const RETRY_MAX_MS = 10000;
+
+const live = {
+  lastOk: 0,
+  failures: 0,
+  source: null,
+  doc: null, // the latest view document
+  graph: null, // the indexed graph (indexGraph)
+  graphVersion: null,
+  fetching: false,
+  graphTimer: null, // at most one pending graph fetch
+  timing: null, // the last graph fetch's phases (ms since navigation): for the benchmark
+  lastGraphAt: 0,
+  graphCostMs: 0,
+  pinned: new Set(), // ids found by search: drawn with their neighbourhood whatever the filters
+  selected: null,
+  drawnKey: null,
+  fitNext: true,
+  cy: null,
+};
+window.liveview = live; // for the browser tests and a curious operator's console
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -25,7 +45,7 @@ function el(tag, attrs, ...children) {
 
 function put(id, ...children) {
   const box = document.getElementById(id);
-  box.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
+  box.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined));
 }
 
 function text(id, value) {
@@ -36,12 +56,15 @@ function short(digest) {
   return digest ? digest.slice(0, 12) : "-";
 }
 
+function duration(ms) {
+  const s = Math.max(0, ms / 1000);
+  if (s < 60) return `${s.toFixed(1)}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${Math.floor(s % 60)}s`;
+  return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+}
+
 function ago(atMs, nowMs) {
-  if (!atMs) return "-";
-  const s = Math.max(0, (nowMs - atMs) / 1000);
-  if (s < 60) return `${s.toFixed(1)}s ago`;
-  if (s < 3600) return `${Math.floor(s / 60)}m ${Math.floor(s % 60)}s ago`;
-  return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m ago`;
+  return atMs ? `${duration(nowMs - atMs)} ago` : "-";
 }
 
 function when(atMs, nowMs) {
@@ -71,41 +94,560 @@ function more(total, shown, what) {
   return total > shown ? el("p", { class: "note" }, `${total - shown} more ${what} not shown`) : null;
 }
 
-// -- the graph: graphviz's SVG, adopted as inert XML ---------------------------------------------
-
-function inert(svgText) {
-  const parsed = new DOMParser().parseFromString(svgText, "image/svg+xml");
-  const svg = parsed.documentElement;
-  if (!svg || svg.nodeName !== "svg" || parsed.getElementsByTagName("parsererror").length) return null;
-  for (const bad of Array.from(svg.querySelectorAll("script, foreignObject, iframe, object, embed"))) bad.remove();
-  for (const node of [svg, ...svg.querySelectorAll("*")]) {
-    for (const attr of Array.from(node.attributes)) {
-      const name = attr.name.toLowerCase();
-      if (name.startsWith("on") || name === "href" || name === "xlink:href" || name === "style") {
-        node.removeAttribute(attr.name);
-      }
-    }
-  }
-  svg.setAttribute("role", "img");
-  return document.importNode(svg, true);
+// An id the operator can click to see it in the graph and its details.
+function idLink(id, label) {
+  const b = el("button", { type: "button", class: "link mono", "data-id": id }, label || id);
+  b.addEventListener("click", () => focusOn(id));
+  return b;
 }
 
-function drawGraph(g, counts) {
+// -- the summary strip --------------------------------------------------------------------------
+
+function stat(label, value, cls) {
+  return el("div", { class: `stat ${cls || ""}` }, el("b", {}, String(value)), " ", label);
+}
+
+function summary(doc) {
+  const s = doc.summary;
+  const statuses = Object.entries(s.executions_by_status).map(([k, n]) =>
+    stat(k, n, k === "WAITING" ? "warn" : k === "QUARANTINED" || k === "NEEDS_RECONCILIATION" ? "bad" : ""),
+  );
+  const kinds = Object.entries(s.waits_by_kind).map(([k, n]) => stat(k, n));
+  const reasons = s.waits_by_reason.map((r) => el("li", {}, el("b", {}, String(r.count)), " ", r.reason));
+  const longest = s.longest_waits.map((w) =>
+    el(
+      "tr",
+      {},
+      el("td", { class: "num" }, duration(w.age_ms)),
+      el("td", {}, idLink(w.waiter_id)),
+      el("td", {}, "\u2192 ", idLink(w.target_id)),
+      el("td", { class: "reason" }, w.reason),
+    ),
+  );
+  const c = s.cycles;
+  const orphans = s.orphaned.map((id) => idLink(id));
+  put(
+    "summary",
+    el("div", { class: "card tile", id: "sum-status" }, el("h3", {}, `Executions (${doc.counts.executions})`), statuses.length ? statuses : el("p", { class: "empty" }, "none")),
+    el(
+      "div",
+      { class: "card tile", id: "sum-waits" },
+      el("h3", {}, `Open waits (${doc.counts.waits})`),
+      kinds.length ? kinds : el("p", { class: "empty" }, "none"),
+      reasons.length ? el("ul", { class: "reasons" }, reasons) : null,
+      s.reasons_total > s.waits_by_reason.length ? el("p", { class: "note" }, `${s.reasons_total - s.waits_by_reason.length} more reasons`) : null,
+    ),
+    el(
+      "div",
+      { class: "card tile wide", id: "sum-longest" },
+      el("h3", {}, "Longest waits"),
+      table(["age", "waiter", "on", "reason"], longest, "Nothing waits."),
+    ),
+    el(
+      "div",
+      { class: "card tile", id: "sum-trouble" },
+      el("h3", {}, "Trouble"),
+      stat("confirmed cycles", c.confirmed, c.confirmed ? "bad" : "good"),
+      stat("candidate cycles", c.candidate, c.candidate ? "warn" : "good"),
+      stat("cancellations not converged", s.unconverged_cancellations, s.unconverged_cancellations ? "warn" : "good"),
+      stat("quarantined", s.quarantined, s.quarantined ? "bad" : "good"),
+      stat("orphaned (owner's session gone)", s.orphaned_total, s.orphaned_total ? "warn" : "good"),
+      orphans.length ? el("p", { class: "orphans" }, orphans) : null,
+    ),
+  );
+}
+
+// -- the graph: the whole of it, indexed ----------------------------------------------------------
+
+function indexGraph(doc, version) {
+  const execs = new Map();
+  const targets = new Map();
+  const adj = new Map(); // id -> Set of neighbour ids (either direction)
+  const edges = []; // {id, source, target, kind, label}
+  const link = (a, b) => {
+    if (!adj.has(a)) adj.set(a, new Set());
+    if (!adj.has(b)) adj.set(b, new Set());
+    adj.get(a).add(b);
+    adj.get(b).add(a);
+  };
+  for (const [id, generation, status, run, agent] of doc.executions) {
+    execs.set(id, { id, generation, status, run: doc.runs[run], agent: doc.agents[agent] });
+  }
+  for (const [id, kind, version_, satisfier, holders] of doc.targets) {
+    targets.set(id, { id, kind, version: version_, satisfier, holders });
+    for (const h of holders) {
+      if (execs.has(h)) {
+        edges.push({ id: `${id}|held|${h}`, source: id, target: h, kind: "held", label: "held by" });
+        link(id, h);
+      }
+    }
+    if (satisfier && execs.has(satisfier) && !holders.includes(satisfier)) {
+      edges.push({ id: `${id}|sat|${satisfier}`, source: id, target: satisfier, kind: "sat", label: "produced by" });
+      link(id, satisfier);
+    }
+  }
+  for (const [waiter, target, reason, edgeVersion] of doc.waits) {
+    if (!execs.has(waiter)) continue;
+    if (!execs.has(target) && !targets.has(target)) {
+      targets.set(target, { id: target, kind: target.split(":")[0], version: null, satisfier: null, holders: [] });
+    }
+    edges.push({ id: `${waiter}>${target}`, source: waiter, target, kind: "wait", label: `v${edgeVersion}`, reason: doc.reasons[reason] });
+    link(waiter, target);
+  }
+  const cycleOf = new Map(); // execution id -> "confirmed" | "candidate"
+  for (const c of doc.cycles) {
+    for (const m of c.members) if (cycleOf.get(m) !== "confirmed") cycleOf.set(m, c.kind);
+  }
+  const kinds = [...new Set([...doc.kinds, ...[...targets.values()].map((t) => t.kind)])].sort();
+  return { version, execs, targets, adj, edges, cycleOf, victims: doc.victims, cycles: doc.cycles, runs: doc.runs, agents: doc.agents, statuses: doc.statuses, kinds };
+}
+
+function filters() {
+  return {
+    cycles: document.getElementById("f-cycles").checked,
+    hops: Math.max(0, Math.min(6, Number(document.getElementById("f-hops").value) || 0)),
+    run: document.getElementById("f-run").value.trim(),
+    agent: document.getElementById("f-agent").value.trim(),
+    status: document.getElementById("f-status").value,
+    kind: document.getElementById("f-kind").value,
+  };
+}
+
+// What to draw: seeds (cycle members, else every match; plus what search pinned), then a
+// breadth-first walk through whatever passes the filters, k execution hops out (a target on the
+// way costs no hop), until MAX_DRAWN nodes.
+function selectNodes(g, f) {
+  const execOk = (x) => (!f.run || x.run === f.run) && (!f.agent || x.agent === f.agent) && (!f.status || x.status === f.status);
+  const passes = (id) => {
+    const x = g.execs.get(id);
+    if (x) return execOk(x);
+    const t = g.targets.get(id);
+    return !!t && (!f.kind || t.kind === f.kind);
+  };
+  const narrowed = !!(f.run || f.agent || f.status);
+  let seeds = [];
+  let note = "";
+  if (f.cycles) {
+    const order = [...Object.keys(g.victims), ...g.cycles.flatMap((c) => c.members)];
+    seeds = [...new Set(order)].filter((id) => g.execs.has(id) && passes(id));
+    if (!seeds.length && narrowed) note = "No cycle member matches the filters: showing every match.";
+    else if (!seeds.length && !g.cycles.length) note = "No cycle: showing what waits.";
+  }
+  if (!seeds.length && (!f.cycles || note)) {
+    for (const x of g.execs.values()) if (execOk(x) && (narrowed || g.adj.has(x.id))) seeds.push(x.id);
+    if (f.kind && !narrowed) {
+      seeds = [];
+      for (const t of g.targets.values()) if (t.kind === f.kind) seeds.push(t.id);
+    }
+  }
+  const pinned = [...live.pinned].filter((id) => g.execs.has(id) || g.targets.has(id));
+  const dist = new Map();
+  const queue = [];
+  for (const id of [...pinned, ...seeds]) {
+    if (!dist.has(id)) {
+      dist.set(id, 0);
+      queue.push(id);
+    }
+  }
+  let capped = dist.size > MAX_DRAWN;
+  // 0-1 breadth-first: a deque keeps nodes in order of hops
+  const deque = queue.slice(0, MAX_DRAWN);
+  const kept = new Set(deque);
+  let head = 0;
+  while (head < deque.length) {
+    const id = deque[head++];
+    const d = dist.get(id);
+    for (const n of g.adj.get(id) || []) {
+      if (kept.has(n) || (!passes(n) && !live.pinned.has(n))) continue;
+      const nd = d + (g.execs.has(n) ? 1 : 0);
+      if (nd > f.hops) continue;
+      if (kept.size >= MAX_DRAWN) {
+        capped = true;
+        break;
+      }
+      dist.set(n, nd);
+      kept.add(n);
+      if (nd === d) deque.splice(head, 0, n); // a target: same hop, next in line
+      else deque.push(n);
+    }
+  }
+  if (capped) note = `${note} Drawing the first ${MAX_DRAWN} nodes: narrow with a filter or fewer hops.`.trim();
+  return { ids: kept, note };
+}
+
+// A node's box fits its label (monospace: about 0.62 em a character); cytoscape's "label" size is deprecated.
+function sized(data, padding) {
+  const lines = data.label.split("\n");
+  data.w = Math.max(...lines.map((l) => l.length)) * 6.9 + 2 * padding;
+  data.h = lines.length * 13.5 + padding + 6;
+  return data;
+}
+
+function elementsFor(g, ids) {
+  const inCycle = (id) => g.cycleOf.has(id);
+  const nodes = [];
+  for (const id of ids) {
+    const x = g.execs.get(id);
+    if (x) {
+      const victim = g.victims[id];
+      const cls = ["exec", `s-${x.status}`, g.cycleOf.get(id) || "", victim ? "victim" : ""].filter(Boolean);
+      const label = `${id}\n${x.status}${victim ? `\nVICTIM (${victim})` : ""}`;
+      nodes.push({ group: "nodes", data: sized({ id, label }, 8), classes: cls.join(" ") });
+    } else {
+      const t = g.targets.get(id);
+      const label = t.satisfier && !g.execs.has(t.satisfier) ? `${id}\n(${t.satisfier})` : id;
+      nodes.push({ group: "nodes", data: sized({ id, label }, 14), classes: `target k-${t.kind}` });
+    }
+  }
+  const edges = [];
+  for (const e of g.edges) {
+    if (!ids.has(e.source) || !ids.has(e.target)) continue;
+    // an edge inside a cycle: between members, or a member's wait on a target a member holds or produces
+    const ends = [e.source, e.target];
+    const hot = ends.every((n) => inCycle(n) || (g.targets.has(n) && [...(g.adj.get(n) || [])].filter(inCycle).length >= 2));
+    const kind = hot ? (ends.some((n) => g.cycleOf.get(n) === "confirmed") ? "confirmed" : "candidate") : "";
+    edges.push({ group: "edges", data: { id: e.id, source: e.source, target: e.target, label: e.label }, classes: `${e.kind} ${kind}`.trim() });
+  }
+  return [...nodes, ...edges];
+}
+
+const STYLE = [
+  {
+    selector: "node",
+    style: {
+      label: "data(label)",
+      "text-wrap": "wrap",
+      "text-valign": "center",
+      "font-size": 11,
+      "font-family": "DejaVu Sans Mono, Menlo, monospace",
+      color: "#1f2933",
+      width: "data(w)",
+      height: "data(h)",
+      "background-color": "#ffffff",
+      "border-width": 1,
+      "border-color": "#6b7280",
+    },
+  },
+  { selector: "node.exec", style: { shape: "round-rectangle" } },
+  { selector: "node.target", style: { shape: "ellipse", "background-color": "#eef2ff" } },
+  { selector: "node.s-WAITING", style: { "background-color": "#fffbeb" } },
+  { selector: "node.s-QUARANTINED, node.s-NEEDS_RECONCILIATION", style: { "background-color": "#fee2e2" } },
+  { selector: "node.s-COMPLETED, node.s-CANCELLED, node.s-FAILED", style: { color: "#9aa5b1", "border-color": "#cbd2d9" } },
+  { selector: "node.candidate", style: { "border-width": 3, "border-color": "#d97706" } },
+  { selector: "node.confirmed", style: { "border-width": 3, "border-color": "#dc2626" } },
+  { selector: "node.victim", style: { "background-color": "#ffe4e1", "border-style": "double", "border-width": 7, "border-color": "#dc2626", "font-weight": "bold" } },
+  { selector: "node:selected", style: { "overlay-color": "#1d4ed8", "overlay-opacity": 0.18, "overlay-padding": 6 } },
+  {
+    selector: "edge",
+    style: {
+      width: 1.4,
+      "curve-style": "bezier",
+      "line-color": "#4b5563",
+      "target-arrow-color": "#4b5563",
+      "target-arrow-shape": "triangle",
+      "arrow-scale": 0.9,
+      label: "data(label)",
+      "font-size": 9,
+      color: "#616e7c",
+      "text-background-color": "#ffffff",
+      "text-background-opacity": 0.8,
+    },
+  },
+  { selector: "edge.held, edge.sat", style: { "line-style": "dashed", "line-color": "#9aa5b1", "target-arrow-color": "#9aa5b1" } },
+  { selector: "edge.candidate", style: { width: 3, "line-color": "#d97706", "target-arrow-color": "#d97706" } },
+  { selector: "edge.confirmed", style: { width: 3, "line-color": "#dc2626", "target-arrow-color": "#dc2626" } },
+];
+
+// A force-directed layout draws a small ring as a ring; past COSE_MAX elements it gets slow and
+// tangled, and dagre's layers (left to right, along the waits) read better and lay out faster.
+const COSE_MAX = 100;
+const FIT_ALL_MAX = 60;
+
+function layoutFor(elements) {
+  if (elements <= COSE_MAX) {
+    // strong repulsion, weak gravity, long springs: a ring opens into a circle, tails stay short
+    return { name: "cose", randomize: true, numIter: 2500, nodeRepulsion: () => 200000, idealEdgeLength: () => 60, edgeElasticity: () => 100, gravity: 0.25, nodeOverlap: 20 };
+  }
+  return { name: "dagre", rankDir: "LR", nodeSep: 18, rankSep: 55, edgeSep: 8 };
+}
+
+function ensureCy() {
+  if (live.cy) return live.cy;
+  if (typeof cytoscape !== "function") throw new Error("the graph library did not load");
+  if (typeof cytoscapeDagre === "function") cytoscape.use(cytoscapeDagre);
+  live.cy = cytoscape({
+    container: document.getElementById("graph"),
+    style: STYLE,
+    minZoom: 0.05,
+    maxZoom: 4,
+    boxSelectionEnabled: false,
+  });
+  live.cy.on("tap", "node", (ev) => select(ev.target.id()));
+  return live.cy;
+}
+
+function drawGraph() {
+  const g = live.graph;
+  if (!g) return;
+  const f = filters();
+  const { ids, note } = selectNodes(g, f);
+  const els = elementsFor(g, ids);
+  const cy = ensureCy();
+  const key = els.map((e) => `${e.data.id}:${e.classes}:${e.data.label}`).join("|");
+  if (key !== live.drawnKey) {
+    const same = els.length === cy.elements().length && els.every((e) => cy.getElementById(e.data.id).length);
+    cy.batch(() => {
+      if (same) {
+        for (const e of els) {
+          const ele = cy.getElementById(e.data.id);
+          ele.data("label", e.data.label);
+          ele.classes(e.classes);
+        }
+      } else {
+        cy.elements().remove();
+        cy.add(els);
+      }
+    });
+    if (!same) {
+      cy.layout({ ...layoutFor(els.length), fit: false, animate: false }).run();
+      live.fitNext = live.fitNext || cy.zoom() === 1;
+    }
+    live.drawnKey = key;
+  }
+  if (live.fitNext) {
+    fit();
+    live.fitNext = false;
+  }
+  if (live.selected && cy.getElementById(live.selected).length) cy.getElementById(live.selected).select();
+  const execs = [...ids].filter((id) => g.execs.has(id)).length;
   text(
     "graph-counts",
-    `${g.shown.executions} of ${counts.executions} executions, ${g.shown.targets} of ${counts.targets} targets, ` +
-      `${g.shown.waits} of ${counts.waits} waits`,
+    `${execs} of ${g.execs.size} executions, ${ids.size - execs} of ${g.targets.size} targets drawn, at applied index ${g.version}`,
   );
-  text("graph-note", g.note || "");
-  if (g.svg === null) {
-    lastSvg = null;
-    put("graph", el("p", { class: "error" }, `The picture cannot be drawn: ${g.error}`));
+  text("graph-note", note);
+  const box = document.getElementById("graph");
+  box.dataset.drawn = String(ids.size);
+  box.dataset.version = String(g.version);
+  // for the tests and the benchmark: the first drawing, and the first of what the feed says is current
+  const now = String(Math.round(performance.now()));
+  if (!document.body.dataset.firstRenderMs && ids.size) document.body.dataset.firstRenderMs = now;
+  if (!document.body.dataset.currentRenderMs && ids.size && live.doc && live.doc.graph_version <= g.version) {
+    document.body.dataset.currentRenderMs = now;
+  }
+}
+
+// Fit the cycles (or everything drawn) into the panel.
+function fit() {
+  const cy = live.cy;
+  if (!cy || !cy.elements().length) return;
+  const hot = cy.nodes(".confirmed, .candidate, .victim");
+  const pinned = cy.nodes().filter((n) => live.pinned.has(n.id()));
+  // a small drawing fits whole; a large one fits the cycles (or what was found) and their neighbours
+  const small = cy.nodes().length <= FIT_ALL_MAX;
+  const focus = pinned.length ? pinned.closedNeighborhood() : hot.length && !small ? hot.closedNeighborhood() : cy.elements();
+  cy.fit(focus, 30);
+  if (cy.zoom() > 1.5) {
+    cy.zoom(1.5);
+    cy.center(focus);
+  }
+}
+
+async function fetchGraph() {
+  live.fetching = true;
+  const t0 = performance.now();
+  try {
+    const reply = await fetch("/api/graph", { cache: "no-store", credentials: "same-origin" });
+    if (reply.status === 401 || reply.status === 403) return window.location.assign("/login");
+    if (!reply.ok) throw new Error(`HTTP ${reply.status}`);
+    const t1 = performance.now();
+    const doc = await reply.json();
+    const t2 = performance.now();
+    const got = Number(reply.headers.get("X-Graph-Version"));
+    live.graph = indexGraph(doc, got);
+    live.graphVersion = got;
+    const t3 = performance.now();
+    fillChoices(live.graph);
+    const t4 = performance.now();
+    drawGraph();
+    live.timing = { start: Math.round(t0), reply: Math.round(t1), parsed: Math.round(t2), indexed: Math.round(t3), choices: Math.round(t4), drawn: Math.round(performance.now()) };
+    if (live.selected) showDetails(live.selected);
+  } finally {
+    live.fetching = false;
+    live.lastGraphAt = Date.now();
+    live.graphCostMs = performance.now() - t0;
+  }
+  maybeFetchGraph(); // the feed may have moved on meanwhile
+}
+
+function maybeFetchGraph() {
+  const doc = live.doc;
+  if (!doc || live.fetching || doc.graph_version === live.graphVersion) return;
+  // a large graph costs the browser (and the node) more: refresh it less often
+  const wait = Math.max(GRAPH_MIN_MS, 4 * live.graphCostMs) - (Date.now() - live.lastGraphAt);
+  if (wait > 0) {
+    if (!live.graphTimer) {
+      live.graphTimer = setTimeout(() => {
+        live.graphTimer = null;
+        maybeFetchGraph();
+      }, wait);
+    }
     return;
   }
-  if (g.svg === lastSvg) return; // unchanged: keep the DOM (and any selection) as it is
-  const svg = inert(g.svg);
-  put("graph", svg || el("p", { class: "error" }, "The picture could not be parsed."));
-  lastSvg = g.svg;
+  fetchGraph().catch((err) => lost(err));
+}
+
+function fillChoices(g) {
+  const options = (id, values) => {
+    const box = document.getElementById(id);
+    if (box.dataset.count === String(values.length)) return;
+    box.replaceChildren(...values.map((v) => el("option", { value: v })));
+    box.dataset.count = String(values.length);
+  };
+  options("runs", [...g.runs].sort());
+  options("agents", [...g.agents].sort());
+  const select = (id, values) => {
+    const box = document.getElementById(id);
+    const have = new Set([...box.options].map((o) => o.value));
+    for (const v of values) if (!have.has(v)) box.appendChild(el("option", { value: v }, v));
+  };
+  select("f-status", g.statuses);
+  select("f-kind", g.kinds);
+}
+
+// -- find and click -----------------------------------------------------------------------------
+
+function findId(query) {
+  const g = live.graph;
+  if (!g || !query) return null;
+  if (g.execs.has(query) || g.targets.has(query)) return query;
+  if (g.execs.has(`exec:${query}`)) return `exec:${query}`;
+  for (const m of [g.execs, g.targets]) for (const id of m.keys()) if (id.includes(query)) return id;
+  return null;
+}
+
+function suggest() {
+  const g = live.graph;
+  const q = document.getElementById("f-search").value.trim();
+  if (!g || q.length < 2) return;
+  const found = [];
+  for (const m of [g.execs, g.targets]) {
+    for (const id of m.keys()) {
+      if (id.includes(q)) found.push(id);
+      if (found.length >= 12) break;
+    }
+  }
+  document.getElementById("found").replaceChildren(...found.map((v) => el("option", { value: v })));
+}
+
+function focusOn(id) {
+  if (!live.graph) return;
+  live.pinned.add(id);
+  live.fitNext = true;
+  drawGraph();
+  select(id);
+}
+
+function select(id) {
+  live.selected = id;
+  const cy = live.cy;
+  if (cy) {
+    cy.nodes().unselect();
+    const n = cy.getElementById(id);
+    if (n.length) n.select();
+  }
+  showDetails(id);
+}
+
+async function showDetails(id) {
+  const reply = await fetch(`/api/details?id=${encodeURIComponent(id)}`, { cache: "no-store", credentials: "same-origin" });
+  if (live.selected !== id) return;
+  if (reply.status === 404) {
+    put("details", el("p", { class: "empty" }, `${id} is no longer on this replica.`));
+    return;
+  }
+  if (!reply.ok) return;
+  const d = await reply.json();
+  if (live.selected !== id) return;
+  put("details", d.kind === "execution" ? execDetails(d) : targetDetails(d));
+  document.getElementById("details").dataset.id = id;
+}
+
+function facts(rows) {
+  return el("table", { class: "facts" }, el("tbody", {}, rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v)))));
+}
+
+function waitedOnBy(d, now) {
+  return table(
+    ["waiter", "reason", "edge v", "since"],
+    d.waited_on_by.map((w) => el("tr", {}, el("td", {}, idLink(w.waiter_id), `@g${w.waiter_generation}`), el("td", { class: "reason" }, w.reason), el("td", { class: "num" }, w.edge_version), el("td", {}, when(w.registered_at_ms, now)))),
+    "Nobody waits on it.",
+  );
+}
+
+function decisionsOf(d) {
+  if (!d.decisions.length) return el("p", { class: "empty" }, "In no retained decision.");
+  return d.decisions.map((x) =>
+    el("div", { class: "decision" }, el("p", {}, el("b", {}, x.decision_id), ` ${x.kind}, mode ${x.mode}: `, victimStory(x)), scoreTable(x)),
+  );
+}
+
+function execDetails(d) {
+  const now = live.doc ? live.doc.now_ms : 0;
+  const g = live.graph;
+  const cycle = g && g.cycleOf.get(d.id);
+  return [
+    el("h3", { class: "mono" }, d.id, cycle ? el("span", { class: `tag ${cycle}` }, ` ${cycle} cycle`) : null, g && g.victims[d.id] ? el("span", { class: "tag victim" }, "victim") : null),
+    facts([
+      ["generation", d.generation],
+      ["status", `${d.status} (${ago(d.status_at_ms, now)})`],
+      ["run", d.run_id],
+      ["agent", `${d.agent_id} (session ${d.session})`],
+      ["parent", d.parent_id || "-"],
+      ["priority", d.priority],
+      ["checkpoint", yesNo(d.checkpoint)],
+      ["unique evidence", yesNo(d.unique_evidence)],
+      ["cost consumed", d.cost_consumed],
+    ]),
+    el("h4", {}, "Decisions and scores"),
+    decisionsOf(d),
+    el("h4", {}, `Waits (${d.waits.length})`),
+    table(
+      ["on", "reason", "edge v", "target gen", "since"],
+      d.waits.map((w) => el("tr", {}, el("td", {}, idLink(w.target_id)), el("td", { class: "reason" }, w.reason), el("td", { class: "num" }, w.edge_version), el("td", { class: "num" }, w.target_generation), el("td", {}, when(w.registered_at_ms, now)))),
+      "It waits on nothing.",
+    ),
+    el("h4", {}, "Holds / produces"),
+    d.holds.length || d.satisfies.length
+      ? el("p", {}, ...d.holds.map((t) => [idLink(t), " (holds) "]), ...d.satisfies.map((t) => [idLink(t), " (produces) "]))
+      : el("p", { class: "empty" }, "Nothing."),
+    el("h4", {}, `Waited on by (${d.waited_on_by.length})`),
+    waitedOnBy(d, now),
+    el("h4", {}, `Side effects (${d.side_effects.length})`),
+    table(
+      ["effect", "outcome", "compensatable", "gen"],
+      d.side_effects.map((s) => el("tr", {}, el("td", { class: "mono" }, s.effect_id), el("td", {}, s.outcome), el("td", {}, yesNo(s.compensatable)), el("td", { class: "num" }, s.generation))),
+      "None recorded.",
+    ),
+  ];
+}
+
+function targetDetails(d) {
+  const now = live.doc ? live.doc.now_ms : 0;
+  return [
+    el("h3", { class: "mono" }, d.id),
+    facts([
+      ["kind", d.target_kind],
+      ["version", d.version],
+      ["slots", d.slots],
+      ["satisfier", d.satisfier_id ? (d.satisfier_id.startsWith("exec:") ? [idLink(d.satisfier_id), ` @g${d.satisfier_generation}`] : d.satisfier_id) : "-"],
+      ["approved", d.approved === null ? "-" : yesNo(d.approved)],
+      ["holders", d.holders.length ? d.holders.map((h) => [idLink(h.execution_id), `@g${h.generation} `]) : "-"],
+    ]),
+    el("h4", {}, `Waited on by (${d.waited_on_by.length})`),
+    waitedOnBy(d, now),
+    el("h4", {}, "Decisions that released it"),
+    decisionsOf(d),
+  ];
 }
 
 // -- the panels ------------------------------------------------------------------------------------
@@ -339,12 +881,13 @@ function rollout(doc) {
 }
 
 function render(doc) {
+  live.doc = doc;
   document.body.dataset.appliedIndex = String(doc.node.applied_index);
   badges(doc);
   const note = document.getElementById("read-note");
   note.textContent = doc.node.read_note;
   note.className = doc.node.has_quorum ? "note" : "note warn";
-  drawGraph(doc.graph, doc.counts);
+  summary(doc);
   cycles(doc);
   victims(doc);
   recoveries(doc);
@@ -353,32 +896,79 @@ function render(doc) {
   quarantined(doc);
   rollout(doc);
   document.body.dataset.loaded = "1";
+  document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
+  if (live.graph && !document.body.dataset.currentRenderMs && doc.graph_version <= live.graph.version) drawGraph();
+  maybeFetchGraph();
 }
 
-async function poll() {
-  try {
-    const reply = await fetch("/api/view", { cache: "no-store", credentials: "same-origin" });
-    if (reply.status === 401 || reply.status === 403) {
-      window.location.assign("/login");
-      return;
-    }
-    if (!reply.ok) throw new Error(`HTTP ${reply.status}`);
-    render(await reply.json());
-    lastOk = Date.now();
-    failures = 0;
-    document.body.dataset.polls = String(Number(document.body.dataset.polls || 0) + 1);
-    const r = document.getElementById("refresh");
-    r.textContent = `live \u00b7 updated ${new Date(lastOk).toLocaleTimeString()}`;
-    r.className = "refresh";
-  } catch (err) {
-    failures += 1;
-    const r = document.getElementById("refresh");
-    const since = lastOk ? `; last update ${Math.round((Date.now() - lastOk) / 1000)}s ago` : "";
-    r.textContent = `connection lost (${err.message})${since}`;
-    r.className = "refresh lost";
-  } finally {
-    setTimeout(poll, failures ? Math.min(POLL_MS * 2 ** failures, 10000) : POLL_MS);
+// -- the feed -----------------------------------------------------------------------------------
+
+function lost(err) {
+  const r = document.getElementById("refresh");
+  const since = live.lastOk ? `; last update ${Math.round((Date.now() - live.lastOk) / 1000)}s ago` : "";
+  r.textContent = `connection lost (${err.message || err})${since}`;
+  r.className = "refresh lost";
+}
+
+function onView(message) {
+  const doc = JSON.parse(message.data);
+  if (doc.error) {
+    lost(new Error(doc.message));
+    return;
   }
+  render(doc);
+  live.lastOk = Date.now();
+  live.failures = 0;
+  const r = document.getElementById("refresh");
+  r.textContent = `live \u00b7 updated ${new Date(live.lastOk).toLocaleTimeString()}`;
+  r.className = "refresh";
 }
 
-document.addEventListener("DOMContentLoaded", poll);
+// One EventSource at a time. The browser reconnects it by itself after a network error; a refusal
+// (401, 403) or a 5xx closes it, and then a probe says which: the login form, or a retry with back-off.
+function connect() {
+  const source = new EventSource("/events");
+  live.source = source;
+  source.addEventListener("view", onView);
+  source.onerror = async () => {
+    lost(new Error("the feed stopped"));
+    if (source.readyState !== EventSource.CLOSED) return;
+    live.failures += 1;
+    try {
+      const probe = await fetch("/api/view", { cache: "no-store", credentials: "same-origin" });
+      if (probe.status === 401 || probe.status === 403) return window.location.assign("/login");
+    } catch (err) {
+      lost(err);
+    }
+    setTimeout(connect, Math.min(1000 * 2 ** live.failures, RETRY_MAX_MS));
+  };
+}
+
+function wire() {
+  const form = document.getElementById("filters");
+  const redraw = () => {
+    live.fitNext = true;
+    drawGraph();
+  };
+  for (const id of ["f-cycles", "f-hops", "f-status", "f-kind"]) document.getElementById(id).addEventListener("change", redraw);
+  for (const id of ["f-run", "f-agent"]) document.getElementById(id).addEventListener("change", redraw);
+  document.getElementById("f-search").addEventListener("input", suggest);
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const q = document.getElementById("f-search").value.trim();
+    const id = findId(q);
+    if (id) focusOn(id);
+    else text("graph-note", q ? `Nothing on this replica matches ${JSON.stringify(q)}.` : "");
+  });
+  document.getElementById("f-fit").addEventListener("click", fit);
+  document.getElementById("f-reset").addEventListener("click", () => {
+    form.reset();
+    live.pinned.clear();
+    redraw();
+  });
+  connect();
+  // at once, beside the feed's first message: both wait for the same build on the node
+  fetchGraph().catch((err) => lost(err));
+}
+
+document.addEventListener("DOMContentLoaded", wire);
