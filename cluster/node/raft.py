@@ -170,7 +170,7 @@ from pysyncobj.syncobj import SyncObjExceptionWrongVer
 
 from waitgraph.node import safe_pickle
 from waitgraph.node.errors import ClusterError, Exhausted, NotLeader, OutcomeUnknown, ReadFailed, Stopped
-from waitgraph.node.raft_wire import RaftCipher, WaitgraphTransport
+from waitgraph.node.raft_wire import FrameCodec, WaitgraphTransport
 from waitgraph.statemachine import Outcome, StateMachine
 from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES
 from waitgraph.statemachine.errors import InvariantViolation, Rejection, Status
@@ -371,15 +371,15 @@ class _EncryptorHook:
     """Set-only descriptor for ``_SyncObj__encryptor``: sees the one assignment in ``SyncObj.__init__``.
 
     pysyncobj builds a ``Fernet`` from ``conf.password`` there; it is replaced by
-    :class:`~waitgraph.node.raft_wire.RaftCipher` under the same password (AES-256-GCM-SIV, the same
-    key derivation: see ``cluster/node/raft_wire.py`` for why and what it guarantees). The transport
-    hands ``self.encryptor`` to every connection, so no message is ever sent with Fernet. No
-    ``__get__``: reads find the instance's own attribute.
+    :class:`~waitgraph.node.raft_wire.FrameCodec` under the same password (an authenticated header,
+    an AES-256-GCM-SIV body: see ``cluster/node/raft_wire.py`` for why and what it guarantees). The
+    transport hands ``self.encryptor`` to every connection, so no message is ever sent with Fernet.
+    No ``__get__``: reads find the instance's own attribute.
     """
 
     def __set__(self, obj: WaitgraphSyncObj, encryptor: Any) -> None:
         if encryptor is not None:
-            encryptor = RaftCipher(obj._SyncObj__conf.password)
+            encryptor = FrameCodec(obj._SyncObj__conf.password)
         obj.__dict__["_SyncObj__encryptor"] = encryptor
 
 
@@ -1085,6 +1085,10 @@ class RaftStatus:
     outstanding: int
     peers_connected: dict[str, bool]
     counters: dict[str, int]
+    refused: dict[str, int]
+    """Connections closed on the Raft port, by reason (``raft_wire.REFUSAL_REASONS``)."""
+    durable: bool
+    """Whether every acknowledgment waits for the journal to be on disk (``RaftConfig.fsync``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1503,6 +1507,7 @@ class RaftNode:
             except RuntimeError:  # a dict changed size under us (tick thread); try again
                 continue
         leader = st.get("leader")
+        refusals = getattr(obj._SyncObj__transport, "refusals", None)  # a test's fake transport has none
         connected = {
             node.address: bool(obj.isNodeConnected(node)) for node in sorted(obj.otherNodes, key=lambda n: n.address)
         }
@@ -1519,6 +1524,8 @@ class RaftNode:
             outstanding=self._outstanding,
             peers_connected=connected,
             counters=dict(obj.counters),
+            refused={} if refusals is None else refusals.snapshot(),
+            durable=self.cfg.fsync,
         )
 
     def force_compaction(self) -> None:
