@@ -38,7 +38,8 @@ applying the journal to an empty state. The journal itself is pysyncobj's ``File
 written on every append, never fsynced while running (it survives a killed process, not a power
 cut), unless ``fsync`` is on (below).
 
-**Durability option** (``RaftConfig.fsync``, ``waitgraph serve --fsync``). pysyncobj never flushes
+**Durability** (``RaftConfig.fsync``, on by default; ``waitgraph serve --no-fsync`` turns it off for
+tests and benchmarks, and says so in ``waitgraph status``). pysyncobj never flushes
 its journal, and a follower answers ``append_entries`` (``__sendNextNodeIdx(success=True)``) and a
 leader counts its own copy towards a majority (the commit loop in ``_onTick`` starts at ``count =
 1``) as soon as the entry is in the mmap: an acknowledged write survives a killed process (the
@@ -223,8 +224,9 @@ class RaftConfig:
     """A leader has a quorum while a majority (itself included) answered within this window."""
     log_compaction_min_entries: int = 5000
     log_compaction_min_time_s: float = 300.0
-    fsync: bool = False
-    """Acknowledge appended entries only once the journal is flushed to disk (module docstring)."""
+    fsync: bool = True
+    """Acknowledge appended entries only once the journal is flushed to disk (module docstring). The
+    default; False (``--no-fsync``) is not durable across a power cut: tests and benchmarks only."""
     fork_dumps: bool = True
     """Write log-compaction dumps in a forked child (module docstring, "Log compaction")."""
 

@@ -7,6 +7,7 @@ log file; tests talk to it over its loopback control channel (see ``cluster/node
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import struct
@@ -25,7 +26,8 @@ from waitgraph.statemachine.commands import CreateTarget, Envelope
 from waitgraph.statemachine.outcome import Outcome
 
 REPO = Path(__file__).resolve().parents[2]
-PASSWORD = "test-cluster-secret"
+PASSWORD = base64.b64encode(os.urandom(32)).decode()
+"""The cluster secret of every test cluster in this process: 256 random bits (nodes refuse weak ones)."""
 
 
 def free_ports(n: int) -> list[int]:

@@ -1,5 +1,5 @@
-"""The durability option (``RaftConfig.fsync`` / ``waitgraph serve --fsync``): no acknowledgment of
-an appended entry leaves a node before its journal is flushed to disk.
+"""Durability (``RaftConfig.fsync``, the default; ``waitgraph serve --no-fsync`` turns it off): no
+acknowledgment of an appended entry leaves a node before its journal is flushed to disk.
 
 What can honestly be asserted without pulling the power: the *order* of flushes and
 acknowledgments (in process, a SyncObj ticked by hand whose journal flush is observed), and, on
@@ -207,7 +207,7 @@ def journal_dirty_kb(pid: int, journal: Path) -> int:
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("fsync", [True, False])
 def test_acknowledged_writes_are_on_disk_in_real_nodes(make_cluster: Any, fsync: bool) -> None:
-    cluster = make_cluster(extra_args=["--fsync"] if fsync else [])
+    cluster = make_cluster(extra_args=[] if fsync else ["--no-fsync"])  # durable is the default
     leader = cluster.leader()
     followers = cluster.followers(leader)
     for i in range(20):
