@@ -72,8 +72,9 @@ Durability: the nodes run with the default, durable journal (cluster/node/raft.p
 entry is acknowledged only once the journal is flushed, one flush per tick); ``--no-fsync`` runs
 them with ``waitgraph serve --no-fsync`` (pysyncobj's mmap journal, never flushed while running,
 not durable across a power cut). Run the benchmark with and without it to compare; the output
-also shows what one flush of a dirty journal page costs on the data directory's file system. The nodes run with ``--rate-limit-per-s 0``: the
-benchmark's agents call as fast as they can, which the per-token rate limit exists to stop.
+also shows what one flush of a dirty journal page costs on the data directory's file system. The
+nodes run with ``--rate-limit-per-s 0``: the benchmark's agents call as fast as they can, which the
+per-token rate limit exists to stop.
 """
 
 from __future__ import annotations

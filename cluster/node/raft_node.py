@@ -39,6 +39,7 @@ import msgpack
 from waitgraph.node import safe_pickle
 from waitgraph.node.config import secret_problem
 from waitgraph.node.errors import ClusterError
+from waitgraph.node.journal import JournalCorrupted
 from waitgraph.node.raft import RaftConfig, RaftNode
 from waitgraph.statemachine.codec import encode_outcome
 
@@ -185,7 +186,10 @@ async def run(args: argparse.Namespace) -> None:
         fsync=args.fsync,
     )
     node = RaftNode(cfg)
-    node.start()
+    try:
+        node.start()
+    except JournalCorrupted as exc:
+        raise SystemExit(f"waitgraph node {args.id}: not starting: {exc}") from None
     control = ControlServer(node)
     server = await asyncio.start_server(control.handle, "127.0.0.1", args.control)
     stop = asyncio.Event()
