@@ -1151,7 +1151,7 @@ def run_raw(samples: int, seconds: float) -> dict[str, Any]:
     spec.loader.exec_module(mod)
     ns = argparse.Namespace(samples=samples, concurrency=AGENTS, seconds=seconds)
     out: dict[str, Any] = {}
-    for variant in ("raw", "wrapper"):
+    for variant in ("raw", *mod.WRAPPERS):  # the anchor, durable (default), --no-fsync, under attack
         try:
             out[variant] = mod.run_variant(variant, ns)
         except Exception as exc:
@@ -1485,7 +1485,7 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
             f"not applied / errors: {others or 'none'}; CPU in cores (* = leader): {cpu} "
             f"(sum without steal {sum(v for k, v in r.cpu.items() if k != 'steal'):.2f} of {os.cpu_count()})"
         )
-    for variant, rv in (("raw", r_raw), ("wrapper", r_wrap)):
+    for variant, rv in raw.items():  # raw, wrapper (durable), wrapper-no-fsync, wrapper-attacked
         if rv:
             print(f"- raw bench `{variant}`: {json.dumps(rv)}")
     if rec:

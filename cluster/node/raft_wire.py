@@ -51,6 +51,11 @@ one, and 5). Every refusal is counted by reason (:class:`Refusals`, :data:`REFUS
 exported as ``waitgraph_raft_refused_total``) and logged at most once per :data:`LOG_EVERY_S` per
 reason, with the count of the lines left out. A stranger gets nothing but a closed connection.
 
+One pysyncobj race is closed on the way: an outgoing connection counts as connected as soon as it
+sent its handshake key, so a message could leave before the peer's key arrived, unwrapped, and the
+peer dropped the connection (seen once as a ``bad_message`` between two members under load). Such
+a message is not sent (``unsent_before_handshake``); Raft resends what is lost.
+
 **Versions.** This frame is version 2. Version 1 (the previous release: a native 4-byte length and
 an unauthenticated length before a ``0xa1`` AES-GCM-SIV token) cannot be read safely, which is the
 point of this change, so a v1 peer's frames are refused as ``bad_magic``: the upgrade is a restart
@@ -319,6 +324,7 @@ class WaitgraphConnection(TcpConnection):  # type: ignore[misc]
     _reader: FrameReader | None
     _payloads: collections.deque[bytes]
     _send_sequence: int
+    unsent_before_handshake: int
     accepted_at: float
     peer: str
 
@@ -339,6 +345,7 @@ class WaitgraphConnection(TcpConnection):  # type: ignore[misc]
         self._reset_frames()
 
     def _reset_frames(self) -> None:
+        self.unsent_before_handshake = 0
         self._reader = None
         self._payloads = collections.deque()
         self._send_sequence = 0
@@ -366,6 +373,13 @@ class WaitgraphConnection(TcpConnection):  # type: ignore[misc]
         self.disconnect()
 
     def send(self, message: Any) -> None:
+        if not self.sendRandKey and self._send_sequence > 0:
+            # pysyncobj marks an outgoing connection CONNECTED as soon as it sent its handshake key,
+            # so a message (a held acknowledgment, a vote request) could leave before the peer's
+            # key arrived: unwrapped, which the peer refuses (``bad_message``) and closes. Raft
+            # resends what is lost; the connection is kept.
+            self.unsent_before_handshake += 1
+            return
         if self.sendRandKey:
             message = (self.sendRandKey, message)
         codec = self.encryptor

@@ -218,6 +218,8 @@ def _under_attack(
         assert expected & set(refused[n.name]), (n.name, refused[n.name])
     assert cluster.leader() is leader
     cluster.converged_digest()
+    growth = {name: f"{(peak[name] - baseline[name]) / 2**20:.1f} MiB" for name in peak}
+    print(f"\n{attack.__name__}: {writes.ok} writes acknowledged, none failed; RSS growth {growth}; refused {refused}")
     return refused
 
 

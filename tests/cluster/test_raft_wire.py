@@ -241,6 +241,23 @@ class _CountingSocket:
         return getattr(self.sock, name)
 
 
+def test_nothing_but_the_key_leaves_before_the_handshake_completes():
+    """pysyncobj calls an outgoing connection CONNECTED once it sent its key: a message sent
+    before the peer's key arrived would go unwrapped, be refused and close the connection."""
+    poller, sender, receiver, received = _connection_pair()
+    key = os.urandom(32)
+    sender.send(key)  # the handshake key: frame 0, the only unwrapped message
+    _frames(poller, received, 1)
+    receiver.recvRandKey = their_key = os.urandom(32)  # the receiver answers with its own key ...
+    sender.send({"type": "next_node_idx", "next_node_idx": 7})  # ... which the sender has not yet
+    sender.sendRandKey = their_key
+    sender.send({"type": "next_node_idx", "next_node_idx": 8})
+    _frames(poller, received, 2)
+    assert received == [key, {"type": "next_node_idx", "next_node_idx": 8}]
+    assert receiver._refusals.snapshot() == {} and receiver.state == 2  # CONNECTED: never closed
+    assert sender.unsent_before_handshake == 1
+
+
 def test_one_event_reads_at_most_the_budget(monkeypatch):
     budget = 16 * 1024  # far below what the socket pair buffers, so only the budget stops a read
     monkeypatch.setattr(raft_wire, "READ_BUDGET_BYTES", budget)
