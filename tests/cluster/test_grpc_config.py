@@ -260,3 +260,13 @@ def test_the_bare_node_refuses_a_weak_secret(tmp_path: Path) -> None:
     finally:
         del os.environ["WAITGRAPH_TEST_WEAK"]
     assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_waitgraph_dev_writes_a_secret_its_nodes_accept(tmp_path: Path) -> None:
+    from waitgraph.dev.localcluster import LocalCluster
+
+    cluster = LocalCluster(root=tmp_path / "dev", nodes=3)
+    cluster.prepare()
+    secret = (tmp_path / "dev" / "secret").read_text().strip()
+    assert secret_problem(secret) is None and secret_bits(secret) >= 128
+    assert (tmp_path / "dev" / "secret").stat().st_mode & 0o077 == 0  # the owner's only
