@@ -158,9 +158,10 @@ def scan(data: bytes | memoryview, path: Path | str = "journal") -> tuple[list[t
             pos += 8 + length
             continue
         # Only the last append can be torn: a good record anywhere after this one means damage.
-        later = next(
-            (at for at in range(pos + 1, end - RECORD_HEAD_BYTES + 1) if _record_problem(view, at, end) is None), None
-        )
+        later = None
+        if bytes(view[pos:]).strip(b"\0"):  # (a tail of zeros: the file grew, the data never landed)
+            starts = range(pos + 1, end - RECORD_HEAD_BYTES + 1)
+            later = next((at for at in starts if _record_problem(view, at, end) is None), None)
         if later is None:
             logger.warning(
                 "%s: a torn last record at byte offset %d (%s): truncated; it was never acknowledged",

@@ -30,7 +30,9 @@ REQUIRED = {
 
 def exposed_names() -> set[str]:
     """Every sample name a leader node exposes, from its three sources (replica, Raft, gRPC)."""
-    raft = SimpleNamespace(role="leader", term=1, commit_index=1, applied_index=1, has_quorum=True)
+    raft = SimpleNamespace(
+        role="leader", term=1, commit_index=1, applied_index=1, has_quorum=True, refused={}, durable=True
+    )
     grpc_metrics = GrpcMetrics(SERVED_METHODS)
     grpc_metrics.handled.labels(SERVED_METHODS[0], "OK").inc()
     grpc_metrics.latency.labels(SERVED_METHODS[0], "OK").observe(0.01)
