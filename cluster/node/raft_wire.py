@@ -13,15 +13,15 @@ Raft itself.
 
 **The frame** (version :data:`FRAME_VERSION`)::
 
-    magic "WG" (2) | version (1) | direction (1) | body length (4, BE) | sequence (8, BE)
+    magic "WG" (2) | version (1) | flags (1) | body length (4, BE) | sequence (8, BE)
     | nonce (12) | header tag (16) | body: AES-256-GCM-SIV(nonce, payload, header) (length bytes)
 
 - The 28 header bytes are authenticated by the 16-byte tag, HMAC-SHA256 under a key of its own,
   *before a byte of the body is read*: a stranger's length is never believed, an oversize length
   (:data:`MAX_FRAME_BYTES`) is refused with only the 44 header bytes buffered, and the body buffer
   is allocated once, at its final size.
-- ``sequence`` counts the frames of one connection in one direction from 0, and ``direction`` is 0
-  from the side that connected, 1 from the side that accepted: a frame replayed, dropped, reordered
+- ``sequence`` counts the frames of one connection in one direction from 0, and bit 0 of ``flags``
+  (the direction) is 0 from the side that connected, 1 from the side that accepted: a frame replayed, dropped, reordered
   or reflected back on the same connection fails at its header. A frame replayed on a *new*
   connection passes both checks (sequence 0 again) and then fails pysyncobj's handshake: the
   second message must carry the random key this node just chose.
@@ -56,7 +56,11 @@ sent its handshake key, so a message could leave before the peer's key arrived, 
 peer dropped the connection (seen once as a ``bad_message`` between two members under load). Such
 a message is not sent (``unsent_before_handshake``); Raft resends what is lost.
 
-**Versions.** This frame is version 2. Version 1 (the previous release: a native 4-byte length and
+**Versions.** Bits 1-7 of ``flags`` are feature bits: this release sends none and ignores any
+it receives (they are authenticated like the rest of the header), so that a later release can
+announce, inside frames this one reads, that it also reads a newer version, and both sides of a
+connection move to it only once each has seen the other's bit (docs/deploy.md, section 7). This
+frame is version 2. Version 1 (the previous release: a native 4-byte length and
 an unauthenticated length before a ``0xa1`` AES-GCM-SIV token) cannot be read safely, which is the
 point of this change, so a v1 peer's frames are refused as ``bad_magic``: the upgrade is a restart
 of every member (docs/deploy.md). From here on a node reads the versions in
@@ -174,15 +178,17 @@ class FrameCodec:
     def _tag(self, fields: bytes) -> bytes:
         return hmac.digest(self._mac_key, fields, "sha256")[:TAG_BYTES]
 
-    def seal(self, payload: bytes, *, sequence: int, direction: int) -> bytes:
+    def seal(self, payload: bytes, *, sequence: int, direction: int, features: int = 0) -> bytes:
         nonce = os.urandom(12)
-        fields = _FIELDS.pack(MAGIC, FRAME_VERSION, direction, len(payload) + AEAD_TAG_BYTES, sequence, nonce)
+        flags = direction | (features << 1)
+        fields = _FIELDS.pack(MAGIC, FRAME_VERSION, flags, len(payload) + AEAD_TAG_BYTES, sequence, nonce)
         return fields + self._tag(fields) + self._aead.encrypt(nonce, payload, fields)
 
     def open_header(self, header: bytes, *, sequence: int, direction: int, max_body: int = MAX_FRAME_BYTES) -> int:
         """The body length announced by ``header`` (:data:`HEADER_BYTES`), once it authenticated."""
         fields, tag = header[: _FIELDS.size], header[_FIELDS.size : HEADER_BYTES]
-        magic, version, got_direction, length, got_sequence, _ = _FIELDS.unpack(fields)
+        magic, version, flags, length, got_sequence, _ = _FIELDS.unpack(fields)
+        got_direction = flags & 1  # bits 1-7: feature bits of a later release, ignored here
         if magic != MAGIC:
             raise FrameRefused("bad_magic", "not a waitgraph Raft frame (a stranger, or a peer older than v2)")
         if version not in ACCEPTED_FRAME_VERSIONS:

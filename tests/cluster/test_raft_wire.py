@@ -121,6 +121,15 @@ def test_replayed_reordered_and_reflected_frames_are_refused():
     assert refused(reader(direction=1), first) == "out_of_sequence"  # sent back the way it came
 
 
+def test_feature_bits_of_a_later_release_are_read_and_the_direction_still_checked():
+    announcing = [
+        CODEC.seal(b"one", sequence=0, direction=0, features=0x7F),
+        CODEC.seal(b"two", sequence=1, direction=0),
+    ]
+    assert reader().feed(b"".join(announcing)) == [b"one", b"two"]
+    assert refused(reader(direction=1), announcing[0]) == "out_of_sequence"  # bit 0 is still the direction
+
+
 def test_a_wrong_secret_old_frames_and_unknown_versions_are_refused():
     frame = frames(MESSAGE)[0]
     assert refused(FrameReader(FrameCodec("another-secret-" + "q" * 32), direction=0), frame) == "bad_header"
