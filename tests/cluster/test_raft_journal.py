@@ -23,11 +23,9 @@ from waitgraph.node.journal import (
     scan,
     seal_dump,
 )
-from waitgraph.statemachine.codec import decode_outcome
-from waitgraph.statemachine.errors import Status
 
 from . import fakes
-from .harness import Cluster, Node, envelope, wait_for
+from .harness import Cluster, envelope, missing_targets, wait_for
 
 COMMANDS = [(f"command {i} ".encode() * (i % 5 + 1), i + 1, 1 + i // 4) for i in range(12)]
 
@@ -184,23 +182,6 @@ def test_the_previous_releases_dump_is_read(tmp_path: Path) -> None:
 # -- real nodes ------------------------------------------------------------------------------------
 
 
-def _present(node: Node, acknowledged: list[int]) -> list[int]:
-    """Of ``acknowledged``, the targets the replicated state does not have: creating each again
-    (with a new request id) must be refused as ALREADY_EXISTS."""
-    missing = []
-    envs = [envelope(i, request_id=f"again-{i}") for i in acknowledged]
-    for start in range(0, len(envs), 200):
-        reply = node.call(30, op="submit_many", envs=envs[start : start + 200])
-        assert reply["ok"], reply
-        for i, got in zip(acknowledged[start : start + 200], reply["replies"], strict=True):
-            if not got["ok"]:
-                raise AssertionError(f"the cluster did not answer for t{i}: {got}")
-            outcome = decode_outcome(got["outcome"])
-            if outcome.status is not Status.ALREADY_EXISTS:
-                missing.append(i)
-    return missing
-
-
 @pytest.mark.timeout(120)
 def test_a_follower_with_a_torn_journal_tail_restarts_and_catches_up(make_cluster: Any) -> None:
     cluster: Cluster = make_cluster()
@@ -223,7 +204,7 @@ def test_a_follower_with_a_torn_journal_tail_restarts_and_catches_up(make_cluste
         wal.write_bytes(whole)
     follower.start()
     assert cluster.converged_digest(timeout_s=20) == digest
-    assert _present(leader, list(range(30))) == []
+    assert missing_targets(leader, list(range(30))) == []
 
 
 @pytest.mark.timeout(120)
@@ -293,5 +274,5 @@ def test_kill_9_of_every_node_mid_burst_loses_no_acknowledged_write(make_cluster
         node.wait_ready()
     new_leader = cluster.leader(timeout_s=30)
     digest = cluster.converged_digest(timeout_s=30)
-    assert digest and _present(new_leader, acked) == []
+    assert digest and missing_targets(new_leader, acked) == []
     cluster.converged_digest(timeout_s=30)  # and every replica agrees on it
