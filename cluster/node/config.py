@@ -137,7 +137,7 @@ class ServeConfig:
     """host:port of the live view and /metrics (cluster/ops/liveview.py); None: not served."""
     fsync: bool = True
     """Acknowledge Raft entries only once the journal is flushed to disk (cluster/node/raft.py,
-    "Durability option"): acknowledged writes then survive a power cut, not only a killed process.
+    "Durability"): acknowledged writes then survive a power cut, not only a killed process.
     On by default, as etcd, ZooKeeper and Consul do; ``--no-fsync`` (``fsync = false``) is for tests
     and benchmarks only, and ``waitgraph status`` and ``waitgraph_raft_durable`` show it."""
     rate_limit_per_s: float = 100.0

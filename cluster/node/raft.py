@@ -289,7 +289,7 @@ def build_conf(cfg: RaftConfig, **overrides: Any) -> SyncObjConf:
     return conf
 
 
-# -- the durability option (module docstring, "Durability option") --------------------------------
+# -- the journal and durability (module docstring, "Durability"; cluster/node/journal.py) -----------
 
 
 class _JournalHook:
@@ -644,7 +644,7 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             self._SyncObj__raftElectionDeadline = time.monotonic() + self._SyncObj__generateRaftTimeout()
             self.counters["election_deadline_resets"] += 1
 
-    # -- the durability option: three more overrides, inert unless ``fsync`` is on (the answers
+    # -- durability: three more overrides, inert with ``fsync`` off (``--no-fsync``) (the answers
     # of ``_SyncObj__sendNextNodeIdx`` also skip repeated acknowledgments, module docstring) -----
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
