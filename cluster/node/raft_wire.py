@@ -45,7 +45,8 @@ complete :data:`FRAME_TIMEOUT_S` after its first byte, and when an accepted conn
 finished pysyncobj's handshake (it is then in ``_unknownConnections``) :data:`HANDSHAKE_TIMEOUT_S`
 after it was accepted. At most :data:`UNAUTHENTICATED_LIMIT` accepted connections may be waiting
 for their handshake; one more closes the oldest (a peer completes its handshake in one round trip;
-the members' established connections are never touched). The server accepts up to
+the members' established connections are never touched; one that has sent its first frame is
+evicted only after every connection that has not). The server accepts up to
 :data:`ACCEPTS_PER_EVENT` connections per event with a backlog of :data:`LISTEN_BACKLOG` (pysyncobj:
 one, and 5). Every refusal is counted by reason (:class:`Refusals`, :data:`REFUSAL_REASONS`,
 exported as ``waitgraph_raft_refused_total``) and logged at most once per :data:`LOG_EVERY_S` per
@@ -440,6 +441,11 @@ class WaitgraphConnection(TcpConnection):  # type: ignore[misc]
             return None
         return message
 
+    @property
+    def frames_received(self) -> int:
+        """Frames of this connection that authenticated (since it was accepted or connected)."""
+        return 0 if self._reader is None else self._reader.sequence
+
     def stalled(self, now: float) -> bool:
         reader = self._reader
         return reader is not None and reader.started_at is not None and now - reader.started_at > FRAME_TIMEOUT_S
@@ -523,7 +529,9 @@ class WaitgraphTransport(TCPTransport):  # type: ignore[misc]
         super()._onNewIncomingConnection(conn)
         waiting = self._unknownConnections
         while len(waiting) > UNAUTHENTICATED_LIMIT:
-            oldest = min(waiting, key=lambda c: c.accepted_at)
+            # Those that never sent a frame that authenticates go first: a member's connection sends
+            # its key at once, so a flood of idle or junk connections cannot push it out.
+            oldest = min(waiting, key=lambda c: (c.frames_received > 0, c.accepted_at))
             waiting.discard(oldest)
             oldest.refuse(
                 "unauthenticated_limit", f"more than {UNAUTHENTICATED_LIMIT} connections await their handshake"

@@ -25,7 +25,7 @@ import pytest
 
 from waitgraph.node.raft_wire import FrameCodec, encode_payload
 
-from .harness import PASSWORD, Cluster, Node, envelope
+from .harness import PASSWORD, Cluster, Node, envelope, wait_for
 
 ATTACK_S = 8.0
 RSS_GROWTH_LIMIT = 64 * 1024 * 1024
@@ -248,3 +248,34 @@ def test_a_replayed_valid_frame_does_not_stall_the_cluster(make_cluster):
 @pytest.mark.timeout(90)
 def test_a_slow_loris_does_not_stall_the_cluster(make_cluster):
     _under_attack(make_cluster(), slow_loris, {"handshake_timeout", "unauthenticated_limit"})
+
+
+@pytest.mark.timeout(120)
+def test_a_member_reconnects_through_a_flood_of_idle_connections(make_cluster):
+    """A restarted follower must get its connections accepted while every node's waiting slots
+    are being filled with idle connections: its key arrives at once, so the idle ones go first."""
+    cluster = make_cluster()
+    leader = cluster.leader()
+    follower = cluster.followers(leader)[0]
+    stop = threading.Event()
+    writes = Writes()
+    threads = [threading.Thread(target=half_open, args=(n, stop), daemon=True) for n in cluster.nodes]
+    threads.append(threading.Thread(target=_writer, args=(leader, stop, writes), daemon=True))
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(2)  # the flood is on
+        follower.kill()
+        follower.start()
+        wait_for(
+            lambda: follower.status()["leader"] == leader.raft and all(follower.status()["peers_connected"].values()),
+            30,
+            "the restarted follower to reconnect to both members",
+        )
+        assert follower.status()["refused"].get("unauthenticated_limit", 0) > 0  # the flood reached it too
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(15)
+    assert writes.failed == [], writes.failed[:5]
+    cluster.converged_digest()

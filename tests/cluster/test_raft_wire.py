@@ -345,6 +345,37 @@ def test_waiting_connections_are_capped_and_time_out(tmp_path, monkeypatch):
         obj.destroy()
 
 
+def test_a_connection_that_sent_a_valid_frame_outlives_a_flood_of_idle_ones(tmp_path, monkeypatch):
+    """What a member's reconnection looks like under a flood: its key arrives at once, and the
+    idle connections opened after it are evicted before it is."""
+    cfg = _two_member_config(tmp_path)
+    monkeypatch.setattr(raft_wire, "UNAUTHENTICATED_LIMIT", 4)
+    obj = WaitgraphSyncObj(cfg.raft_address, list(cfg.peers), build_conf(cfg, autoTick=False), StateMachine())
+    socks = []
+    try:
+        transport = obj._SyncObj__transport
+        obj.doTick(0.05)
+        host, port = cfg.raft_address.rsplit(":", 1)
+        member = socket.create_connection((host, int(port)), timeout=2)
+        socks.append(member)
+        member.sendall(FrameCodec(SECRET).seal(encode_payload(os.urandom(32)), sequence=0, direction=0))
+        for _ in range(20):
+            obj.doTick(0.01)
+        for _ in range(12):
+            socks.append(socket.create_connection((host, int(port)), timeout=2))
+            for _ in range(3):
+                obj.doTick(0.01)
+        assert transport.refusals.snapshot() == {"unauthenticated_limit": 9}  # 13 waiting, 4 kept
+        survivors = [c for c in transport._unknownConnections if c.frames_received]
+        assert len(survivors) == 1  # the one that sent its key, though it is the oldest
+        member.settimeout(2)
+        assert member.recv(1) != b""  # and it got the node's answer (its own key), not a close
+    finally:
+        for sock in socks:
+            sock.close()
+        obj.destroy()
+
+
 def test_a_frame_stalled_mid_way_closes_its_connection():
     poller, sender, receiver, _ = _connection_pair()
     frame = CODEC.seal(b"slow", sequence=0, direction=0)
