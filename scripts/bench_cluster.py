@@ -1435,7 +1435,7 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
     durability = (
         "**on** (the default): every acknowledged entry was flushed to disk first; figures 1-6 include it"
         if st.fsync
-        else "**off** (`waitgraph serve --no-fsync`, not durable): the mmap journal is not flushed while running"
+        else "**off** (`waitgraph serve --no-fsync`, not durable): the journal is not flushed while running"
     )
     print(
         f"| 7 | durability option (journal flush/fsync) | {durability}{probe_text} | never flushed | never flushed "
