@@ -68,12 +68,13 @@ before the cluster starts with the same sample count, 64 submitters and the same
 measure in-process at the leader, without any client round trip, with the same ``build_conf``
 settings as the nodes (their ``max_outstanding`` is 100,000 instead of the node's 10,000).
 
-Durability: pysyncobj 0.3.17's journal is an mmap that is never flushed while running; with
-``--fsync`` the nodes run ``waitgraph serve --fsync`` (cluster/node/raft.py "Durability option": an
-entry is acknowledged only once the journal is flushed, one flush per tick). Run the benchmark
-with and without it to compare; the output also shows what one flush of a dirty journal page
-costs on the data directory's file system. The nodes run with ``--rate-limit-per-s 0``: the
-benchmark's agents call as fast as they can, which the per-token rate limit exists to stop.
+Durability: the nodes run with the default, durable journal (cluster/node/raft.py "Durability": an
+entry is acknowledged only once the journal is flushed, one flush per tick); ``--no-fsync`` runs
+them with ``waitgraph serve --no-fsync`` (pysyncobj's mmap journal, never flushed while running,
+not durable across a power cut). Run the benchmark with and without it to compare; the output
+also shows what one flush of a dirty journal page costs on the data directory's file system. The
+nodes run with ``--rate-limit-per-s 0``: the benchmark's agents call as fast as they can, which the
+per-token rate limit exists to stop.
 """
 
 from __future__ import annotations
@@ -86,7 +87,6 @@ import contextlib
 import hashlib
 import importlib.util
 import json
-import mmap
 import os
 import platform
 import random
@@ -1150,7 +1150,7 @@ def run_raw(samples: int, seconds: float) -> dict[str, Any]:
     spec.loader.exec_module(mod)
     ns = argparse.Namespace(samples=samples, concurrency=AGENTS, seconds=seconds)
     out: dict[str, Any] = {}
-    for variant in ("raw", "wrapper"):
+    for variant in ("raw", *mod.WRAPPERS):  # the anchor, durable (default), --no-fsync, under attack
         try:
             out[variant] = mod.run_variant(variant, ns)
         except Exception as exc:
@@ -1159,22 +1159,19 @@ def run_raw(samples: int, seconds: float) -> dict[str, Any]:
 
 
 def fsync_probe(directory: Path, n: int = 200) -> dict[str, float]:
-    """What one flush of a dirty journal page costs here: mmap.flush (msync), like Journal.flush()."""
+    """What one journal flush costs here: append a 200-byte record, then ``fdatasync``, as
+    ``ChecksummedJournal.sync`` does (cluster/node/journal.py)."""
     path = directory / "fsync-probe"
-    with open(path, "wb") as f:
-        f.write(b"\0" * (1 << 20))
     times = []
-    with open(path, "r+b") as f:
-        mm = mmap.mmap(f.fileno(), 0)
-        try:
-            for i in range(n):
-                off = (i * 4096) % (1 << 20)
-                mm[off : off + 200] = os.urandom(200)
-                t = time.perf_counter()
-                mm.flush()
-                times.append(time.perf_counter() - t)
-        finally:
-            mm.close()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        for i in range(n):
+            os.pwrite(fd, os.urandom(200), i * 200)
+            t = time.perf_counter()
+            os.fdatasync(fd)
+            times.append(time.perf_counter() - t)
+    finally:
+        os.close(fd)
     path.unlink()
     return {"p50": statistics.median(times), "p99": pct(times, 0.99)}
 
@@ -1192,14 +1189,14 @@ class Settings:
     register_only: bool
     profile: str | None
     keep: bool
-    fsync: bool = False
+    fsync: bool = True
     sdk_procs: int = 4
     unary: bool = True
 
 
 async def run(st: Settings, root: Path, results: dict[str, Any], errors: dict[str, str]) -> None:
     names = [f"t{i:02d}" for i in range(AGENTS)] + ["lat", "ra", "rb", "fo"]
-    node_args = ["--initial-mode", "auto", "--rate-limit-per-s", "0", *(["--fsync"] if st.fsync else [])]
+    node_args = ["--initial-mode", "auto", "--rate-limit-per-s", "0", *([] if st.fsync else ["--no-fsync"])]
     cluster = Cluster(root, names, node_args)
     results["serve_command"] = cluster.example_command
     agents = [cluster.agents[f"t{i:02d}"] for i in range(AGENTS)]
@@ -1430,14 +1427,15 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
         print(f"| 6 | soak | error: {errors.get('soak', '?')} | — | — | no follower behind for good | n/a |")
     probe = results.get("fsync")
     probe_text = (
-        f"; one msync of a dirty journal page here ({probe['fs']}): p50 {ms(probe['p50'])}, p99 {ms(probe['p99'])}"
+        f"; one fdatasync of an appended journal record here ({probe['fs']}): "
+        f"p50 {ms(probe['p50'])}, p99 {ms(probe['p99'])}"
         if probe
         else ""
     )
     durability = (
-        "**on** (`waitgraph serve --fsync`): every acknowledged entry was flushed to disk first; figures 1-6 include it"
+        "**on** (the default): every acknowledged entry was flushed to disk first; figures 1-6 include it"
         if st.fsync
-        else "off (the default; `--fsync` measures it): pysyncobj's mmap journal is not flushed while running"
+        else "**off** (`waitgraph serve --no-fsync`, not durable): the journal is not flushed while running"
     )
     print(
         f"| 7 | durability option (journal flush/fsync) | {durability}{probe_text} | never flushed | never flushed "
@@ -1484,7 +1482,7 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
             f"not applied / errors: {others or 'none'}; CPU in cores (* = leader): {cpu} "
             f"(sum without steal {sum(v for k, v in r.cpu.items() if k != 'steal'):.2f} of {os.cpu_count()})"
         )
-    for variant, rv in (("raw", r_raw), ("wrapper", r_wrap)):
+    for variant, rv in raw.items():  # raw, wrapper (durable), wrapper-no-fsync, wrapper-attacked
         if rv:
             print(f"- raw bench `{variant}`: {json.dumps(rv)}")
     if rec:
@@ -1576,7 +1574,12 @@ def main() -> int:
         help="skip the one-RPC-per-write rows of figures 2/3 (unary stubs from one asyncio process)",
     )
     p.add_argument("--sdk-worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--fsync", action="store_true", help="run the nodes with --fsync (the durability option)")
+    p.add_argument(
+        "--no-fsync",
+        dest="fsync",
+        action="store_false",
+        help="run the nodes with --no-fsync (NOT durable: acknowledged before the journal is on disk)",
+    )
     p.add_argument(
         "--node-switch-interval-ms",
         type=float,

@@ -11,9 +11,15 @@ measures, in its own process (no client round trip):
 
 ``raw``: a SyncObj with one ``@replicated`` counter increment, called with a callback.
 ``wrapper``: :class:`waitgraph.node.raft.RaftNode` (restricted unpickler, truncation guard, group commit,
-asyncio bridge, and its own Raft wire, ``cluster/node/raft_wire.py``: AES-256-GCM-SIV instead of Fernet,
-cheaper framing) applying a ``Tick`` envelope with a request id to the real state machine.
-Both use ``waitgraph.node.raft.build_conf`` (password, journal and dump files, ``appendEntriesUseBatch=False``).
+asyncio bridge, its own Raft wire, ``cluster/node/raft_wire.py``: an authenticated header, an
+AES-256-GCM-SIV body, the budgeted receive path; and its checksummed journal, flushed before every
+acknowledgment: the default) applying a ``Tick`` envelope with a request id to the real state machine.
+``wrapper-no-fsync``: the same with ``fsync=False`` (``--no-fsync``: not durable).
+``wrapper-attacked``: ``wrapper`` while this script attacks every node's Raft port for the whole
+measurement (a 2 GiB length prefix streaming zeros, 100 idle connections, random bytes; the
+attacks of ``tests/cluster/test_raft_stall.py``), from the driver process.
+All use ``waitgraph.node.raft.build_conf`` (password, dump file, ``appendEntriesUseBatch=False``);
+raw pysyncobj keeps its own ``FileJournal`` (an mmap, never flushed) at ``raft.journal``.
 ``--default-batching`` adds raw pysyncobj with its default ``appendEntriesUseBatch=True``
 (fewer samples: every write waits for the next append-entries period).
 """
@@ -35,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-PASSWORD = "bench-secret"
+PASSWORD = "YmVuY2gtc2VjcmV0LW9mLXRoZS1yYXctcmFmdC1iZW5jaG1hcms"
+"""Fixed (the three worker processes share it); 256 bits by the node's estimate."""
 
 
 def free_ports(n: int) -> list[int]:
@@ -69,6 +76,7 @@ def _config(args: argparse.Namespace) -> Any:
         data_dir=Path(args.data),
         password=PASSWORD,
         max_outstanding=100_000,
+        fsync=args.worker != "wrapper-no-fsync",
     )
 
 
@@ -94,7 +102,10 @@ def worker_raw(args: argparse.Namespace) -> None:
             return self.value
 
     cfg = _config(args)
-    overrides = {"appendEntriesUseBatch": True} if args.worker == "raw-batched" else {}
+    # pysyncobj's own journal file (build_conf gives it none: the wrapper brings its own).
+    overrides: dict[str, Any] = {"journalFile": str(cfg.legacy_journal_file)}
+    if args.worker == "raw-batched":
+        overrides["appendEntriesUseBatch"] = True
     obj = Counter(cfg.raft_address, list(cfg.peers), build_conf(cfg, **overrides))
     if not _wait_leader(obj._isLeader):
         time.sleep(3600)
@@ -199,11 +210,65 @@ def _report(args: argparse.Namespace, latencies: list[float], count: int, elapse
 
 # -- driver -----------------------------------------------------------------------------------------
 
+WRAPPERS = ("wrapper", "wrapper-no-fsync", "wrapper-attacked")
+
+
+def _connect(address: str) -> socket.socket | None:
+    host, port = address.rsplit(":", 1)
+    try:
+        return socket.create_connection((host, int(port)), timeout=1)
+    except OSError:
+        return None
+
+
+def _huge_length(address: str, stop: threading.Event) -> None:
+    zeros = bytes(64 * 1024)
+    while not stop.is_set():
+        sock = _connect(address)
+        if sock is None:
+            time.sleep(0.01)
+            continue
+        with sock:
+            try:
+                sock.sendall((0x7FFFFFFF).to_bytes(4, "little"))
+                while not stop.is_set():
+                    sock.sendall(zeros)
+                    time.sleep(len(zeros) / (8 * 1024 * 1024))
+            except OSError:
+                pass
+
+
+def _half_open(address: str, stop: threading.Event) -> None:
+    held: list[socket.socket] = []
+    while not stop.is_set():
+        while len(held) < 100 and (sock := _connect(address)) is not None:
+            held.append(sock)
+        stop.wait(0.5)
+        for sock in held:
+            sock.close()
+        held = []
+
+
+def _random_bytes(address: str, stop: threading.Event) -> None:
+    while not stop.is_set():
+        sock = _connect(address)
+        if sock is None:
+            time.sleep(0.01)
+            continue
+        with sock:
+            try:
+                while not stop.is_set():
+                    sock.sendall(os.urandom(16 * 1024))
+                    time.sleep(0.002)
+            except OSError:
+                pass
+
 
 def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     ports = free_ports(3)
     addrs = ",".join(f"127.0.0.1:{p}" for p in ports)
     procs: list[subprocess.Popen[bytes]] = []
+    stop_attack: threading.Event | None = None
     with tempfile.TemporaryDirectory(prefix=f"bench-{variant}-") as tmp:
         out = Path(tmp) / "result.json"
         samples = args.samples if variant != "raw-batched" else max(20, args.samples // 10)
@@ -215,6 +280,15 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
                 env = dict(os.environ, PYTHONPATH=str(REPO))
                 log = open(f"{tmp}/n{i}.log", "wb")  # noqa: SIM115 - closed with the process
                 procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=log))
+            if variant == "wrapper-attacked":
+                stop_attack = threading.Event()
+                attackers = [
+                    threading.Thread(target=attack, args=(a, stop_attack), daemon=True)
+                    for a in addrs.split(",")
+                    for attack in (_huge_length, _half_open, _random_bytes)
+                ]
+                for t in attackers:
+                    t.start()
             deadline = time.monotonic() + 60 + args.seconds + samples * 0.2
             while not out.exists():
                 if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in procs):
@@ -223,6 +297,8 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(0.1)
             return json.loads(out.read_text())  # type: ignore[no-any-return]
         finally:
+            if stop_attack is not None:
+                stop_attack.set()
             for p in procs:
                 if p.poll() is None:
                     p.kill()
@@ -243,18 +319,24 @@ def main() -> None:
     args = p.parse_args()
     if args.worker in ("raw", "raw-batched"):
         return worker_raw(args)
-    if args.worker == "wrapper":
+    if args.worker in WRAPPERS:
         return worker_wrapper(args)
-    variants = ["raw", "wrapper"] + (["raw-batched"] if args.default_batching else [])
+    variants = ["raw", *WRAPPERS] + (["raw-batched"] if args.default_batching else [])
     rows = [(v, run_variant(v, args)) for v in variants]
     print(
-        f"3 nodes on loopback, {os.cpu_count()} cores; latency: one write at a time; "
-        f"throughput: {args.concurrency} concurrent submitters for {args.seconds:g}s"
+        f"3 nodes on loopback, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; latency: one write "
+        f"at a time; throughput: {args.concurrency} concurrent submitters for {args.seconds:g}s; x raw: the ratio "
+        "to raw pysyncobj in this run (p99 and writes/s)"
     )
-    print(f"{'variant':<12} {'p50 ms':>8} {'p99 ms':>8} {'writes/s':>10} {'log entries':>12} {'writes':>8}")
+    print(
+        f"{'variant':<17} {'p50 ms':>8} {'p99 ms':>8} {'writes/s':>10} {'p99 x raw':>10} {'w/s x raw':>10} "
+        f"{'log entries':>12} {'writes':>8}"
+    )
+    anchor = rows[0][1]
     for name, r in rows:
         print(
-            f"{name:<12} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['writes_per_s']:>10.0f} "
+            f"{name:<17} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['writes_per_s']:>10.0f} "
+            f"{r['p99_ms'] / anchor['p99_ms']:>10.2f} {r['writes_per_s'] / anchor['writes_per_s']:>10.2f} "
             f"{r['log_entries']:>12} {r['writes']:>8}"
         )
 

@@ -16,6 +16,8 @@ Rules kept here:
 from __future__ import annotations
 
 import ipaddress
+import itertools
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -37,6 +39,54 @@ SECRET_ENV = "WAITGRAPH_SECRET"
 INSECURE_SECRET = "waitgraph-insecure-loopback-only"
 """The Raft password of an --insecure loopback cluster: anyone on the host can talk to its Raft
 port (and, through pysyncobj's pickle, run code as the node). Development only."""
+
+
+SECRET_MIN_BITS = 128
+GENERATE_SECRET = "head -c 32 /dev/urandom | base64"
+_ALPHABETS = (
+    (16, frozenset("0123456789abcdef")),
+    (16, frozenset("0123456789ABCDEF")),
+    (32, frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")),
+    (64, frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")),
+    (64, frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")),
+)
+
+
+def secret_bits(secret: str) -> float:
+    """An upper estimate of the entropy of ``secret``, in bits, as if every character were drawn at
+    random from the smallest usual alphabet holding them all (hex, base32, base64 or base64url,
+    else the 95 printable ASCII characters; trailing ``=`` padding does not count).
+
+    One string cannot show how it was chosen, so this can only refuse what is certainly weak: too
+    short for its alphabet, or visibly not random. The estimate is 0 when the string repeats itself
+    (fewer distinct characters than half of what a random string of its length and alphabet
+    nearly always has) or runs in sequences (most neighbours equal or one apart: ``abcd``,
+    ``1111``). A long phrase of chosen words can still pass: generate the secret
+    (:data:`GENERATE_SECRET`)."""
+    text = secret.rstrip("=")
+    if not text:
+        return 0.0
+    chars = set(text)
+    size = next((n for n, alphabet in _ALPHABETS if chars <= alphabet), 95)
+    if len(chars) < min(size, len(text)) / 2:
+        return 0.0
+    steps = sum(1 for a, b in itertools.pairwise(text) if abs(ord(a) - ord(b)) <= 1)
+    if len(text) > 1 and steps > (len(text) - 1) / 2:
+        return 0.0
+    return len(text) * math.log2(size)
+
+
+def secret_problem(secret: str) -> str | None:
+    """Why ``secret`` cannot be the cluster secret, or None. Every Raft frame is authenticated and
+    encrypted with keys derived from it (cluster/node/raft_wire.py): a guessable secret lets anyone
+    on the cluster network join, read and write the log."""
+    bits = secret_bits(secret)
+    if bits >= SECRET_MIN_BITS:
+        return None
+    return (
+        f"the cluster secret has at most {bits:.0f} bits of entropy; at least {SECRET_MIN_BITS} are required "
+        f"(for example 16 random bytes as hex or base64). Generate one with: {GENERATE_SECRET}"
+    )
 
 
 class ConfigError(ValueError):
@@ -94,10 +144,11 @@ class ServeConfig:
     """host:port of the Prometheus /metrics HTTP server (cluster/node/metrics.py); None: not served."""
     http_address: str | None = None
     """host:port of the live view and /metrics (cluster/ops/liveview.py); None: not served."""
-    fsync: bool = False
+    fsync: bool = True
     """Acknowledge Raft entries only once the journal is flushed to disk (cluster/node/raft.py,
-    "Durability option"): acknowledged writes then survive a power cut, not only a killed process.
-    Off by default: docs/deploy.md gives its cost and when to turn it on."""
+    "Durability"): acknowledged writes then survive a power cut, not only a killed process.
+    On by default, as etcd, ZooKeeper and Consul do; ``--no-fsync`` (``fsync = false``) is for tests
+    and benchmarks only, and ``waitgraph status`` and ``waitgraph_raft_durable`` show it."""
     rate_limit_per_s: float = 100.0
     """Requests per second each token (principal) may make, every RPC counted; 0 turns the limit
     off (cluster/node/ratelimit.py). An agent makes a few calls a second; a runaway one is held here."""
@@ -165,7 +216,8 @@ KEYS: dict[str, str] = {
     "metrics_addr": "host:port to serve Prometheus /metrics on (default: not served)",
     "http_addr": "host:port to serve the live view (operator token) and /metrics on; HTTPS with tls_cert "
     "(default: not served)",
-    "fsync": "acknowledge Raft entries only once the journal is flushed to disk (survives power loss; slower)",
+    "fsync": "flush the Raft journal to disk before acknowledging (the default). --no-fsync is NOT DURABLE: a "
+    "power cut on a majority can lose acknowledged writes; for tests and benchmarks only",
     "rate_limit_per_s": "requests per second each token may make (token bucket; 0: no limit)",
     "rate_limit_burst": "requests a token may make at once above rate_limit_per_s",
     "retention_ms": "how long settled work stays in the live state before it retires to the history store "
@@ -365,6 +417,8 @@ def resolve(
                 problems.append(f"secret_file: {secret_file} is empty")
     elif env.get(SECRET_ENV):
         secret = env[SECRET_ENV]
+    if secret and (weak := secret_problem(secret)) is not None:
+        problems.append(f"secret: {weak}")
     if not secret:
         if not insecure:
             problems.append(

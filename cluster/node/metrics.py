@@ -51,6 +51,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from waitgraph.node.logs import request_context
+from waitgraph.node.raft_wire import REFUSAL_REASONS
 from waitgraph.statemachine import StateMachine
 from waitgraph.statemachine.cancel import HISTOGRAM_BOUNDS_MS
 from waitgraph.statemachine.cancel import metrics as cancel_metrics
@@ -526,6 +527,20 @@ class WaitgraphCollector(Collector):
             "waitgraph_raft_has_quorum",
             "1 when this node knows a leader with a quorum (the gRPC health SERVING condition).",
             int(bool(st.has_quorum)),
+        )
+        refused = CounterMetricFamily(
+            "waitgraph_raft_refused",
+            "Connections this node closed on its Raft port, by reason (cluster/node/raft_wire.py): a stranger, "
+            "a replay, a stall, or a peer of another version.",
+            labels=["reason"],
+        )
+        for reason in REFUSAL_REASONS:
+            refused.add_metric([reason], st.refused.get(reason, 0))
+        yield refused
+        yield _gauge(
+            "waitgraph_raft_durable",
+            "1 when every Raft acknowledgment waits for the journal to be on disk (the default); 0 with --no-fsync.",
+            int(bool(st.durable)),
         )
 
 

@@ -26,7 +26,9 @@ snapshot before every apply to roll back would cost a full state copy per comman
 replaces pysyncobj's full dump (which pickles ``self.__dict__`` and the cluster's ``Node``
 objects, ``__tryLogCompaction``/``serializer.Serializer.serialize``). Ours writes
 ``{"format": "waitgraph-raft-dump", "v": 1, "state": StateMachine.snapshot(), "last": entry,
-"prev": entry, "cluster": [addresses]}``, fsynced; pysyncobj renames it into place
+"prev": entry, "cluster": [addresses]}``, framed with a version and a CRC-32
+(``cluster/node/journal.py``, dump format 2; format 1, the bare document, is still read), fsynced;
+pysyncobj renames it into place
 (``atomicReplace``) and streams the same file to a follower that is too far behind
 (``getTransmissionData``/``setTransmissionData``, then ``__loadDumpFile(clearJournal=True)``).
 Restore replaces the whole state. A custom serializer also turns off pysyncobj's own ``fork``
@@ -34,22 +36,24 @@ for dumps; ours forks by itself (``RaftConfig.fork_dumps``, see "Log compaction"
 else takes the dump on the tick thread between two applies (a consistent cut), and the tick
 thread (heartbeats included) pauses for as long as ``snapshot()`` takes. A
 dump that cannot be read is fatal (the node exits loudly): pysyncobj would log it and go on
-applying the journal to an empty state. The journal itself is pysyncobj's ``FileJournal``: an mmap
-written on every append, never fsynced while running (it survives a killed process, not a power
-cut), unless ``fsync`` is on (below).
+applying the journal to an empty state. The journal is not pysyncobj's ``FileJournal`` (an mmap
+whose records have no checksum) but :class:`~waitgraph.node.journal.ChecksummedJournal` at
+``raft.wal``: every record under a CRC-32, a torn tail truncated at start-up and damage before it
+refused (``cluster/node/journal.py``).
 
-**Durability option** (``RaftConfig.fsync``, ``waitgraph serve --fsync``). pysyncobj never flushes
+**Durability** (``RaftConfig.fsync``, on by default; ``waitgraph serve --no-fsync`` turns it off for
+tests and benchmarks, and says so in ``waitgraph status``). pysyncobj never flushes
 its journal, and a follower answers ``append_entries`` (``__sendNextNodeIdx(success=True)``) and a
 leader counts its own copy towards a majority (the commit loop in ``_onTick`` starts at ``count =
-1``) as soon as the entry is in the mmap: an acknowledged write survives a killed process (the
-page cache keeps it) but not a power cut. With ``fsync`` on, three small overrides make every
+1``) as soon as the entry is written: an acknowledged write survives a killed process (the page
+cache keeps it) but not a power cut. With ``fsync`` on, three small overrides make every
 acknowledgment wait for the disk, one flush per tick covering everything appended in it:
 
-- the journal is switched to :class:`DurableFileJournal` right after ``SyncObj.__init__`` creates
-  it (a set-only descriptor on ``_SyncObj__raftLog`` sees that one assignment): it marks itself
-  dirty on every change, :meth:`~DurableFileJournal.sync` is one ``msync(MS_SYNC)`` of the mmap
-  (data and the file size, like ``fdatasync``), and its ``.meta`` file (current term and vote,
-  which Raft requires to be durable before a vote is sent) is fsynced whenever it is written;
+- the journal (set in place of pysyncobj's by a set-only descriptor on ``_SyncObj__raftLog``,
+  which sees the one assignment in ``SyncObj.__init__``) marks itself dirty on every change;
+  :meth:`~waitgraph.node.journal.ChecksummedJournal.sync` is one ``fdatasync``, and its ``.meta``
+  file (current term and vote, which Raft requires to be durable before a vote is sent) is
+  fsynced whenever it is written;
 - a follower's ``next_node_idx`` replies (``_SyncObj__sendNextNodeIdx``) are held, in order, and
   sent only after the next flush;
 - each tick (``_onTick``) first flushes the journal (and fsyncs the dump file and the data
@@ -59,12 +63,11 @@ acknowledgment wait for the disk, one flush per tick covering everything appende
   copy. The one append between the flush and the commit loop, the no-op of a node that wins an
   election inside the tick (a single-node cluster), is flushed by ``_SyncObj__onBecomeLeader``.
 
-What this does not cover: pysyncobj's journal records carry no checksum and the kernel may write
-dirty mmap pages back in any order, so a power cut in the middle of an append that was not
-acknowledged yet, or of the journal rewrite that follows a log compaction, can leave a torn
-record that pysyncobj reads back as it is. Acknowledged entries were on disk before the cut.
+A power cut in the middle of an append that was not acknowledged yet leaves a torn last record,
+which the journal truncates at start-up; the rewrite that follows a log compaction goes to a new
+file renamed into place. Acknowledged entries were on disk before the cut.
 
-**Configuration** (:func:`build_conf`): ``journalFile`` *and* ``fullDumpFile`` in the data
+**Configuration** (:func:`build_conf`): the journal (ours) *and* ``fullDumpFile`` in the data
 directory (a journal without a dump loses the state after compaction), ``password`` (without it
 anyone reaching the Raft port can make every node unpickle arbitrary data: run code; every message
 is encrypted and authenticated with a key derived from it, by AES-256-GCM-SIV instead of
@@ -163,14 +166,20 @@ from typing import Any, Generic, TypeVar
 
 import msgpack
 from pysyncobj import SyncObj, SyncObjConf, replicated
-from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj.config import FAIL_REASON, SERIALIZER_STATE
-from pysyncobj.journal import FileJournal, MetaStorer
+from pysyncobj.journal import MemoryJournal
 from pysyncobj.syncobj import SyncObjExceptionWrongVer
 
 from waitgraph.node import safe_pickle
 from waitgraph.node.errors import ClusterError, Exhausted, NotLeader, OutcomeUnknown, ReadFailed, Stopped
-from waitgraph.node.raft_wire import RaftCipher, WaitgraphTransport
+from waitgraph.node.journal import (
+    ChecksummedJournal,
+    fsync_directory,
+    migrate_legacy_journal,
+    open_dump,
+    seal_dump,
+)
+from waitgraph.node.raft_wire import FrameCodec, WaitgraphTransport
 from waitgraph.statemachine import Outcome, StateMachine
 from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES
 from waitgraph.statemachine.errors import InvariantViolation, Rejection, Status
@@ -223,8 +232,9 @@ class RaftConfig:
     """A leader has a quorum while a majority (itself included) answered within this window."""
     log_compaction_min_entries: int = 5000
     log_compaction_min_time_s: float = 300.0
-    fsync: bool = False
-    """Acknowledge appended entries only once the journal is flushed to disk (module docstring)."""
+    fsync: bool = True
+    """Acknowledge appended entries only once the journal is flushed to disk (module docstring). The
+    default; False (``--no-fsync``) is not durable across a power cut: tests and benchmarks only."""
     fork_dumps: bool = True
     """Write log-compaction dumps in a forked child (module docstring, "Log compaction")."""
 
@@ -238,6 +248,11 @@ class RaftConfig:
 
     @property
     def journal_file(self) -> Path:
+        return self.data_dir / "raft.wal"
+
+    @property
+    def legacy_journal_file(self) -> Path:
+        """The previous release's pysyncobj journal, migrated once (``cluster/node/journal.py``)."""
         return self.data_dir / "raft.journal"
 
     @property
@@ -250,7 +265,7 @@ def build_conf(cfg: RaftConfig, **overrides: Any) -> SyncObjConf:
     cfg.data_dir.mkdir(parents=True, exist_ok=True)
     kwargs: dict[str, Any] = dict(
         password=cfg.password,
-        journalFile=str(cfg.journal_file),
+        journalFile=None,  # ours, at cfg.journal_file: _JournalHook
         fullDumpFile=str(cfg.dump_file),
         bindAddress=cfg.raft_address,
         appendEntriesUseBatch=False,
@@ -268,102 +283,36 @@ def build_conf(cfg: RaftConfig, **overrides: Any) -> SyncObjConf:
         logCompactionMinTime=cfg.log_compaction_min_time_s,
     )
     kwargs.update(overrides)
-    return SyncObjConf(**kwargs)
+    conf = SyncObjConf(**kwargs)
+    conf.waitgraph_journal_file = str(cfg.journal_file)
+    conf.waitgraph_legacy_journal_file = str(cfg.legacy_journal_file)
+    return conf
 
 
-# -- the durability option (module docstring, "Durability option") --------------------------------
-
-
-def fsync_directory(path: Path) -> None:
-    """Make a rename or a new file in ``path`` durable (its directory entry is metadata of ``path``)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class DurableMetaStorer(MetaStorer):  # type: ignore[misc]
-    """pysyncobj's ``.meta`` writer (term, vote, commit index), fsynced, rename included.
-
-    Every write, not only those that change the term or the vote: a later write that is renamed
-    over the file without fsync could, after a power cut, leave an empty file where the durable
-    vote was (pysyncobj then starts from term 0 and no vote). The commit index alone changes it at
-    most once a second (``onOneSecondTimer``).
-    """
-
-    def __init__(self, path: str) -> None:
-        super().__init__(path)
-        self.stores = 0
-
-    def storeMeta(self, meta: dict[str, Any]) -> None:
-        path = self.getPath()
-        with open(path + ".tmp", "wb") as f:
-            f.write(pysyncobj_pickle.dumps(meta))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
-        fsync_directory(Path(path).parent)
-        self.stores += 1
-
-
-class DurableFileJournal(FileJournal):  # type: ignore[misc]
-    """pysyncobj's ``FileJournal`` that knows whether it has changes not yet on disk.
-
-    Not constructed: :meth:`adopt` switches the class of the journal ``SyncObj.__init__`` opened.
-    """
-
-    dirty: bool
-    flushes: int
-    flushed_index: int
-    """The last log index on disk after the latest :meth:`sync` (0: none yet)."""
-
-    @classmethod
-    def adopt(cls, journal: FileJournal) -> DurableFileJournal:
-        journal.__class__ = cls
-        assert isinstance(journal, DurableFileJournal)
-        journal.dirty = True
-        journal.flushes = 0
-        journal.flushed_index = 0
-        meta = journal._FileJournal__metaStorer
-        journal._FileJournal__metaStorer = DurableMetaStorer(meta.getPath())
-        journal.sync()
-        # The journal file may be new: its directory entry must be on disk too.
-        fsync_directory(Path(meta.getPath()).parent)
-        return journal
-
-    def add(self, command: bytes, idx: int, term: int) -> None:
-        super().add(command, idx, term)
-        self.dirty = True
-
-    def clear(self) -> None:
-        super().clear()
-        self.dirty = True
-
-    def deleteEntriesFrom(self, entryFrom: int) -> None:
-        super().deleteEntriesFrom(entryFrom)
-        self.dirty = True
-
-    def sync(self) -> bool:
-        """Flush the mmap (``msync(MS_SYNC)``: the pages and the file size); True when it had changes."""
-        if not self.dirty:
-            return False
-        self.flush()
-        self.dirty = False
-        self.flushes += 1
-        self.flushed_index = self[-1][1] if len(self) else 0
-        return True
+# -- the journal and durability (module docstring, "Durability"; cluster/node/journal.py) -----------
 
 
 class _JournalHook:
     """Set-only descriptor for ``_SyncObj__raftLog``: sees the one assignment in ``SyncObj.__init__``.
 
-    It has no ``__get__``, so reads find the instance's own attribute at full speed.
+    :func:`build_conf` gives pysyncobj no journal file, so it builds a ``MemoryJournal``; here it
+    is replaced by the :class:`~waitgraph.node.journal.ChecksummedJournal` at the configured path
+    (after migrating the previous release's journal once), before pysyncobj reads the term, the
+    vote and the log from it. It has no ``__get__``, so reads find the instance's own attribute at
+    full speed.
     """
 
     def __set__(self, obj: WaitgraphSyncObj, journal: Any) -> None:
-        if obj._fsync and isinstance(journal, FileJournal) and not isinstance(journal, DurableFileJournal):
-            journal = DurableFileJournal.adopt(journal)
+        conf = obj._SyncObj__conf
+        path = getattr(conf, "waitgraph_journal_file", None)
+        if path is not None and isinstance(journal, MemoryJournal):
+            legacy = getattr(conf, "waitgraph_legacy_journal_file", None)
+            if legacy is not None:
+                migrate_legacy_journal(Path(legacy), Path(path), durable=obj._fsync)
+            journal = ChecksummedJournal(Path(path), durable=obj._fsync)
+            # A new journal file's directory entry must be on disk too.
+            if obj._fsync:
+                fsync_directory(Path(path).parent)
         obj.__dict__["_SyncObj__raftLog"] = journal
 
 
@@ -371,15 +320,15 @@ class _EncryptorHook:
     """Set-only descriptor for ``_SyncObj__encryptor``: sees the one assignment in ``SyncObj.__init__``.
 
     pysyncobj builds a ``Fernet`` from ``conf.password`` there; it is replaced by
-    :class:`~waitgraph.node.raft_wire.RaftCipher` under the same password (AES-256-GCM-SIV, the same
-    key derivation: see ``cluster/node/raft_wire.py`` for why and what it guarantees). The transport
-    hands ``self.encryptor`` to every connection, so no message is ever sent with Fernet. No
-    ``__get__``: reads find the instance's own attribute.
+    :class:`~waitgraph.node.raft_wire.FrameCodec` under the same password (an authenticated header,
+    an AES-256-GCM-SIV body: see ``cluster/node/raft_wire.py`` for why and what it guarantees). The
+    transport hands ``self.encryptor`` to every connection, so no message is ever sent with Fernet.
+    No ``__get__``: reads find the instance's own attribute.
     """
 
     def __set__(self, obj: WaitgraphSyncObj, encryptor: Any) -> None:
         if encryptor is not None:
-            encryptor = RaftCipher(obj._SyncObj__conf.password)
+            encryptor = FrameCodec(obj._SyncObj__conf.password)
         obj.__dict__["_SyncObj__encryptor"] = encryptor
 
 
@@ -443,7 +392,7 @@ def compaction_due(
 
 def _write_dump_file(path: str, head: dict[str, Any], state: Any) -> None:
     with open(path, "wb") as f:
-        f.write(msgpack.packb({**head, "state": state}, use_bin_type=True))
+        f.write(seal_dump(msgpack.packb({**head, "state": state}, use_bin_type=True)))
         f.flush()
         os.fsync(f.fileno())
 
@@ -695,7 +644,7 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             self._SyncObj__raftElectionDeadline = time.monotonic() + self._SyncObj__generateRaftTimeout()
             self.counters["election_deadline_resets"] += 1
 
-    # -- the durability option: three more overrides, inert unless ``fsync`` is on (the answers
+    # -- durability: three more overrides, inert with ``fsync`` off (``--no-fsync``) (the answers
     # of ``_SyncObj__sendNextNodeIdx`` also skip repeated acknowledgments, module docstring) -----
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
@@ -757,7 +706,7 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
         """
         journal = self._SyncObj__raftLog
         try:
-            if isinstance(journal, DurableFileJournal) and journal.sync():
+            if isinstance(journal, ChecksummedJournal) and journal.sync():
                 self.counters["journal_flushes"] += 1
             if self._dump_unsynced:
                 dump = self._SyncObj__conf.fullDumpFile
@@ -915,7 +864,7 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
     def _read_dump(self, file_name: str) -> tuple[Any, ...]:
         try:
             with open(file_name, "rb") as f:
-                doc = msgpack.unpackb(f.read(), raw=False)
+                doc = msgpack.unpackb(open_dump(f.read(), file_name), raw=False)
             if type(doc) is not dict or doc.get("format") != DUMP_FORMAT or doc.get("v") != DUMP_VERSION:
                 raise ValueError(f"{file_name} is not a {DUMP_FORMAT} v{DUMP_VERSION}")
             last = (bytes(doc["last"][0]), int(doc["last"][1]), int(doc["last"][2]))
@@ -1085,6 +1034,10 @@ class RaftStatus:
     outstanding: int
     peers_connected: dict[str, bool]
     counters: dict[str, int]
+    refused: dict[str, int]
+    """Connections closed on the Raft port, by reason (``raft_wire.REFUSAL_REASONS``)."""
+    durable: bool
+    """Whether every acknowledgment waits for the journal to be on disk (``RaftConfig.fsync``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1503,6 +1456,7 @@ class RaftNode:
             except RuntimeError:  # a dict changed size under us (tick thread); try again
                 continue
         leader = st.get("leader")
+        refusals = getattr(obj._SyncObj__transport, "refusals", None)  # a test's fake transport has none
         connected = {
             node.address: bool(obj.isNodeConnected(node)) for node in sorted(obj.otherNodes, key=lambda n: n.address)
         }
@@ -1519,6 +1473,8 @@ class RaftNode:
             outstanding=self._outstanding,
             peers_connected=connected,
             counters=dict(obj.counters),
+            refused={} if refusals is None else refusals.snapshot(),
+            durable=self.cfg.fsync,
         )
 
     def force_compaction(self) -> None:

@@ -37,7 +37,9 @@ from typing import Any
 import msgpack
 
 from waitgraph.node import safe_pickle
+from waitgraph.node.config import secret_problem
 from waitgraph.node.errors import ClusterError
+from waitgraph.node.journal import JournalCorrupted
 from waitgraph.node.raft import RaftConfig, RaftNode
 from waitgraph.statemachine.codec import encode_outcome
 
@@ -153,7 +155,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--submit-timeout", type=float, default=5.0)
     p.add_argument("--group-max-items", type=int, default=256, help="envelopes per log entry at most")
     p.add_argument("--log-compaction-min-entries", type=int, default=5000)
-    p.add_argument("--fsync", action="store_true", help="acknowledge entries only once the journal is on disk")
+    p.add_argument(
+        "--no-fsync",
+        dest="fsync",
+        action="store_false",
+        help="NOT DURABLE: acknowledge entries before the journal is on disk (a power cut on a majority can lose "
+        "acknowledged writes); for tests and benchmarks only. Default: flush before acknowledging",
+    )
     p.add_argument("--log-pickle-classes", action="store_true", help="record every global pysyncobj unpickles")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
@@ -163,6 +171,8 @@ async def run(args: argparse.Namespace) -> None:
     password = os.environ.get(args.password_env, "")
     if not password:
         raise SystemExit(f"set the cluster secret in ${args.password_env}")
+    if (weak := secret_problem(password)) is not None:
+        raise SystemExit(f"${args.password_env}: {weak}")
     safe_pickle.record_seen = args.log_pickle_classes
     cfg = RaftConfig(
         raft_address=args.raft,
@@ -176,7 +186,10 @@ async def run(args: argparse.Namespace) -> None:
         fsync=args.fsync,
     )
     node = RaftNode(cfg)
-    node.start()
+    try:
+        node.start()
+    except JournalCorrupted as exc:
+        raise SystemExit(f"waitgraph node {args.id}: not starting: {exc}") from None
     control = ControlServer(node)
     server = await asyncio.start_server(control.handle, "127.0.0.1", args.control)
     stop = asyncio.Event()

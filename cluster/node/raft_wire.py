@@ -1,59 +1,86 @@
-"""What crosses the Raft port: the cipher and the frame pysyncobj's TCP transport sends.
+"""What crosses the Raft port: the frame, its keys, and a receive path a stranger cannot stall.
 
-Both replace a piece of pysyncobj 0.3.17's ``tcp_connection.py``, which frames every message as
-``zlib.compress(pickle.dumps(message, 2), 3)`` and, with a cluster password, hands that to the
-connection's ``encryptor``: ``encrypt_at_time(data, int(monotonic()))`` to send;
-``extract_timestamp(token)`` (the receiver keeps it non-decreasing per connection) then
-``decrypt(token)`` and ``pickle.loads(zlib.decompress(data))`` to receive, where any exception
-drops the connection (and resets the kept timestamp). A write costs the leader four sends and four
-receives, on the Raft thread that every write waits for; these two keep what each step guarantees
-and drop most of its cost.
+pysyncobj 0.3.17's ``tcp_connection.py`` frames every message as ``struct.pack('i', len) +
+encryptor.encrypt_at_time(zlib.compress(pickle.dumps(message, 2), 3))`` and receives by reading the
+socket until EAGAIN into ``bytes +=`` (quadratic), waiting for the whole announced length, and only
+then decrypting. So a client that knows no secret could send a length of 0x7FFFFFFF and stream
+zeros: every node's tick thread (heartbeats, votes, applies) stayed in that read loop for 20 s and
+the buffer grew without bound. pysyncobj's idle timeout is checked only when a socket has an event,
+so a connection that sends nothing, or one byte a second, was never closed either. Everything that
+decides what to read and what to believe is replaced here; pysyncobj keeps the connection objects,
+the poller, the handshake (``transport.py``: a random per-connection key inside every message) and
+Raft itself.
 
-**The cipher** (:class:`RaftCipher`, installed by ``WaitgraphSyncObj._SyncObj__encryptor``).
-pysyncobj's encryptor (``encryptor.py``) is a ``Fernet`` keyed with PBKDF2-HMAC-SHA256(password,
-pysyncobj's salt, 100,000 iterations, 32 bytes): AES-128-CBC with a random IV, HMAC-SHA256 over
-version, timestamp, IV and ciphertext, base64. It builds several Python objects per call and
-checks the HMAC twice per received message (``extract_timestamp`` and ``decrypt``): about 9 us to
-send and 18 us to receive a 500-byte message here. :class:`RaftCipher` answers the same three calls
-with one AEAD call each (about 3 us and 2.5 us):
+**The frame** (version :data:`FRAME_VERSION`)::
 
-- key: the same PBKDF2 derivation of the password (pysyncobj's salt and iteration count), then
-  HKDF-SHA256 with a label of its own, so that the AEAD key is never Fernet's key;
-- cipher: AES-256-GCM-SIV with a random 96-bit nonce per message. Every member shares the key, so
-  nonces are random; GCM-SIV stays safe if one ever repeats (it reveals only that two messages
-  were identical; plain AES-GCM would lose its authenticity);
-- token: ``version (1 byte) | timestamp (8, big-endian) | nonce (12) | ciphertext + tag (16)``;
-  version and timestamp are authenticated as associated data, like Fernet's;
-- ``extract_timestamp`` checks the format and reads the timestamp; ``decrypt``, which pysyncobj
-  calls right after it on the same bytes, authenticates all of it, timestamp included (pysyncobj
-  keeps the timestamp only while the connection lives, and a failed ``decrypt`` drops it).
+    magic "WG" (2) | version (1) | flags (1) | body length (4, BE) | sequence (8, BE)
+    | nonce (12) | header tag (16) | body: AES-256-GCM-SIV(nonce, payload, header) (length bytes)
 
-What it guarantees is what Fernet did: a peer without the secret cannot produce a frame that
-decrypts (it is dropped at its first frame, before anything is unpickled); a frame changed on the
-way fails authentication and its connection is dropped; contents stay confidential. pysyncobj's
-replay defence (a random per-connection key inside every message, ``transport.py``) is untouched.
-It does not interoperate with Fernet: every member of a cluster must run a version with this
-cipher (an older node cannot connect to a newer one; restart them together).
+- The 28 header bytes are authenticated by the 16-byte tag, HMAC-SHA256 under a key of its own,
+  *before a byte of the body is read*: a stranger's length is never believed, an oversize length
+  (:data:`MAX_FRAME_BYTES`) is refused with only the 44 header bytes buffered, and the body buffer
+  is allocated once, at its final size.
+- ``sequence`` counts the frames of one connection in one direction from 0, and bit 0 of ``flags``
+  (the direction) is 0 from the side that connected, 1 from the side that accepted: a frame replayed, dropped, reordered
+  or reflected back on the same connection fails at its header. A frame replayed on a *new*
+  connection passes both checks (sequence 0 again) and then fails pysyncobj's handshake: the
+  second message must carry the random key this node just chose.
+- The body is the payload (``zlib(pickle(message))``, below) under AES-256-GCM-SIV with the header
+  as associated data (GCM-SIV because every member shares the key and nonces are random: a
+  repeated nonce reveals only that two messages were equal).
+- Keys: pysyncobj's PBKDF2-HMAC-SHA256 of the secret (its salt, 100,000 iterations), then HKDF-SHA256
+  with :data:`HKDF_INFO` to 64 bytes: the header MAC key and the body key, never Fernet's.
+- The payload is pickle protocol 5 (protocol 2 writes every ``bytes`` as ``_codecs.encode(<latin-1
+  str>)``: a decode for the sender, a ``find_class`` for the restricted unpickler) and zlib level 0
+  (stored) below :data:`SMALL_FRAME` bytes, level 1 above (deflate's set-up alone costs 5-9 us; a
+  write's messages are a few hundred bytes). It is inflated with a cap (:data:`MAX_MESSAGE_BYTES`)
+  and unpickled by the restricted unpickler (``cluster/node/safe_pickle.py``).
 
-**The frame** (:class:`WaitgraphConnection`, on every connection of :class:`WaitgraphTransport`,
-the transport ``WaitgraphSyncObj`` runs with). Sending only: pickle protocol 5 instead of 2
-(protocol 2 writes every ``bytes`` as ``_codecs.encode(<latin-1 str>, 'latin1')``, which costs the
-sender a decode and the receiver's restricted unpickler a ``find_class`` per object: 2.4 + 5.7 us
-for an ``append_entries`` of one write, against 0.6 + 1.7), and zlib level 0 (stored) for a
-message under :data:`SMALL_FRAME` bytes instead of level 3 (deflate's set-up alone costs 5-9 us
-per call, and a write's messages are a few hundred bytes); larger ones (dump transfers) are still
-compressed, at level 1. The receiver is pysyncobj's ``pickle.loads(zlib.decompress(data))``,
-unchanged: it reads any protocol and any level, and the restricted unpickler
-(``cluster/node/safe_pickle.py``) still refuses every global but protocol-2 bytes.
+**The receive path** (:class:`WaitgraphConnection`, :class:`WaitgraphServer`,
+:class:`WaitgraphTransport`): each poll event reads at most :data:`READ_BUDGET_BYTES` from one
+connection (the rest waits for the next tick: one connection cannot hold the tick thread); a
+connection is closed when a header does not authenticate, announces more than the maximum, is out
+of sequence, when a body does not authenticate or a payload does not decode, when a frame is not
+complete :data:`FRAME_TIMEOUT_S` after its first byte, and when an accepted connection has not
+finished pysyncobj's handshake (it is then in ``_unknownConnections``) :data:`HANDSHAKE_TIMEOUT_S`
+after it was accepted. At most :data:`UNAUTHENTICATED_LIMIT` accepted connections may be waiting
+for their handshake; one more closes the oldest (a peer completes its handshake in one round trip;
+the members' established connections are never touched; one that has sent its first frame is
+evicted only after every connection that has not). The server accepts up to
+:data:`ACCEPTS_PER_EVENT` connections per event with a backlog of :data:`LISTEN_BACKLOG` (pysyncobj:
+one, and 5). Every refusal is counted by reason (:class:`Refusals`, :data:`REFUSAL_REASONS`,
+exported as ``waitgraph_raft_refused_total``) and logged at most once per :data:`LOG_EVERY_S` per
+reason, with the count of the lines left out. A stranger gets nothing but a closed connection.
+
+One pysyncobj race is closed on the way: an outgoing connection counts as connected as soon as it
+sent its handshake key, so a message could leave before the peer's key arrived, unwrapped, and the
+peer dropped the connection (seen once as a ``bad_message`` between two members under load). Such
+a message is not sent (``unsent_before_handshake``); Raft resends what is lost.
+
+**Versions.** Bits 1-7 of ``flags`` are feature bits: this release sends none and ignores any
+it receives (they are authenticated like the rest of the header), so that a later release can
+announce, inside frames this one reads, that it also reads a newer version, and both sides of a
+connection move to it only once each has seen the other's bit (docs/deploy.md, section 7). This
+frame is version 2. Version 1 (the previous release: a native 4-byte length and
+an unauthenticated length before a ``0xa1`` AES-GCM-SIV token) cannot be read safely, which is the
+point of this change, so a v1 peer's frames are refused as ``bad_magic``: the upgrade is a restart
+of every member (docs/deploy.md). From here on a node reads the versions in
+:data:`ACCEPTED_FRAME_VERSIONS` and refuses any other one as ``bad_version`` (logged with the number).
 """
 
 from __future__ import annotations
 
+import collections
 import functools
+import hmac
+import logging
 import os
 import pickle
+import socket
 import struct
+import threading
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -61,104 +88,469 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCMSIV
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
+from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj.encryptor import SALT as PYSYNCOBJ_SALT
 from pysyncobj.monotonic import monotonic as monotonic_time
-from pysyncobj.tcp_connection import TcpConnection
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
+from pysyncobj.tcp_server import TcpServer
 from pysyncobj.transport import TCPTransport
 
-VERSION = b"\xa1"
+logger = logging.getLogger("waitgraph.node.raft_wire")
+
+MAGIC = b"WG"
+FRAME_VERSION = 2
+ACCEPTED_FRAME_VERSIONS = frozenset({FRAME_VERSION})
+"""Frame versions this node reads. The next release adds its own and keeps this one."""
 PBKDF2_ITERATIONS = 100_000
 """pysyncobj's (``encryptor.getEncryptor``)."""
-HKDF_INFO = b"waitgraph raft transport: aes-256-gcm-siv v1"
-_HEAD = 1 + 8
-_NONCE = 12
-_TAG = 16
-MIN_TOKEN = _HEAD + _NONCE + _TAG
-
-
-class InvalidToken(Exception):
-    """Not a frame of this cipher under this key (pysyncobj drops the connection)."""
-
-
-@functools.lru_cache(maxsize=8)
-def derive_key(password: str | bytes) -> bytes:
-    """PBKDF2 exactly as pysyncobj derives Fernet's key, then HKDF to this cipher's own 32 bytes.
-
-    Cached: PBKDF2 costs ~25 ms, and pysyncobj still runs its own when a SyncObj is built."""
-    secret = password if isinstance(password, bytes) else password.encode()
-    stretched = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=PYSYNCOBJ_SALT, iterations=PBKDF2_ITERATIONS)
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=HKDF_INFO).derive(stretched.derive(secret))
-
-
-class RaftCipher:
-    """pysyncobj's ``encryptor`` interface (the three calls ``TcpConnection`` makes), AES-256-GCM-SIV."""
-
-    __slots__ = ("_aead",)
-
-    def __init__(self, password: str | bytes) -> None:
-        self._aead = AESGCMSIV(derive_key(password))
-
-    def encrypt_at_time(self, data: bytes, current_time: int) -> bytes:
-        head = VERSION + current_time.to_bytes(8, "big")
-        nonce = os.urandom(_NONCE)
-        return head + nonce + self._aead.encrypt(nonce, data, head)
-
-    @staticmethod
-    def extract_timestamp(token: bytes) -> int:
-        if len(token) < MIN_TOKEN or token[:1] != VERSION:
-            raise InvalidToken("not a waitgraph Raft frame")
-        return int.from_bytes(token[1:_HEAD], "big")
-
-    def decrypt(self, token: bytes) -> bytes:
-        if len(token) < MIN_TOKEN or token[:1] != VERSION:
-            raise InvalidToken("not a waitgraph Raft frame")
-        try:
-            return self._aead.decrypt(token[_HEAD : _HEAD + _NONCE], token[_HEAD + _NONCE :], token[:_HEAD])
-        except InvalidTag:
-            raise InvalidToken("the frame does not authenticate under the cluster secret") from None
-
-
+HKDF_INFO = b"waitgraph raft transport v2: hmac-sha256 header, aes-256-gcm-siv body"
+_FIELDS = struct.Struct(">2sBBIQ12s")
+TAG_BYTES = 16
+HEADER_BYTES = _FIELDS.size + TAG_BYTES
+AEAD_TAG_BYTES = 16
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+"""Largest body accepted (a dump chunk or an entry batch is at most ~4 MiB, cluster/node/raft.py)."""
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest payload once inflated."""
 SMALL_FRAME = 4096
 """Pickled messages shorter than this are sent uncompressed (zlib level 0); longer ones at level 1."""
 PICKLE_PROTOCOL = 5
 
+READ_BUDGET_BYTES = 256 * 1024
+"""Bytes read from one connection per poll event (one tick)."""
+FRAME_TIMEOUT_S = 10.0
+"""A frame must be complete this long after its first byte arrived."""
+HANDSHAKE_TIMEOUT_S = 3.0
+"""An accepted connection must have finished pysyncobj's handshake this long after it was accepted."""
+UNAUTHENTICATED_LIMIT = 32
+"""Accepted connections that may wait for their handshake at once; one more closes the oldest."""
+ACCEPTS_PER_EVENT = 64
+LISTEN_BACKLOG = 128
+SWEEP_EVERY_S = 0.1
+LOG_EVERY_S = 10.0
+
+REFUSAL_REASONS = (
+    "bad_magic",
+    "bad_version",
+    "bad_header",
+    "out_of_sequence",
+    "oversize",
+    "bad_body",
+    "bad_message",
+    "stalled",
+    "handshake_timeout",
+    "unauthenticated_limit",
+)
+"""Why a connection was closed on the Raft port (the ``reason`` label of the refusal counter)."""
+
+
+class FrameRefused(Exception):
+    """A frame (or a connection) this node will not read further; ``reason`` is in :data:`REFUSAL_REASONS`."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        assert reason in REFUSAL_REASONS, reason
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@functools.lru_cache(maxsize=8)
+def derive_keys(password: str | bytes) -> tuple[bytes, bytes]:
+    """(header MAC key, body key): PBKDF2 exactly as pysyncobj derives Fernet's key, then HKDF.
+
+    Cached: PBKDF2 costs ~25 ms, and pysyncobj still runs its own when a SyncObj is built."""
+    secret = password if isinstance(password, bytes) else password.encode()
+    stretched = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=PYSYNCOBJ_SALT, iterations=PBKDF2_ITERATIONS)
+    keys = HKDF(algorithm=hashes.SHA256(), length=64, salt=None, info=HKDF_INFO).derive(stretched.derive(secret))
+    return keys[:32], keys[32:]
+
+
+class FrameCodec:
+    """Seals and opens frames under the cluster secret (module docstring). Stateless: the sequence
+    numbers are the connection's. Installed as pysyncobj's ``encryptor`` (its presence turns on
+    pysyncobj's per-connection key handshake)."""
+
+    __slots__ = ("_aead", "_mac_key")
+
+    def __init__(self, password: str | bytes) -> None:
+        self._mac_key, body_key = derive_keys(password)
+        self._aead = AESGCMSIV(body_key)
+
+    def _tag(self, fields: bytes) -> bytes:
+        return hmac.digest(self._mac_key, fields, "sha256")[:TAG_BYTES]
+
+    def seal(self, payload: bytes, *, sequence: int, direction: int, features: int = 0) -> bytes:
+        nonce = os.urandom(12)
+        flags = direction | (features << 1)
+        fields = _FIELDS.pack(MAGIC, FRAME_VERSION, flags, len(payload) + AEAD_TAG_BYTES, sequence, nonce)
+        return fields + self._tag(fields) + self._aead.encrypt(nonce, payload, fields)
+
+    def open_header(self, header: bytes, *, sequence: int, direction: int, max_body: int = MAX_FRAME_BYTES) -> int:
+        """The body length announced by ``header`` (:data:`HEADER_BYTES`), once it authenticated."""
+        fields, tag = header[: _FIELDS.size], header[_FIELDS.size : HEADER_BYTES]
+        magic, version, flags, length, got_sequence, _ = _FIELDS.unpack(fields)
+        got_direction = flags & 1  # bits 1-7: feature bits of a later release, ignored here
+        if magic != MAGIC:
+            raise FrameRefused("bad_magic", "not a waitgraph Raft frame (a stranger, or a peer older than v2)")
+        if version not in ACCEPTED_FRAME_VERSIONS:
+            raise FrameRefused(
+                "bad_version",
+                f"frame version {version}; this node reads {sorted(ACCEPTED_FRAME_VERSIONS)} (docs/deploy.md)",
+            )
+        if not hmac.compare_digest(tag, self._tag(fields)):
+            raise FrameRefused("bad_header", "the header does not authenticate under the cluster secret")
+        if got_direction != direction or got_sequence != sequence:
+            raise FrameRefused(
+                "out_of_sequence",
+                f"frame {got_sequence} direction {got_direction}, expected {sequence} direction {direction}",
+            )
+        if length > max_body:
+            raise FrameRefused("oversize", f"a body of {length} bytes; the limit is {max_body}")
+        if length < AEAD_TAG_BYTES:
+            raise FrameRefused("bad_header", f"a body of {length} bytes cannot hold its tag")
+        return int(length)
+
+    def open_body(self, header: bytes, body: bytes | bytearray) -> bytes:
+        fields = header[: _FIELDS.size]
+        try:
+            return self._aead.decrypt(fields[16:28], bytes(body), fields)
+        except InvalidTag:
+            raise FrameRefused("bad_body", "the body does not authenticate under the cluster secret") from None
+
+
+class FrameReader:
+    """The frames of one direction of one connection, fed in any pieces: no socket, no clock.
+
+    :meth:`feed` returns the payloads completed by ``data`` or raises :class:`FrameRefused`; after
+    a refusal the reader is spent (the connection is closed). ``started_at`` is when the frame now
+    in progress got its first byte (None between frames)."""
+
+    __slots__ = ("_body", "_codec", "_direction", "_filled", "_head", "_max_body", "sequence", "started_at")
+
+    def __init__(self, codec: FrameCodec, *, direction: int, max_body: int = MAX_FRAME_BYTES) -> None:
+        self._codec = codec
+        self._direction = direction
+        self._max_body = max_body
+        self._head = bytearray()
+        self._body: bytearray | None = None
+        self._filled = 0
+        self.sequence = 0
+        self.started_at: float | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for the frame in progress (its header, then its body so far)."""
+        return len(self._head) + self._filled
+
+    def feed(self, data: bytes, now: float = 0.0) -> list[bytes]:
+        done: list[bytes] = []
+        view = memoryview(data)
+        pos = 0
+        while pos < len(view):
+            if self.started_at is None:
+                self.started_at = now
+            if self._body is None:
+                take = min(HEADER_BYTES - len(self._head), len(view) - pos)
+                self._head += view[pos : pos + take]
+                pos += take
+                if len(self._head) < HEADER_BYTES:
+                    break
+                length = self._codec.open_header(
+                    bytes(self._head), sequence=self.sequence, direction=self._direction, max_body=self._max_body
+                )
+                self._body = bytearray(length)
+                self._filled = 0
+            take = min(len(self._body) - self._filled, len(view) - pos)
+            self._body[self._filled : self._filled + take] = view[pos : pos + take]
+            self._filled += take
+            pos += take
+            if self._filled == len(self._body):
+                done.append(self._codec.open_body(bytes(self._head), self._body))
+                self._head, self._body, self._filled = bytearray(), None, 0
+                self.sequence += 1
+                self.started_at = None
+        return done
+
+
+def encode_payload(message: Any) -> bytes:
+    data = pickle.dumps(message, PICKLE_PROTOCOL)
+    return zlib.compress(data, 0 if len(data) < SMALL_FRAME else 1)
+
+
+def decode_payload(payload: bytes) -> Any:
+    """``pickle.loads(zlib.decompress(payload))`` with the restricted unpickler and an inflation cap."""
+    inflater = zlib.decompressobj()
+    data = inflater.decompress(payload, MAX_MESSAGE_BYTES)
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise ValueError(f"the payload inflates past {MAX_MESSAGE_BYTES} bytes or is cut short")
+    return pysyncobj_pickle.loads(data)  # the restricted unpickler (safe_pickle.install)
+
+
+class Refusals:
+    """Counts of refused frames and connections by reason, and a rate-limited log line for each."""
+
+    def __init__(self, clock: Callable[[], float] = monotonic_time) -> None:
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()  # the tick thread records, status readers copy
+        self._clock = clock
+        self._logged_at: dict[str, float] = {}
+        self._unlogged: collections.Counter[str] = collections.Counter()
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
+
+    def record(self, reason: str, detail: str, peer: str) -> None:
+        with self._lock:
+            self.counts[reason] += 1
+        now = self._clock()
+        last = self._logged_at.get(reason)
+        if last is not None and now - last < LOG_EVERY_S:
+            self._unlogged[reason] += 1
+            return
+        self._logged_at[reason] = now
+        left_out = self._unlogged.pop(reason, 0)
+        more = f" ({left_out} more since the last such line)" if left_out else ""
+        logger.warning("closed a Raft connection from %s: %s: %s%s", peer, reason, detail, more)
+
+
+_DIRECTION_CONNECTOR, _DIRECTION_ACCEPTOR = 0, 1
+
 
 class WaitgraphConnection(TcpConnection):  # type: ignore[misc]
-    """pysyncobj's ``TcpConnection`` with the cheaper frame (module docstring); receiving is unchanged.
+    """pysyncobj's ``TcpConnection`` with the frame and the receive path of the module docstring.
 
-    Not constructed: :meth:`adopt` switches the class of a connection pysyncobj made."""
+    pysyncobj calls its private ``__tryReadBuffer`` and ``__processParseMessage`` from
+    ``__processConnection`` as ``self._TcpConnection__…``; both are replaced here. ``send``,
+    ``connect`` and ``disconnect`` keep pysyncobj's behaviour and reset this connection's frame
+    state. Outgoing connections (made by ``TCPTransport.addNode``) are adopted with :meth:`adopt`;
+    incoming ones are built as this class by :class:`WaitgraphServer`."""
+
+    _outgoing: bool
+    _refusals: Refusals
+    _reader: FrameReader | None
+    _payloads: collections.deque[bytes]
+    _send_sequence: int
+    unsent_before_handshake: int
+    accepted_at: float
+    peer: str
 
     @classmethod
-    def adopt(cls, conn: TcpConnection) -> WaitgraphConnection:
+    def adopt(
+        cls, conn: TcpConnection, *, outgoing: bool = True, refusals: Refusals | None = None
+    ) -> WaitgraphConnection:
         conn.__class__ = cls
         assert isinstance(conn, WaitgraphConnection)
+        conn._init_wire(outgoing=outgoing, refusals=refusals, peer="")
         return conn
 
+    def _init_wire(self, *, outgoing: bool, refusals: Refusals | None, peer: str) -> None:
+        self._outgoing = outgoing
+        self._refusals = refusals if refusals is not None else Refusals()
+        self.peer = peer
+        self.accepted_at = monotonic_time()
+        self._reset_frames()
+
+    def _reset_frames(self) -> None:
+        self.unsent_before_handshake = 0
+        self._reader = None
+        self._payloads = collections.deque()
+        self._send_sequence = 0
+
+    def _reader_now(self) -> FrameReader:
+        if self._reader is None:
+            if not isinstance(self.encryptor, FrameCodec):
+                raise RuntimeError("a waitgraph Raft connection needs the cluster secret's FrameCodec")
+            receives = _DIRECTION_ACCEPTOR if self._outgoing else _DIRECTION_CONNECTOR
+            self._reader = FrameReader(self.encryptor, direction=receives)
+        return self._reader
+
+    def connect(self, host: str, port: int) -> bool:
+        self._reset_frames()
+        self.peer = f"{host}:{port}"
+        return bool(super().connect(host, port))
+
+    def disconnect(self) -> None:
+        self._reset_frames()
+        super().disconnect()
+
+    def refuse(self, reason: str, detail: str) -> None:
+        """Count, log (rate-limited) and close."""
+        self._refusals.record(reason, detail, self.peer or "?")
+        self.disconnect()
+
     def send(self, message: Any) -> None:
-        # ``TcpConnection.send`` with only the pickle protocol and the zlib level changed.
+        if not self.sendRandKey and self._send_sequence > 0:
+            # pysyncobj marks an outgoing connection CONNECTED as soon as it sent its handshake key,
+            # so a message (a held acknowledgment, a vote request) could leave before the peer's
+            # key arrived: unwrapped, which the peer refuses (``bad_message``) and closes. Raft
+            # resends what is lost; the connection is kept.
+            self.unsent_before_handshake += 1
+            return
         if self.sendRandKey:
             message = (self.sendRandKey, message)
-        data = pickle.dumps(message, PICKLE_PROTOCOL)
-        data = zlib.compress(data, 0 if len(data) < SMALL_FRAME else 1)
-        if self.encryptor:
-            data = self.encryptor.encrypt_at_time(data, int(monotonic_time()))
-        self._TcpConnection__writeBuffer += struct.pack("i", len(data)) + data
+        codec = self.encryptor
+        if not isinstance(codec, FrameCodec):
+            raise RuntimeError("a waitgraph Raft connection needs the cluster secret's FrameCodec")
+        payload = encode_payload(message)
+        if len(payload) + AEAD_TAG_BYTES > MAX_FRAME_BYTES:
+            # The receiver would close the connection, and the same message would be sent again.
+            logger.error("not sending a Raft message of %d bytes (limit %d)", len(payload), MAX_FRAME_BYTES)
+            return
+        sends = _DIRECTION_CONNECTOR if self._outgoing else _DIRECTION_ACCEPTOR
+        frame = codec.seal(payload, sequence=self._send_sequence, direction=sends)
+        self._send_sequence += 1
+        self._TcpConnection__writeBuffer += frame
         self._TcpConnection__trySendBuffer()
+
+    def _TcpConnection__tryReadBuffer(self) -> None:
+        sock = self._TcpConnection__socket
+        reader = self._reader_now()
+        budget = READ_BUDGET_BYTES
+        while budget > 0:
+            try:
+                chunk = sock.recv(min(budget, 65536))
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self.disconnect()
+                return
+            if not chunk:
+                self.disconnect()
+                return
+            budget -= len(chunk)
+            try:
+                self._payloads.extend(reader.feed(chunk, monotonic_time()))
+            except FrameRefused as exc:
+                self.refuse(exc.reason, exc.detail)
+                return
+        self._TcpConnection__lastReadTime = monotonic_time()
+
+    def _TcpConnection__processParseMessage(self) -> Any:
+        if not self._payloads:
+            return None
+        payload = self._payloads.popleft()
+        try:
+            message = decode_payload(payload)
+            if self.recvRandKey:
+                rand_key, message = message
+                if rand_key != self.recvRandKey:
+                    raise ValueError("the message does not carry this connection's key (a replayed frame?)")
+        except Exception as exc:
+            self.refuse("bad_message", f"{type(exc).__name__}: {exc}")
+            return None
+        return message
+
+    @property
+    def frames_received(self) -> int:
+        """Frames of this connection that authenticated (since it was accepted or connected)."""
+        return 0 if self._reader is None else self._reader.sequence
+
+    def stalled(self, now: float) -> bool:
+        reader = self._reader
+        return reader is not None and reader.started_at is not None and now - reader.started_at > FRAME_TIMEOUT_S
+
+
+class WaitgraphServer(TcpServer):  # type: ignore[misc]
+    """pysyncobj's ``TcpServer`` that builds :class:`WaitgraphConnection` and accepts in batches.
+
+    Not constructed: :meth:`WaitgraphTransport._createServer` switches the class of the server
+    pysyncobj made (before it binds)."""
+
+    refusals: Refusals
+
+    def bind(self) -> None:
+        super().bind()
+        self._TcpServer__socket.listen(LISTEN_BACKLOG)  # pysyncobj listens with a backlog of 5
+
+    def _TcpServer__onNewConnection(self, descr: int, event: int) -> None:
+        # ``TcpServer.__onNewConnection``, accepting up to ACCEPTS_PER_EVENT at once (pysyncobj: one
+        # per tick, so a flood of connections left the members' own reconnections in the backlog).
+        if event & 1:  # POLL_EVENT_TYPE.READ
+            for _ in range(ACCEPTS_PER_EVENT):
+                try:
+                    sock, addr = self._TcpServer__socket.accept()
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    self.unbind()
+                    return
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._TcpServer__sendBufferSize)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._TcpServer__recvBufferSize)
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    sock.setblocking(False)
+                except OSError:
+                    sock.close()
+                    continue
+                conn = WaitgraphConnection(
+                    poller=self._TcpServer__poller,
+                    socket=sock,
+                    timeout=self._TcpServer__connectionTimeout,
+                    sendBufferSize=self._TcpServer__sendBufferSize,
+                    recvBufferSize=self._TcpServer__recvBufferSize,
+                    keepalive=self._TcpServer__keepalive,
+                )
+                conn._init_wire(outgoing=False, refusals=self.refusals, peer=f"{addr[0]}:{addr[1]}")
+                self._TcpServer__onNewConnectionCallback(conn)
+        if event & 4:  # POLL_EVENT_TYPE.ERROR
+            self.unbind()
 
 
 class WaitgraphTransport(TCPTransport):  # type: ignore[misc]
-    """pysyncobj's ``TCPTransport`` whose connections, outgoing and incoming, are :class:`WaitgraphConnection`.
+    """pysyncobj's ``TCPTransport`` with :class:`WaitgraphConnection` everywhere, the cap on
+    connections waiting for their handshake, and the deadlines (module docstring).
 
-    pysyncobj makes them in two places, ``TCPTransport.addNode`` (outgoing, once per peer) and
-    ``TcpServer`` (incoming, handed to ``_onNewIncomingConnection`` before its first byte is read
-    or sent); both are adopted there."""
+    pysyncobj makes connections in two places: ``TCPTransport.addNode`` (outgoing, once per peer,
+    adopted there) and ``TcpServer`` (incoming: :class:`WaitgraphServer` builds them)."""
+
+    refusals: Refusals
+
+    def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
+        self.refusals = Refusals()
+        self._next_sweep = 0.0
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    def _createServer(self) -> None:
+        super()._createServer()
+        self._server.__class__ = WaitgraphServer
+        self._server.refusals = self.refusals
 
     def addNode(self, node: Any) -> None:
         super().addNode(node)
         conn = self._connections.get(node)
-        if conn is not None:
-            WaitgraphConnection.adopt(conn)
+        if conn is not None and not isinstance(conn, WaitgraphConnection):
+            WaitgraphConnection.adopt(conn, outgoing=True, refusals=self.refusals)
 
     def _onNewIncomingConnection(self, conn: TcpConnection) -> None:
-        WaitgraphConnection.adopt(conn)
+        if not isinstance(conn, WaitgraphConnection):  # only WaitgraphServer makes them
+            conn.disconnect()
+            return
         super()._onNewIncomingConnection(conn)
+        waiting = self._unknownConnections
+        while len(waiting) > UNAUTHENTICATED_LIMIT:
+            # Those that never sent a frame that authenticates go first: a member's connection sends
+            # its key at once, so a flood of idle or junk connections cannot push it out.
+            oldest = min(waiting, key=lambda c: (c.frames_received > 0, c.accepted_at))
+            waiting.discard(oldest)
+            oldest.refuse(
+                "unauthenticated_limit", f"more than {UNAUTHENTICATED_LIMIT} connections await their handshake"
+            )
+
+    def _onTick(self) -> None:
+        super()._onTick()
+        now = monotonic_time()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_EVERY_S
+        for conn in list(self._unknownConnections):
+            if now - conn.accepted_at > HANDSHAKE_TIMEOUT_S:
+                self._unknownConnections.discard(conn)
+                conn.refuse("handshake_timeout", f"no handshake within {HANDSHAKE_TIMEOUT_S:g} s of accepting")
+        for conn in list(self._connections.values()):
+            if conn.state != CONNECTION_STATE.DISCONNECTED and conn.stalled(now):
+                conn.refuse("stalled", f"a frame not complete {FRAME_TIMEOUT_S:g} s after its first byte")
+        for conn in list(self._unknownConnections):
+            if conn.stalled(now):
+                self._unknownConnections.discard(conn)
+                conn.refuse("stalled", f"a frame not complete {FRAME_TIMEOUT_S:g} s after its first byte")

@@ -36,6 +36,7 @@ from waitgraph.node.config import INSECURE_SECRET, ServeConfig
 from waitgraph.node.errors import Stopped
 from waitgraph.node.events import EventfulMachine, EventJournal
 from waitgraph.node.history import FILE_NAME, HistoryStore
+from waitgraph.node.journal import JournalCorrupted
 from waitgraph.node.loops import LoopConfig, Loops
 from waitgraph.node.metrics import GrpcMetrics, MetricsServer, node_collectors
 from waitgraph.node.metrics import serve as serve_metrics
@@ -331,5 +332,10 @@ def main(cfg: ServeConfig, http_view: HttpView | None = None) -> int:
         logger.warning("--insecure: no cluster secret protects the Raft port; loopback development only")
     if cfg.tls_cert is None:
         logger.warning("no TLS: bearer tokens travel in clear text (%s)", cfg.grpc_address)
-    asyncio.run(NodeProcess(cfg, http_view).run())
+    try:
+        asyncio.run(NodeProcess(cfg, http_view).run())
+    except JournalCorrupted as exc:
+        logger.critical("not starting: %s", exc)
+        print(f"waitgraph serve: not starting: {exc}", file=sys.stderr)
+        return 2
     return 0

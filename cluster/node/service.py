@@ -565,6 +565,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             applied_index=applied_index,
             has_quorum=raft.has_quorum,
             ready=raft.ready,
+            durable=raft.durable,
             mode=cast(Any, convert.enum_number(mode)),
             stale=stale,
             peers=peers,

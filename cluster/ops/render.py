@@ -368,6 +368,13 @@ def status_blocks(reports: Sequence[Any], digest: bool = False) -> list[Block]:
             )
     else:
         facts.insert(0, "no reachable node is the leader")
+    not_durable = [s.node_id for s in up if not s.durable]
+    if up:
+        facts.append(
+            f"NOT DURABLE (--no-fsync) on {','.join(not_durable)}: acknowledged writes can be lost on a power cut"
+            if not_durable
+            else "durable: every node flushes its journal before acknowledging"
+        )
     if digest:
         digests = {s.state_digest for s in up}
         facts.append("state digests: " + ("all equal" if len(digests) == 1 else f"{len(digests)} different"))

@@ -4,7 +4,8 @@ Every nemesis has a ``kind``, ``start()`` (inject, return a :class:`FaultRecord`
 and ``heal()`` (undo it, stamp the record's end). The network ones act through the lab
 (``tests/chaos/net.py``: DROP rules in the nodes' namespaces, delays in the Raft link proxies); the
 process ones signal the node's process (SIGSTOP/SIGCONT; SIGKILL, then a restart on the same data
-directory); the clock ones come in two families:
+directory; ``kill-all``: SIGKILL of every node at once, then all restarted); the clock ones come in
+two families:
 
 - ``clock-skew-faketime`` / ``clock-rate-faketime``: the node is stopped (SIGTERM or SIGKILL) and
   started again on its data directory under libfaketime (``LD_PRELOAD`` and ``FAKETIME``, what the
@@ -60,11 +61,11 @@ NETWORK_KINDS = (
     "packet-loss",
     "delay",
 )
-PROCESS_KINDS = ("pause", "kill")
+PROCESS_KINDS = ("pause", "kill", "kill-all")
 FAKETIME_KINDS = ("clock-skew-faketime", "clock-rate-faketime")
 CLOCK_KINDS = ("wallclock-step", "wallclock-drift", *FAKETIME_KINDS)
 ALL_KINDS = NETWORK_KINDS + PROCESS_KINDS + CLOCK_KINDS
-RESTARTING_KINDS = ("kill", *FAKETIME_KINDS)
+RESTARTING_KINDS = ("kill", "kill-all", *FAKETIME_KINDS)
 RESTART_OVERHEAD_S = 3.0
 """What restarting a node (start it, wait until it serves) adds to a slot; the schedule reserves it."""
 
@@ -449,6 +450,33 @@ class Kill(Nemesis):
         self.env.restart(self.node)
 
 
+class KillAll(Nemesis):
+    """SIGKILL every node at once (what a power cut does to the processes; the page cache
+    survives it), then restart them all on their data directories: every acknowledged write must
+    still be there (the default, durable journal; cluster/node/journal.py)."""
+
+    kind = "kill-all"
+
+    def _inject(self, leader: str | None) -> tuple[list[str], str, bool]:
+        nodes = [m for m in self.env.cluster.members if m.alive()]
+        for m in nodes:  # all the signals first: as close together as possible
+            assert m.proc is not None
+            m.proc.kill()
+        for m in nodes:
+            assert m.proc is not None
+            m.proc.wait(10)
+            self.env.killed.add(m.node_id)
+        ids = [m.node_id for m in nodes]
+        return ids, f"SIGKILL {', '.join(ids)} at once, all restarted from their data directories on heal", True
+
+    def _heal(self) -> None:
+        for node in sorted(self.env.killed):
+            self.env.cluster.spawn(node)
+        for node in sorted(self.env.killed):
+            self.env.cluster.wait_ready(node, 60.0)
+            self.env.killed.discard(node)
+
+
 def skew_s(rng: random.Random) -> int:
     """A clock step of seconds to a day, ahead or behind."""
     return rng.choice((1, -1)) * rng.choice((5, 30, 120, 3600, 86400))
@@ -537,6 +565,7 @@ NEMESES: dict[str, type[Nemesis]] = {
         Delay,
         Pause,
         Kill,
+        KillAll,
         WallclockStep,
         WallclockDrift,
         FaketimeSkew,

@@ -8,6 +8,7 @@ when it is closed, whatever happened.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import signal
@@ -31,7 +32,8 @@ from waitgraph.wire import convert
 from .harness import REPO, free_ports
 
 T = TypeVar("T")
-SECRET = "grpc-test-cluster-secret"
+SECRET = base64.b64encode(os.urandom(32)).decode()
+"""256 random bits: a node refuses a weak cluster secret."""
 TOKENS = {
     "a": "agent-a-token-0123456789",
     "b": "agent-b-token-0123456789",

@@ -7,6 +7,7 @@ log file; tests talk to it over its loopback control channel (see ``cluster/node
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import struct
@@ -22,10 +23,12 @@ import msgpack
 
 from waitgraph.statemachine.codec import decode_outcome, encode_envelope
 from waitgraph.statemachine.commands import CreateTarget, Envelope
+from waitgraph.statemachine.errors import Status
 from waitgraph.statemachine.outcome import Outcome
 
 REPO = Path(__file__).resolve().parents[2]
-PASSWORD = "test-cluster-secret"
+PASSWORD = base64.b64encode(os.urandom(32)).decode()
+"""The cluster secret of every test cluster in this process: 256 random bits (nodes refuse weak ones)."""
 
 
 def free_ports(n: int) -> list[int]:
@@ -83,6 +86,8 @@ class Node:
     peers: list[str]
     extra_args: list[str] = field(default_factory=list)
     password: str = PASSWORD
+    python: str = sys.executable
+    """The interpreter the node runs under (another virtual environment's: an older release)."""
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -92,7 +97,7 @@ class Node:
     def spawn(self) -> None:
         assert self.proc is None or self.proc.poll() is not None
         env = dict(os.environ, WAITGRAPH_RAFT_PASSWORD=self.password, PYTHONPATH=str(REPO))
-        cmd = [sys.executable, "-m", "waitgraph.node.raft_node", "--id", self.name, "--raft", self.raft]
+        cmd = [self.python, "-m", "waitgraph.node.raft_node", "--id", self.name, "--raft", self.raft]
         cmd += ["--peers", ",".join(self.peers), "--data", str(self.data), "--control", str(self.control)]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd + self.extra_args, cwd=REPO, env=env, stdout=log, stderr=log)
@@ -109,6 +114,15 @@ class Node:
             except OSError:
                 time.sleep(0.05)
         raise TimeoutError(f"{self.name} did not open its control port")
+
+    def stop(self) -> None:
+        """SIGTERM: the graceful stop an operator's restart does (SIGKILL after 10 s)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
 
     def kill(self) -> None:
         """SIGKILL: a crash, nothing flushed by the process itself."""
@@ -220,6 +234,22 @@ class Cluster:
 
     def logs(self) -> str:
         return "\n".join(f"===== {n.name}\n{n.log_text()[-4000:]}" for n in self.nodes)
+
+
+def missing_targets(node: Node, created: list[int]) -> list[int]:
+    """Of the ``resource:t<i>`` that ``envelope(i)`` created, those the replicated state does not
+    have: creating each again (with a new request id) must be refused as ALREADY_EXISTS."""
+    missing = []
+    for start in range(0, len(created), 200):
+        chunk = created[start : start + 200]
+        reply = node.call(30, op="submit_many", envs=[envelope(i, request_id=f"again-{i}") for i in chunk])
+        assert reply["ok"], reply
+        for i, got in zip(chunk, reply["replies"], strict=True):
+            if not got["ok"]:
+                raise AssertionError(f"the cluster did not answer for t{i}: {got}")
+            if decode_outcome(got["outcome"]).status is not Status.ALREADY_EXISTS:
+                missing.append(i)
+    return missing
 
 
 def wait_for(fn: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.05) -> Any:

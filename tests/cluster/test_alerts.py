@@ -30,7 +30,9 @@ REQUIRED = {
 
 def exposed_names() -> set[str]:
     """Every sample name a leader node exposes, from its three sources (replica, Raft, gRPC)."""
-    raft = SimpleNamespace(role="leader", term=1, commit_index=1, applied_index=1, has_quorum=True)
+    raft = SimpleNamespace(
+        role="leader", term=1, commit_index=1, applied_index=1, has_quorum=True, refused={}, durable=True
+    )
     grpc_metrics = GrpcMetrics(SERVED_METHODS)
     service, _, method = SERVED_METHODS[0].lstrip("/").rpartition("/")
     grpc_metrics.handled.labels(service, method, "unary", "OK").inc()

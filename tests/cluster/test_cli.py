@@ -223,6 +223,7 @@ def test_status_and_health(cluster: LocalCluster) -> None:
     rows = [line.split() for line in lines[1:4]]
     assert sorted(r[0] for r in rows) == ["n1", "n2", "n3"] and all(r[-1] == "yes" for r in rows)
     assert "3 of 3 nodes reachable" in table
+    assert "durable: every node flushes its journal before acknowledging" in table  # the default
 
     health = wg(cluster, "health")
     assert health.returncode == 0, health.stdout + health.stderr

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import hashlib
 import json
+import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +16,15 @@ from typing import Any
 import pytest
 
 from waitgraph.node import auth
-from waitgraph.node.config import INSECURE_SECRET, ConfigError, load_file, resolve
+from waitgraph.node.config import (
+    GENERATE_SECRET,
+    INSECURE_SECRET,
+    ConfigError,
+    load_file,
+    resolve,
+    secret_bits,
+    secret_problem,
+)
 
 from .harness import REPO
 
@@ -43,20 +55,28 @@ def problems(exc: pytest.ExceptionInfo[ConfigError]) -> str:
 
 
 def test_defaults_for_three_nodes(tokens: Path, tmp_path: Path) -> None:
-    cfg = resolve(flags(tokens, tmp_path), env={"WAITGRAPH_SECRET": "s3cret"})
-    assert cfg.secret == "s3cret" and [p.node_id for p in cfg.peers] == ["n1", "n2", "n3"]
+    cfg = resolve(flags(tokens, tmp_path), env={"WAITGRAPH_SECRET": "s3cret-Qm9vdGhlLXNlY3JldC1vZi10aGlzLXRlc3Q"})
+    assert cfg.secret == "s3cret-Qm9vdGhlLXNlY3JldC1vZi10aGlzLXRlc3Q" and [p.node_id for p in cfg.peers] == [
+        "n1",
+        "n2",
+        "n3",
+    ]
     # a majority quorum (tolerates one node down, like Raft) and max_rollback below it
     assert (cfg.recovery_voters, cfg.recovery_quorum, cfg.recovery_max_rollback) == (
         ("node:n1", "node:n2", "node:n3"),
         2,
         1,
     )
-    assert cfg.recovery_bootstrap and "s3cret" not in repr(cfg)
+    assert cfg.recovery_bootstrap and "s3cret-Qm9vdGhlLXNlY3JldC1vZi10aGlzLXRlc3Q" not in repr(cfg)
 
 
 def test_flags_beat_environment_beat_file(tokens: Path, tmp_path: Path) -> None:
     file = {"detect_interval_ms": 300, "event_ring": 50, "housekeeping_interval_ms": 700}
-    env = {"WAITGRAPH_SECRET": "s", "WAITGRAPH_DETECT_INTERVAL_MS": "200", "WAITGRAPH_EVENT_RING": "60"}
+    env = {
+        "WAITGRAPH_SECRET": "s-dGhlIHNlY3JldCBvZiB0aGlzIHRlc3QgaXMgbG9uZw",
+        "WAITGRAPH_DETECT_INTERVAL_MS": "200",
+        "WAITGRAPH_EVENT_RING": "60",
+    }
     cfg = resolve(flags(tokens, tmp_path, detect_interval_ms="100"), file, env)
     assert (cfg.detect_interval_ms, cfg.event_ring, cfg.housekeeping_interval_ms) == (100, 60, 700)
     assert resolve(flags(tokens, tmp_path), {}, env).detect_interval_ms == 200
@@ -64,11 +84,18 @@ def test_flags_beat_environment_beat_file(tokens: Path, tmp_path: Path) -> None:
 
 def test_secret_sources(tokens: Path, tmp_path: Path) -> None:
     secret_file = tmp_path / "secret"
-    secret_file.write_text("from-file\n")
-    cfg = resolve(flags(tokens, tmp_path, secret_file=str(secret_file)), env={"WAITGRAPH_SECRET": "from-env"})
-    assert cfg.secret == "from-file"  # the flag wins
-    cfg = resolve(flags(tokens, tmp_path), {"secret_file": str(secret_file)}, {"WAITGRAPH_SECRET": "from-env"})
-    assert cfg.secret == "from-env"  # the environment beats the file
+    secret_file.write_text("from-file-ZmlsZSBzZWNyZXQgZm9yIHRoaXMgdGVzdA\n")
+    cfg = resolve(
+        flags(tokens, tmp_path, secret_file=str(secret_file)),
+        env={"WAITGRAPH_SECRET": "from-env-ZW52aXJvbm1lbnQgc2VjcmV0IGZvciB0ZXN0"},
+    )
+    assert cfg.secret == "from-file-ZmlsZSBzZWNyZXQgZm9yIHRoaXMgdGVzdA"  # the flag wins
+    cfg = resolve(
+        flags(tokens, tmp_path),
+        {"secret_file": str(secret_file)},
+        {"WAITGRAPH_SECRET": "from-env-ZW52aXJvbm1lbnQgc2VjcmV0IGZvciB0ZXN0"},
+    )
+    assert cfg.secret == "from-env-ZW52aXJvbm1lbnQgc2VjcmV0IGZvciB0ZXN0"  # the environment beats the file
     with pytest.raises(ConfigError) as exc:
         resolve(flags(tokens, tmp_path), env={})
     assert "no cluster secret" in problems(exc)
@@ -80,7 +107,7 @@ def test_secret_sources(tokens: Path, tmp_path: Path) -> None:
 
 
 def test_the_recovery_rule_is_the_cores(tokens: Path, tmp_path: Path) -> None:
-    env = {"WAITGRAPH_SECRET": "s"}
+    env = {"WAITGRAPH_SECRET": "s-dGhlIHNlY3JldCBvZiB0aGlzIHRlc3QgaXMgbG9uZw"}
     with pytest.raises(ConfigError) as exc:
         resolve(flags(tokens, tmp_path, recovery_quorum="2", recovery_max_rollback="2"), env=env)
     assert "quorum=2 leaves no margin over max_concurrent_rollbacks=2" in problems(exc)
@@ -179,3 +206,67 @@ def test_tokens_authenticate_by_digest_with_roles_and_expiry() -> None:
 def test_bad_token_entries_are_refused(entry: dict[str, Any], message: str) -> None:
     with pytest.raises(auth.TokenFileError, match=message):
         store(entry)
+
+
+WEAK_SECRETS = [
+    "s",
+    "hunter2",
+    "test-cluster-secret",  # what this project's tests used to run with
+    "a" * 64,
+    "abcdefghijklmnopqrstuvwxyz0123456789",
+    "0123456789abcdef" * 4,
+    "0f" * 16,
+    secrets.token_hex(15),  # 120 bits
+    secrets.token_urlsafe(15),
+]
+
+
+@pytest.mark.parametrize("weak", WEAK_SECRETS)
+def test_a_weak_secret_is_refused_with_how_to_make_one(tokens: Path, tmp_path: Path, weak: str) -> None:
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(weak + "\n")
+    for env, extra in (({"WAITGRAPH_SECRET": weak}, {}), ({}, {"secret_file": str(secret_file)})):
+        with pytest.raises(ConfigError) as exc:
+            resolve(flags(tokens, tmp_path, **extra), env=env)
+        text = problems(exc)
+        assert "at least 128 are required" in text and "head -c 32 /dev/urandom | base64" in text
+        assert len(weak) < 8 or weak not in text  # the secret itself is never echoed
+
+
+def test_random_secrets_of_128_bits_or_more_are_accepted(tokens: Path, tmp_path: Path) -> None:
+    generated = subprocess.run(
+        ["bash", "-c", GENERATE_SECRET], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    for _ in range(50):
+        for strong in (secrets.token_hex(16), secrets.token_urlsafe(16), base64.b64encode(os.urandom(16)).decode()):
+            assert secret_problem(strong) is None, strong
+    for strong in (generated, base64.b32encode(os.urandom(20)).decode(), secrets.token_urlsafe(32)):
+        assert resolve(flags(tokens, tmp_path), env={"WAITGRAPH_SECRET": strong}).secret == strong
+    # What `waitgraph dev` writes into its directory:
+    assert secret_problem(secrets.token_urlsafe(32)) is None and secret_bits(secrets.token_urlsafe(32)) >= 128
+    # --insecure on loopback still runs without a secret of its own.
+    assert resolve(flags(tokens, tmp_path, insecure=True), env={}).secret == INSECURE_SECRET
+
+
+def test_the_bare_node_refuses_a_weak_secret(tmp_path: Path) -> None:
+    from waitgraph.node import raft_node
+
+    args = raft_node.parse_args(["--id", "n1", "--raft", "127.0.0.1:1", "--data", str(tmp_path), "--control", "1"])
+    os.environ["WAITGRAPH_TEST_WEAK"] = "hunter2"
+    try:
+        args.password_env = "WAITGRAPH_TEST_WEAK"
+        with pytest.raises(SystemExit, match="at least 128 are required"):
+            asyncio.run(raft_node.run(args))
+    finally:
+        del os.environ["WAITGRAPH_TEST_WEAK"]
+    assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_waitgraph_dev_writes_a_secret_its_nodes_accept(tmp_path: Path) -> None:
+    from waitgraph.dev.localcluster import LocalCluster
+
+    cluster = LocalCluster(root=tmp_path / "dev", nodes=3)
+    cluster.prepare()
+    secret = (tmp_path / "dev" / "secret").read_text().strip()
+    assert secret_problem(secret) is None and secret_bits(secret) >= 128
+    assert (tmp_path / "dev" / "secret").stat().st_mode & 0o077 == 0  # the owner's only

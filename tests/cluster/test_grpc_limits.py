@@ -97,13 +97,13 @@ def base(tmp_path: Path) -> Iterator[dict[str, Any]]:
 
 
 def test_settings_defaults_flags_environment_and_file(base: dict[str, Any]) -> None:
-    env = {"WAITGRAPH_SECRET": "s"}
+    env = {"WAITGRAPH_SECRET": "s-dGhlIHNlY3JldCBvZiB0aGlzIHRlc3QgaXMgbG9uZw"}
     cfg = resolve(base, env=env)
     defaults = ServeConfig.__dataclass_fields__
-    assert cfg.fsync is defaults["fsync"].default is False
+    assert cfg.fsync is defaults["fsync"].default is True  # durable unless told otherwise
     assert (cfg.rate_limit_per_s, cfg.rate_limit_burst) == (100.0, 200)
-    cfg = resolve(base, {"fsync": True, "rate_limit_per_s": 5, "rate_limit_burst": 7}, env)
-    assert (cfg.fsync, cfg.rate_limit_per_s, cfg.rate_limit_burst) == (True, 5.0, 7)
+    cfg = resolve(base, {"fsync": False, "rate_limit_per_s": 5, "rate_limit_burst": 7}, env)
+    assert (cfg.fsync, cfg.rate_limit_per_s, cfg.rate_limit_burst) == (False, 5.0, 7)
     cfg = resolve(base, {"fsync": True}, env | {"WAITGRAPH_FSYNC": "off", "WAITGRAPH_RATE_LIMIT_PER_S": "0"})
     assert (cfg.fsync, cfg.rate_limit_per_s) == (False, 0.0)
     cfg = resolve(base | {"fsync": "yes"}, {"fsync": False}, env)
@@ -113,7 +113,8 @@ def test_settings_defaults_flags_environment_and_file(base: dict[str, Any]) -> N
 def test_bad_settings_are_refused_by_name(base: dict[str, Any]) -> None:
     with pytest.raises(ConfigError) as err:
         resolve(
-            base | {"fsync": "maybe", "rate_limit_per_s": "-1", "rate_limit_burst": "0"}, env={"WAITGRAPH_SECRET": "s"}
+            base | {"fsync": "maybe", "rate_limit_per_s": "-1", "rate_limit_burst": "0"},
+            env={"WAITGRAPH_SECRET": "s-dGhlIHNlY3JldCBvZiB0aGlzIHRlc3QgaXMgbG9uZw"},
         )
     text = "\n".join(err.value.problems)
     assert "fsync: 'maybe' is not true or false" in text

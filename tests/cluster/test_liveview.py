@@ -394,7 +394,7 @@ def test_http_addr_is_a_setting_like_the_others(tmp_path: Any) -> None:
 
     path = tmp_path / "tokens.json"
     path.write_text(json.dumps({"tokens": [{"name": "op", "role": "operator", "token": OPERATOR}]}))
-    env = {"WAITGRAPH_SECRET": "s3cret"}
+    env = {"WAITGRAPH_SECRET": "s3cret-Qm9vdGhlLXNlY3JldC1vZi10aGlzLXRlc3Q"}
     assert resolve(flags(path, tmp_path), env=env).http_address is None  # off by default
     assert resolve(flags(path, tmp_path, http_addr="127.0.0.1:8081"), env=env).http_address == "127.0.0.1:8081"
     from_env = resolve(flags(path, tmp_path), env={**env, "WAITGRAPH_HTTP_ADDR": "127.0.0.1:8082"})

@@ -14,6 +14,7 @@ import msgpack
 import pytest
 from pysyncobj.node import TCPNode
 
+from waitgraph.node.journal import open_dump
 from waitgraph.node.raft import LEADER_COMPACTION_FACTOR, compaction_due
 from waitgraph.statemachine import StateMachine
 
@@ -126,7 +127,7 @@ def test_a_long_dump_on_a_follower_does_not_start_an_election(tmp_path: Path) ->
 
 
 def dump_doc(tmp: Path) -> dict[str, Any]:
-    doc: dict[str, Any] = msgpack.unpackb((tmp / "raft.dump").read_bytes(), raw=False)
+    doc: dict[str, Any] = msgpack.unpackb(open_dump((tmp / "raft.dump").read_bytes()), raw=False)
     return doc
 
 

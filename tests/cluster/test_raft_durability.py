@@ -1,5 +1,5 @@
-"""The durability option (``RaftConfig.fsync`` / ``waitgraph serve --fsync``): no acknowledgment of
-an appended entry leaves a node before its journal is flushed to disk.
+"""Durability (``RaftConfig.fsync``, the default; ``waitgraph serve --no-fsync`` turns it off): no
+acknowledgment of an appended entry leaves a node before its journal is flushed to disk.
 
 What can honestly be asserted without pulling the power: the *order* of flushes and
 acknowledgments (in process, a SyncObj ticked by hand whose journal flush is observed), and, on
@@ -12,6 +12,7 @@ steps with the option off and shows the difference, so that it can fail.
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 from pathlib import Path
@@ -21,7 +22,8 @@ import pytest
 from pysyncobj.node import TCPNode
 
 from waitgraph.node import raft
-from waitgraph.node.raft import DurableFileJournal, RaftConfig, WaitgraphSyncObj, build_conf
+from waitgraph.node.journal import ChecksummedJournal
+from waitgraph.node.raft import RaftConfig, WaitgraphSyncObj, build_conf
 from waitgraph.statemachine import StateMachine
 
 from .fakes import LEADER, OTHER, SELF, FakeTransport, append_entries, regular_command, transport
@@ -49,16 +51,15 @@ def node(tmp: Path, peers: list[str], *, fsync: bool) -> WaitgraphSyncObj:
 
 
 def observe_flushes(obj: WaitgraphSyncObj, events: list[Any]) -> None:
-    """Record ``("flush", last log index)`` whenever the journal's mmap is flushed."""
+    """Record ``("flush", last log index)`` whenever the journal is flushed (``fdatasync``)."""
     journal = obj._SyncObj__raftLog
-    mapped = journal._FileJournal__journalFile
-    flush = mapped.flush
+    flush = journal.flush
 
     def observed() -> None:
         flush()
         events.append(("flush", journal[-1][1]))
 
-    mapped.flush = observed
+    journal.flush = observed
 
 
 def acks(sent: list[tuple[Any, Any]]) -> list[tuple[str, int]]:
@@ -87,7 +88,7 @@ def test_a_follower_acknowledges_only_after_one_flush_per_tick(tmp_path: Path, f
         # Nothing left before the flush; one flush covered all three; the replies keep their order.
         assert events == [("flush", 7), ("ack", 4), ("ack", 6), ("ack", 7)]
         assert obj.counters["journal_flushes"] == 2 and obj.counters["replies_held"] == 3  # 1: the log's start
-        assert isinstance(obj._SyncObj__raftLog, DurableFileJournal)
+        assert isinstance(obj._SyncObj__raftLog, ChecksummedJournal)
     else:
         # Without the option pysyncobj replies at once and never flushes.
         assert events == [("ack", 4), ("ack", 6), ("ack", 7)]
@@ -182,7 +183,7 @@ def test_a_vote_is_on_disk_before_it_is_sent(tmp_path: Path, monkeypatch: pytest
     obj.doTick(0)
     obj._SyncObj__raftElectionDeadline = 0
     obj.doTick(0)  # a new term, a vote for itself, then request_vote to the others
-    meta = tmp_path / "raft.journal.meta"
+    meta = tmp_path / "raft.wal.meta"
     assert pickle.loads(meta.read_bytes())["currentTerm"] == obj.raftCurrentTerm == 1
     first_request = events.index(("send", "request_vote"))
     assert events[first_request - 2 : first_request] == [("fsync", f"{meta}.tmp"), ("fsync", str(tmp_path))]
@@ -192,29 +193,41 @@ def test_a_vote_is_on_disk_before_it_is_sent(tmp_path: Path, monkeypatch: pytest
 # -- real node processes ----------------------------------------------------------------------------
 
 
-def journal_dirty_kb(pid: int, journal: Path) -> int:
-    """Dirty kB of the journal's mapping in process ``pid`` (pages the disk does not have yet)."""
-    lines = Path(f"/proc/{pid}/smaps").read_text().splitlines()
-    dirty, inside = 0, False
-    for line in lines:
-        if "-" in line.split(" ", 1)[0] and len(line.split()) >= 5:  # a mapping's header line
-            inside = line.endswith(str(journal))
-        elif inside and line.startswith(("Shared_Dirty:", "Private_Dirty:")):
-            dirty += int(line.split()[1])
-    return dirty
+def journal_dirty_kb(journal: Path) -> int:
+    """Dirty kB of ``journal`` in the page cache (pages the disk does not have yet): the file is
+    mapped here, every page touched, and ``/proc/self/smaps`` counts a page whose page-cache copy
+    is dirty as dirty in every mapping of it, whoever wrote it."""
+    fd = os.open(journal, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        mapped = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        try:
+            for offset in range(0, size, mmap.PAGESIZE):
+                mapped[offset]
+            dirty, inside = 0, False
+            for line in Path("/proc/self/smaps").read_text().splitlines():
+                if "-" in line.split(" ", 1)[0] and len(line.split()) >= 5:  # a mapping's header line
+                    inside = line.endswith(str(journal))
+                elif inside and line.startswith(("Shared_Dirty:", "Private_Dirty:")):
+                    dirty += int(line.split()[1])
+            return dirty
+        finally:
+            mapped.close()
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("fsync", [True, False])
 def test_acknowledged_writes_are_on_disk_in_real_nodes(make_cluster: Any, fsync: bool) -> None:
-    cluster = make_cluster(extra_args=["--fsync"] if fsync else [])
+    cluster = make_cluster(extra_args=[] if fsync else ["--no-fsync"])  # durable is the default
     leader = cluster.leader()
     followers = cluster.followers(leader)
     for i in range(20):
         assert leader.submit(envelope(i)).ok
         # The acknowledgment is back: nothing appends to these journals until the next submit.
-        leader_dirty = journal_dirty_kb(leader.proc.pid, leader.data / "raft.journal")
-        follower_dirty = [journal_dirty_kb(f.proc.pid, f.data / "raft.journal") for f in followers]
+        leader_dirty = journal_dirty_kb(leader.data / "raft.wal")
+        follower_dirty = [journal_dirty_kb(f.data / "raft.wal") for f in followers]
         if fsync:
             # The leader's copy and at least one follower's: a majority of 3 on disk.
             assert leader_dirty == 0 and min(follower_dirty) == 0, (i, leader_dirty, follower_dirty)
@@ -224,7 +237,7 @@ def test_acknowledged_writes_are_on_disk_in_real_nodes(make_cluster: Any, fsync:
     if fsync:
         assert status["counters"]["journal_flushes"] >= 20
         wait_for(
-            lambda: all(journal_dirty_kb(f.proc.pid, f.data / "raft.journal") == 0 for f in followers),
+            lambda: all(journal_dirty_kb(f.data / "raft.wal") == 0 for f in followers),
             5,
             "every follower's journal to be flushed",
         )

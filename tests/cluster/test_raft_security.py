@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import pickle
 import socket
@@ -16,7 +17,7 @@ from pysyncobj.encryptor import getEncryptor
 
 import waitgraph.node.raft  # noqa: F401  (installs the restricted unpickler)
 from waitgraph.node import safe_pickle
-from waitgraph.node.raft_wire import RaftCipher
+from waitgraph.node.raft_wire import FrameCodec
 
 from .harness import PASSWORD, Node, envelope, wait_for
 
@@ -71,11 +72,12 @@ def test_what_pysyncobj_sends_still_decodes():
     assert pysyncobj.pickle.loads(pysyncobj.pickle.dumps((os.urandom(32), message)))[1] == message
 
 
-def _send_frame(address: str, payload: bytes) -> bool:
-    """Send one pysyncobj frame; True when the node then closed the connection on us."""
+def _send_frame(address: str, payload: bytes, *, raw: bool = False) -> bool:
+    """Send one pysyncobj frame (``raw``: these bytes as they are); True when the node then closed
+    the connection on us."""
     host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(struct.pack("i", len(payload)) + payload)
+        sock.sendall(payload if raw else struct.pack("i", len(payload)) + payload)
         sock.settimeout(5)
         try:
             return sock.recv(1) == b""
@@ -97,11 +99,11 @@ def test_crafted_pickles_on_the_raft_port_are_refused(make_cluster, tmp_path):
         # pysyncobj's own Fernet under the right secret: not this cluster's cipher, not decrypted.
         assert _send_frame(node.raft, getEncryptor(PASSWORD).encrypt_at_time(payload, int(time.monotonic())))
         # With the secret (an insider, a leaked password): decrypted, then refused by the unpickler.
-        token = RaftCipher(PASSWORD).encrypt_at_time(payload, int(time.monotonic()))
-        # The same frame with one bit flipped (ciphertext, nonce, timestamp): fails authentication.
-        for pos in (len(token) - 1, 12, 3):
-            assert _send_frame(node.raft, token[:pos] + bytes([token[pos] ^ 1]) + token[pos + 1 :])
-        assert _send_frame(node.raft, token)
+        frame = FrameCodec(PASSWORD).seal(payload, sequence=0, direction=0)
+        # The same frame with one bit flipped (body, tag, nonce, length): fails authentication.
+        for pos in (len(frame) - 1, 40, 20, 6):
+            assert _send_frame(node.raft, frame[:pos] + bytes([frame[pos] ^ 1]) + frame[pos + 1 :], raw=True)
+        assert _send_frame(node.raft, frame, raw=True)
     time.sleep(0.5)
     assert not marker.exists()
     for node in cluster.nodes:
@@ -129,7 +131,7 @@ def test_peer_without_the_password_is_rejected_and_changes_nothing(make_cluster)
         data=victim.data.parent / "rogue-data",
         log=victim.data.parent / "rogue.log",
         peers=victim.peers,
-        password="not-the-cluster-secret",
+        password=base64.b64encode(os.urandom(32)).decode(),  # strong, but not the cluster's
     )
     rogue.start()
     try:
@@ -184,7 +186,7 @@ def test_a_connection_claiming_a_peers_address_is_dropped_and_changes_nothing(ma
     before = cluster.converged_digest()
     term = leader.status()["term"]
     marker = tmp_path / "pwned"
-    wrong = RaftCipher("not-the-cluster-secret")
+    wrong = FrameCodec(base64.b64encode(os.urandom(32)).decode())
     fernet = getEncryptor(PASSWORD)  # pysyncobj's own cipher, right secret: not this cluster's
     for node in cluster.nodes:
         for other in cluster.nodes:
@@ -192,7 +194,7 @@ def test_a_connection_claiming_a_peers_address_is_dropped_and_changes_nothing(ma
                 continue
             claim = zlib.compress(pickle.dumps(other.raft, 2), 3)
             assert _send_frame(node.raft, claim)
-            assert _send_frame(node.raft, wrong.encrypt_at_time(claim, int(time.monotonic())))
+            assert _send_frame(node.raft, wrong.seal(claim, sequence=0, direction=0), raw=True)
             assert _send_frame(node.raft, fernet.encrypt_at_time(claim, int(time.monotonic())))
         assert _send_frame(node.raft, zlib.compress(crafted(marker), 3))
     time.sleep(1.0)  # several heartbeats: a replaced connection would show as a disconnected peer

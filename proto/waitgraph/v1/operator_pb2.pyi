@@ -29,7 +29,7 @@ class PeerStatus(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., connected: _Optional[bool] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("node_id", "raft_address", "grpc_address", "role", "leader_id", "leader_address", "term", "commit_index", "applied_index", "has_quorum", "ready", "epoch", "mode", "admission_frozen", "admission_frozen_reason", "frozen_runs", "recovery_configured", "voters", "quorum", "max_rollback", "now_ms", "state_digest", "stale", "peers", "open_proposals", "decisions", "event_head_cursor", "event_horizon_cursor", "counters", "orphaned_executions")
+    __slots__ = ("node_id", "raft_address", "grpc_address", "role", "leader_id", "leader_address", "term", "commit_index", "applied_index", "has_quorum", "ready", "epoch", "mode", "admission_frozen", "admission_frozen_reason", "frozen_runs", "recovery_configured", "voters", "quorum", "max_rollback", "now_ms", "state_digest", "stale", "peers", "open_proposals", "decisions", "event_head_cursor", "event_horizon_cursor", "counters", "orphaned_executions", "durable")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +67,7 @@ class StatusResponse(_message.Message):
     EVENT_HORIZON_CURSOR_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
     ORPHANED_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     raft_address: str
     grpc_address: str
@@ -97,7 +98,8 @@ class StatusResponse(_message.Message):
     event_horizon_cursor: int
     counters: _containers.ScalarMap[str, int]
     orphaned_executions: int
-    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., ready: _Optional[bool] = ..., epoch: _Optional[int] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., admission_frozen: _Optional[bool] = ..., admission_frozen_reason: _Optional[str] = ..., frozen_runs: _Optional[int] = ..., recovery_configured: _Optional[bool] = ..., voters: _Optional[_Iterable[str]] = ..., quorum: _Optional[int] = ..., max_rollback: _Optional[int] = ..., now_ms: _Optional[int] = ..., state_digest: _Optional[str] = ..., stale: _Optional[bool] = ..., peers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., open_proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., event_head_cursor: _Optional[int] = ..., event_horizon_cursor: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., orphaned_executions: _Optional[int] = ...) -> None: ...
+    durable: bool
+    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., ready: _Optional[bool] = ..., epoch: _Optional[int] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., admission_frozen: _Optional[bool] = ..., admission_frozen_reason: _Optional[str] = ..., frozen_runs: _Optional[int] = ..., recovery_configured: _Optional[bool] = ..., voters: _Optional[_Iterable[str]] = ..., quorum: _Optional[int] = ..., max_rollback: _Optional[int] = ..., now_ms: _Optional[int] = ..., state_digest: _Optional[str] = ..., stale: _Optional[bool] = ..., peers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., open_proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., event_head_cursor: _Optional[int] = ..., event_horizon_cursor: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., orphaned_executions: _Optional[int] = ..., durable: _Optional[bool] = ...) -> None: ...
 
 class GraphRequest(_message.Message):
     __slots__ = ("run_id", "agent_id", "limit", "fresh", "statuses", "around", "hops")
