@@ -196,7 +196,9 @@ def test_only_the_leader_exports_the_replicated_series() -> None:
     none of them (sum() over nodes would count each event once per node), only its Raft view."""
     machine = StateMachine()
     for role, exported in (("leader", 1.0), ("follower", 0.0), ("candidate", 0.0)):
-        raft = SimpleNamespace(role=role, term=2, commit_index=5, applied_index=5, has_quorum=role == "leader")
+        raft = SimpleNamespace(
+            role=role, term=2, commit_index=5, applied_index=5, has_quorum=role == "leader", refused={}, durable=True
+        )
         registry = CollectorRegistry(auto_describe=False)
         registry.register(WaitgraphCollector(lambda fn: fn(machine), lambda raft=raft: raft))
         text = generate_latest(registry).decode()
