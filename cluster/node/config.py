@@ -94,6 +94,10 @@ class ServeConfig:
     off (cluster/node/ratelimit.py). An agent makes a few calls a second; a runaway one is held here."""
     rate_limit_burst: int = 200
     """Requests a token may make at once above that rate (the size of its bucket)."""
+    log_compaction_min_entries: int = 5000
+    """Raft log entries past which a follower compacts its log into a dump (a leader at four times
+    as many; cluster/node/raft.py, "Log compaction"). Low values make every restart restore from a
+    dump, which the chaos lab wants."""
 
     @property
     def actor(self) -> str:
@@ -149,6 +153,7 @@ KEYS: dict[str, str] = {
     "fsync": "acknowledge Raft entries only once the journal is flushed to disk (survives power loss; slower)",
     "rate_limit_per_s": "requests per second each token may make (token bucket; 0: no limit)",
     "rate_limit_burst": "requests a token may make at once above rate_limit_per_s",
+    "log_compaction_min_entries": "Raft log entries past which a follower compacts its log into a dump (leader: 4x)",
 }
 """Every configuration key and what it sets."""
 
@@ -431,6 +436,9 @@ def resolve(
         fsync=_bool(setting("fsync"), "fsync", problems),
         rate_limit_per_s=_float(setting("rate_limit_per_s"), "rate_limit_per_s", problems),
         rate_limit_burst=_int(setting("rate_limit_burst"), "rate_limit_burst", problems, 1),
+        log_compaction_min_entries=_int(
+            setting("log_compaction_min_entries"), "log_compaction_min_entries", problems, 10
+        ),
     )
     metrics_address = None
     if get("metrics_addr") not in (None, ""):
