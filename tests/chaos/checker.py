@@ -278,6 +278,8 @@ class CheckReport:
     lin_steps: dict[str, int] = field(default_factory=dict)
     """Per model, the most search steps any one history took (against ``budget``)."""
     budget: int = lin.DEFAULT_BUDGET
+    t0_ns: int = 0
+    """The history's start (monotonic ns): a violation's ``at_ns`` minus this is seconds into the run."""
 
     @property
     def verdict(self) -> str:
@@ -1050,9 +1052,37 @@ class _Check:
                         inv.key,
                         expected="the recorded outcome (duplicate), never a rejection",
                     )
+        self._effects_once()
         if retained != -1:
             return  # some table evicted: what was applied can no longer be told exactly
         self._counters()
+
+    def _effects_once(self) -> None:
+        """An applied write's effects show once: no two ``Acquired`` of one target carry one
+        lease, no execution advances to one generation twice, no cost total repeats (a write
+        applied again, or an effect journaled again for a duplicate answered from the table)."""
+        for seg in _segments(self.h.observed):
+            first: dict[tuple[str, str, int], Observed] = {}
+            for ob in seg:
+                f = ob.fields
+                if ob.kind == "Acquired":
+                    key = (ob.kind, f["target_id"], int(f["lease"]))
+                elif ob.kind == "GenerationAdvanced":
+                    key = (ob.kind, f["execution_id"], int(f["after"]))
+                elif ob.kind == "CostRecorded":
+                    key = (ob.kind, f["execution_id"], int(f["cost_consumed"]))
+                else:
+                    continue
+                if key in first:
+                    self.fail(
+                        "every_write_applied_once",
+                        f"{ob.kind} {key[1]} {key[2]} appears at cursors {first[key].cursor} and {ob.cursor}",
+                        key=key[1],
+                        expected="each applied effect once in the stream",
+                        effects=[first[key], ob],
+                    )
+                else:
+                    first[key] = ob
 
     def _counters(self) -> None:
         costs: dict[str, list[Logical]] = defaultdict(list)
@@ -1288,6 +1318,7 @@ class _Check:
             {k: list(v) for k, v in self.undecided.items()},
             dict(self.lin_steps),
             self.budget,
+            self.h.t0_ns,
         )
 
     def replica_state(self, key: str | None) -> str:
@@ -1333,9 +1364,8 @@ class _Check:
             if not undecided:
                 return ""
             return "undecided (no violation found, none ruled out): " + "; ".join(undecided[:3])
-        # The first anomaly in time (one only the final state shows comes last); of violations
-        # that showed at once, the one shown by the fewest entries.
-        first = min(self.violations, key=lambda v: (lin.INF if v.at_ns is None else v.at_ns, len(v.ops)))
+        first = first_anomaly(self.violations)
+        assert first is not None
         when = "after heal (final state)" if first.at_ns is None else f"at {(first.at_ns - self.h.t0_ns) / 1e9:.3f} s"
         lines = [f"first anomaly {when}: {first.invariant}: {first.message}"]
         if first.expected:
@@ -1355,6 +1385,14 @@ class _Check:
         if more:
             lines.append(f"({more} more violation(s))")
         return "\n".join(lines)
+
+
+def first_anomaly(violations: Sequence[Violation]) -> Violation | None:
+    """The first anomaly in time (one only the final state shows comes last); of violations that
+    showed at once, the one shown by the fewest entries."""
+    if not violations:
+        return None
+    return min(violations, key=lambda v: (lin.INF if v.at_ns is None else v.at_ns, len(v.ops)))
 
 
 def _cut(ops: Sequence[lin.Operation], t: float) -> list[lin.Operation]:
@@ -1523,4 +1561,13 @@ def check(history: History, finals: Sequence[ReplicaFinal], budget: int = lin.DE
     return c.report()
 
 
-__all__ = ["INVARIANTS", "CheckReport", "ReplicaFinal", "Violation", "check", "collect_final", "logical_ops"]
+__all__ = [
+    "INVARIANTS",
+    "CheckReport",
+    "ReplicaFinal",
+    "Violation",
+    "check",
+    "collect_final",
+    "first_anomaly",
+    "logical_ops",
+]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import shutil
 import statistics
 import sys
@@ -231,6 +232,8 @@ class RunConfig:
     loopback: bool = False
     keep: bool = False
     """Keep the run's directory (node logs, data) even when it passed."""
+    report_json: Path | None = None
+    """Write the verdict, the first anomaly and the lab's figures here (scripts/mutants reads it)."""
 
 
 @dataclass
@@ -523,17 +526,50 @@ def parse_args(argv: Sequence[str] | None = None) -> RunConfig:
     p.add_argument("--history-out", type=Path, default=None, help="write the history here (JSON lines)")
     p.add_argument("--loopback", action="store_true", help="do not use network namespaces (network faults unavailable)")
     p.add_argument("--keep", action="store_true", help="keep the run directory (node logs) even when it passes")
+    p.add_argument("--report-json", type=Path, default=None, help="write the verdict and first anomaly here (JSON)")
     a = p.parse_args(argv)
     kinds = [k.strip() for k in a.nemeses.split(",") if k.strip()]
     bad = [k for k in kinds if k not in ALL_KINDS]
     if bad:
         p.error(f"unknown nemeses {bad}; known: {', '.join(ALL_KINDS)}")
-    return RunConfig(a.nodes, a.duration, a.seed, kinds, a.history_out, a.loopback, a.keep)
+    return RunConfig(a.nodes, a.duration, a.seed, kinds, a.history_out, a.loopback, a.keep, a.report_json)
+
+
+def write_report(path: Path, result: RunResult, wall_s: float) -> None:
+    """The run as JSON: verdict, the first anomaly (invariant, message, seconds into the run),
+    violations per invariant, harness errors, faults, dumps and restores."""
+    from .checker import first_anomaly
+
+    report = result.report
+    violations = list(getattr(report, "violations", []))
+    first = first_anomaly(violations)
+    t0 = getattr(report, "t0_ns", None)
+    doc = {
+        "ok": result.ok,
+        "verdict": verdict(report, result.ok, result.harness_errors) if report is not None else "FAIL",
+        "wall_s": round(wall_s, 1),
+        "harness_errors": result.harness_errors,
+        "violations": {k: len(v) for k, v in (report.invariants.items() if report is not None else ()) if v},
+        "first": None
+        if first is None
+        else {
+            "invariant": first.invariant,
+            "message": first.message,
+            "at_s": None if first.at_ns is None or t0 is None else round((first.at_ns - t0) / 1e9, 3),
+        },
+        "faults": sorted({r.kind for r in result.records}),
+        "dumps": result.dumps,
+        "dump_restores": len(result.dump_restores),
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(argv)
+    began = time.monotonic()
     result = run_chaos(cfg)
+    if cfg.report_json is not None:
+        write_report(cfg.report_json, result, time.monotonic() - began)
     print(result.table)
     undecided = not result.ok and verdict(result.report, False, result.harness_errors) == "UNDECIDED"
     if not result.ok:

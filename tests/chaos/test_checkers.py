@@ -666,6 +666,20 @@ def test_counters_must_match_the_writes_applied() -> None:
     assert found == ["n1: resource:browser is at lease 1; 2 acquires of it were applied"]
 
 
+def test_an_effect_that_shows_twice_is_caught() -> None:
+    h = History()
+    w, _ = ring_recovered(h)
+    assert not violations(check(h, finals_of(w.st)), "every_write_applied_once")
+    again = next(ob for ob in h.observed if ob.kind == "Acquired")
+    last = h.observed[-1]
+    h.observe(last.cursor + 1, last.log_index + 1, again.kind, dict(again.fields), "n1")
+    found = violations(check(h, finals_of(w.st)), "every_write_applied_once")
+    lease = again.fields["lease"]
+    assert found == [
+        f"Acquired {again.fields['target_id']} {lease} appears at cursors {again.cursor} and {last.cursor + 1}"
+    ]
+
+
 # -- failure reports -------------------------------------------------------------------------------
 
 
