@@ -137,12 +137,30 @@ CATALOGUE: tuple[Mutant, ...] = (
         (('        book.fence = {e: ep for e, ep in raw["fence"]}\n', "        book.fence = {}\n"),),
     ),
     Mutant(
-        "cancel-fence-lags-one",
+        "yield-not-fenced",
         "apply",
-        "the cancel-generation fence lets a caller one generation behind through (children of a "
-        "cancelled run start, its old workers commit)",
+        "a tie-break's yielder is not fenced at the new epoch",
+        "statemachine/recovery.py",
+        (
+            (
+                "    ex = st.executions[execution_id]\n"
+                "    book(st).fence[execution_id] = epoch\n"
+                "    ctx.fx.append(Yielded(",
+                "    ex = st.executions[execution_id]\n    ctx.fx.append(Yielded(",
+            ),
+        ),
+    ),
+    Mutant(
+        "settle-keeps-holdings",
+        "apply",
+        "a cancelled execution settles without ending its attempt: it keeps its permits and waits",
         "statemachine/cancel.py",
-        (("    if observed < current:\n", "    if observed < current - 1:\n"),),
+        (
+            (
+                "    end_attempt(ctx, ex, end_reason)\n    set_status(ctx, ex, nxt, cause)\n",
+                "    set_status(ctx, ex, nxt, cause)\n",
+            ),
+        ),
     ),
     Mutant(
         "fresh-read-without-barrier",

@@ -71,7 +71,7 @@ ALL_KINDS = NETWORK_KINDS + PROCESS_KINDS + CLOCK_KINDS + CLUSTER_KINDS + OVERLA
 RESTARTING_KINDS = ("kill", *FAKETIME_KINDS, *CLUSTER_KINDS, "kill+clock-skew")
 RESTART_OVERHEAD_S = 3.0
 """What restarting a node (start it, wait until it serves) adds to a slot; the schedule reserves it."""
-COMPACTION_WAIT_S = 10.0
+COMPACTION_WAIT_S = 20.0
 """How long ``kill-after-compaction`` waits for a node to write a log-compaction dump."""
 
 
