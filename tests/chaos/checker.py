@@ -39,6 +39,7 @@ from waitgraph.ops.opsclient import OperatorClient, OpsError
 from waitgraph.proto.v1 import operator_pb2
 from waitgraph.statemachine import invariants as core_invariants
 from waitgraph.statemachine.cancel import cancel_state
+from waitgraph.statemachine.effects import Acquired
 from waitgraph.statemachine.enums import SETTLED, CancelState, ExecStatus
 from waitgraph.statemachine.recovery_state import ProposalStatus
 from waitgraph.statemachine.state import State
@@ -1010,8 +1011,8 @@ class _Check:
         table; an attempt rejected by the core after the write was seen applied (its effects in
         the stream before the attempt was sent) was not answered from the table. Per replica, the
         counters writes add to match the writes applied: an execution's ``cost_consumed`` is the
-        sum of its applied RecordCost, a held target's lease ``version`` the number of its applied
-        acquires (only where every such write is resolved)."""
+        sum of the RecordCost the replica recorded as applied, a held target's lease ``version``
+        the number of acquires it recorded with an ``Acquired`` (while no table evicted)."""
         if not self.states:
             return
         retained = self.retained_from()
@@ -1093,46 +1094,42 @@ class _Check:
             elif lo.f.startswith("acquire") and lo.key:
                 acquires[lo.key].append(lo)
 
-        def applied(lo: Logical) -> bool | None:
-            if lo.ok:
-                return True
-            if lo.type == FAIL or lo.resolved == "not_applied":
-                return False
-            return True if lo.resolved == "applied" else None
+        def recorded(st: State, lo: Logical) -> Any:
+            """The replica's own record of the write (its outcome), or None: not applied there.
+            Exact while no table evicted: a rejection is never recorded, an application always is."""
+            entry = st.idempotency.get((actor_of(lo.process), lo.request_id or ""))
+            return entry[1] if entry is not None else None
 
         for f in self.finals:
             st = f.state
             if st is None:
                 continue
             for eid, los in sorted(costs.items()):
-                got = [applied(lo) for lo in los]
                 ex = st.executions.get(eid)
-                if None in got or ex is None:
+                if ex is None:
                     continue
-                want = sum(int(lo.value["cost"]) for lo, a in zip(los, got, strict=True) if a)
+                want = sum(int(lo.value["cost"]) for lo in los if recorded(st, lo) is not None)
                 if ex.cost_consumed != want:
                     self.fail(
                         "every_write_applied_once",
                         f"{f.node_id}: {eid} has cost_consumed {ex.cost_consumed}; "
-                        f"its applied RecordCost add to {want}",
+                        f"the RecordCost it applied add to {want}",
                         [lo.first.index for lo in los],
                         eid,
                         expected=f"cost_consumed == {want}",
                     )
             for tid, los in sorted(acquires.items()):
                 t = st.targets.get(tid)
-                got = [applied(lo) for lo in los]
-                if t is None or None in got or not tid.startswith(("resource:", "pool:")):
+                if t is None or not tid.startswith(("resource:", "pool:")):
                     continue
+                outcomes = [recorded(st, lo) for lo in los]
                 leases = sum(
-                    1
-                    for lo, a in zip(los, got, strict=True)
-                    if a and isinstance(lo.result, dict) and "Acquired" in lo.result.get("effects", ())
+                    1 for out in outcomes if out is not None and any(isinstance(fx, Acquired) for fx in out.effects)
                 )
                 if t.version != leases:
                     self.fail(
                         "every_write_applied_once",
-                        f"{f.node_id}: {tid} is at lease {t.version}; {leases} acquires of it were applied",
+                        f"{f.node_id}: {tid} is at lease {t.version}; it applied {leases} acquires of it",
                         [lo.first.index for lo in los if lo.ok][-4:],
                         tid,
                         expected=f"lease version == {leases}",

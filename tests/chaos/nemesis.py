@@ -25,6 +25,14 @@ directory); the clock ones come in two families:
   an offset read from a file); its monotonic clock is left alone. A step is like an NTP step; a
   drift is a wall clock that gains or loses time steadily (the offset rewritten every 0.1 s).
 
+Beyond one fault at a time: ``kill-after-compaction`` watches every node's log-compaction dump
+(``raft.dump``, renamed into place by each compaction) and SIGKILLs the first node whose dump
+changes, at once (its journal may not be cut yet), restarting it on heal so that it restores
+from that dump; ``kill-all`` SIGKILLs every node at once and restarts them all on heal;
+``pause+partition`` pauses a node and, while it is paused, partitions the network;
+``kill+clock-skew`` restarts a node under a skewed clock and, while it runs so, SIGKILLs
+another. :attr:`ChaosEnv.dump_restores` counts the restarts that found a dump to restore from.
+
 Steps go up to a day in both directions. A node stamps logical time carried forward by its
 monotonic clock from the replicated time (cluster/node/clock.py), so a stepped wall clock must change
 nothing; before that clock existed, a forward step of S seconds moved the cluster's time S seconds

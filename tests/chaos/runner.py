@@ -3,7 +3,8 @@
     scripts/chaos --nodes 5 --duration 600 --seed 1 [--nemeses kill,pause] [--history-out h.jsonl]
 
 The run: build the lab (tests/chaos/net.py), start N real ``waitgraph serve`` processes in it
-(each with the wall-clock hook loaded, its Raft links through the proxies; the faketime nemeses
+(each with the wall-clock hook loaded, its Raft links through the proxies, the log compacted every
+:data:`LAB_COMPACTION_ENTRIES` entries so that restarts restore from dumps; the faketime nemeses
 restart a node under libfaketime and back, see tests/chaos/nemesis.py), wait for a leader, then run the
 workload (tests/chaos/workload.py) and the seeded schedule (tests/chaos/nemesis.py) side by side
 until the deadline; heal everything, wait until every replica has applied the same log, read the

@@ -14,7 +14,7 @@ import pytest
 from tests.world import World
 from waitgraph.dev.localcluster import LocalCluster
 from waitgraph.statemachine import Envelope, Outcome, Result
-from waitgraph.statemachine.commands import AckCancel, CancelRun, RecordCost, RetryExecution
+from waitgraph.statemachine.commands import AckCancel, Acquire, CancelRun, RecordCost, Release, RetryExecution
 from waitgraph.statemachine.enums import EffectOutcome
 from waitgraph.statemachine.state import State
 
@@ -650,20 +650,24 @@ def test_counters_must_match_the_writes_applied() -> None:
     report = check(h, finals_of(w.st))
     found = violations(report, "every_write_applied_once")
     assert found == [
-        "n1: exec:A has cost_consumed 17; its applied RecordCost add to 12",
+        "n1: exec:A has cost_consumed 17; the RecordCost it applied add to 12",
     ], found
     assert "exec:A g1" in report.excerpt and "cost 17" in report.excerpt
-    # Lease versions: the browser was acquired once (world_with_recovery) but the history has none.
+    # Lease versions: the pool's version counts the acquires the replica applied.
+    p = World()
+    p.configure()
+    a = p.execution("A")
+    p.target("pool:p", slots=2)
+    acquire = Acquire(target_id="pool:p", execution_id=a, generation=1, observed_epoch=0)
+    apply_with(p, "agent:A", "q1", acquire)
     acq = History()
-    done(
-        acq, "A", "acquire", "resource:browser", {"execution": "exec:A"}, {"result": "APPLIED", "effects": ["Acquired"]}
-    )
-    assert not violations(check(acq, finals_of(w.st)), "every_write_applied_once")
-    done(
-        acq, "A", "acquire", "resource:browser", {"execution": "exec:A"}, {"result": "APPLIED", "effects": ["Acquired"]}
-    )
-    found = violations(check(acq, finals_of(w.st)), "every_write_applied_once")
-    assert found == ["n1: resource:browser is at lease 1; 2 acquires of it were applied"]
+    value = {"execution": a, "generation": 1, "observed_epoch": 0}
+    done(acq, "A", "acquire", "pool:p", value, {"result": "APPLIED", "effects": ["Acquired"]}, request_id="q1")
+    assert not violations(check(acq, finals_of(p.st)), "every_write_applied_once")
+    p.ok("agent:A", Release(target_id="pool:p", execution_id=a, generation=1))
+    apply_with(p, "agent:A", "q2", acquire)  # applied again under an id the history never sent
+    found = violations(check(acq, finals_of(p.st)), "every_write_applied_once")
+    assert found == ["n1: pool:p is at lease 2; it applied 1 acquires of it"], found
 
 
 def test_an_effect_that_shows_twice_is_caught() -> None:
