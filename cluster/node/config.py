@@ -164,6 +164,10 @@ class ServeConfig:
     """The history store's size bound (cluster/node/history.py): oldest records go first."""
     history_max_age_days: int = 90
     """Records older than this are deleted from the history store."""
+    log_compaction_min_entries: int = 5000
+    """Raft log entries past which a follower compacts its log into a dump (a leader at four times
+    as many; cluster/node/raft.py, "Log compaction"). Low values make every restart restore from a
+    dump, which the chaos lab wants."""
 
     @property
     def actor(self) -> str:
@@ -225,6 +229,7 @@ KEYS: dict[str, str] = {
     "retire_interval_ms": "leader retirement check period",
     "history_max_mb": "size bound of this node's history store (oldest records deleted first)",
     "history_max_age_days": "history records older than this are deleted",
+    "log_compaction_min_entries": "Raft log entries past which a follower compacts its log into a dump (leader: 4x)",
 }
 """Every configuration key and what it sets."""
 
@@ -513,6 +518,9 @@ def resolve(
         retire_interval_ms=_int(setting("retire_interval_ms"), "retire_interval_ms", problems, 10),
         history_max_mb=_int(setting("history_max_mb"), "history_max_mb", problems, 1),
         history_max_age_days=_int(setting("history_max_age_days"), "history_max_age_days", problems, 1),
+        log_compaction_min_entries=_int(
+            setting("log_compaction_min_entries"), "log_compaction_min_entries", problems, 10
+        ),
     )
     metrics_address = None
     if get("metrics_addr") not in (None, ""):

@@ -142,6 +142,7 @@ class NodeProcess:
                 password=cfg.secret,
                 submit_timeout_s=cfg.submit_timeout_s,
                 fsync=cfg.fsync,
+                log_compaction_min_entries=cfg.log_compaction_min_entries,
             ),
             machine=self.machine,
         )

@@ -25,6 +25,7 @@ Rules kept here:
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -33,16 +34,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from waitgraph.dev.localcluster import Credentials
+from waitgraph.node.events import CURSOR_SHIFT
 from waitgraph.ops.opsclient import OperatorClient, OpsError
 from waitgraph.proto.v1 import operator_pb2
 from waitgraph.statemachine import invariants as core_invariants
 from waitgraph.statemachine.cancel import cancel_state
+from waitgraph.statemachine.effects import Acquired
 from waitgraph.statemachine.enums import SETTLED, CancelState, ExecStatus
 from waitgraph.statemachine.recovery_state import ProposalStatus
 from waitgraph.statemachine.state import State
 
 from . import linearizability as lin
-from .history import FAIL, INFO, OK, History, Op
+from .history import FAIL, INFO, OK, History, Observed, Op
 
 INVARIANTS = (
     "epoch_never_decreases",
@@ -50,10 +53,12 @@ INVARIANTS = (
     "one_decision_per_digest",
     "recovery_committed_with_votes",
     "no_release_before_epoch_commit",
+    "no_stale_epoch_acknowledged",
     "no_cancelled_generation_commits",
-    "no_edge_deleted_by_older_generation",
+    "no_edge_changed_by_older_generation",
     "replicas_same_digest",
     "no_acknowledged_write_lost",
+    "every_write_applied_once",
     "fresh_read_not_stale",
     "no_leaked_permit_after_cancelled_stable",
     "state_invariants",
@@ -252,6 +257,12 @@ class Violation:
     """History indices that show it."""
     key: str | None = None
     expected: str = ""
+    effects: list[Observed] = field(default_factory=list)
+    """Stream entries that show it."""
+    state: str = ""
+    """The replica state involved, as read after heal."""
+    at_ns: int | None = None
+    """When the anomaly first showed (monotonic ns; None: only the final state shows it)."""
 
 
 @dataclass
@@ -268,6 +279,8 @@ class CheckReport:
     lin_steps: dict[str, int] = field(default_factory=dict)
     """Per model, the most search steps any one history took (against ``budget``)."""
     budget: int = lin.DEFAULT_BUDGET
+    t0_ns: int = 0
+    """The history's start (monotonic ns): a violation's ``at_ns`` minus this is seconds into the run."""
 
     @property
     def verdict(self) -> str:
@@ -303,9 +316,27 @@ class _Check:
         self.lin: dict[str, tuple[int, int]] = {}
 
     def fail(
-        self, invariant: str, message: str, ops: Iterable[int] = (), key: str | None = None, expected: str = ""
+        self,
+        invariant: str,
+        message: str,
+        ops: Iterable[int] = (),
+        key: str | None = None,
+        expected: str = "",
+        *,
+        effects: Sequence[Observed] = (),
+        state: str = "",
+        at_ns: int | None = None,
     ) -> None:
-        self.violations.append(Violation(invariant, message, sorted(set(ops)), key, expected))
+        indices = sorted({i for i in ops if 0 <= i < len(self.h.ops)})
+        if at_ns is None:
+            # The anomaly shows once the last of its entries exists.
+            times = [self.h.ops[i].time_ns for i in indices] + [ob.time_ns for ob in effects]
+            at_ns = max(times) if times else None
+        self.violations.append(
+            Violation(
+                invariant, message, indices, key, expected, list(effects), state or self.replica_state(key), at_ns
+            )
+        )
 
     # -- resolving unknown writes -----------------------------------------------------------------
 
@@ -458,20 +489,45 @@ class _Check:
                 f"{subject}: search budget of {self.budget} steps exhausted over {len(ops)} operations"
             )
             return
+        at_ns: int | None = None
+        earliest = self._first_anomaly(model, ops)
+        if earliest is not None:
+            t, result = earliest
+            at_ns = int(t)
         stuck = result.stuck
         what = "no linearization exists"
         path = " -> ".join(model.describe(o.input, o.output) for o in result.prefix[-6:]) or "(nothing)"
         detail = f"{subject}: {what}; longest linearization ends with {path}"
         if stuck is not None:
             detail += f"; then {model.describe(stuck.input, stuck.output)} by {stuck.process} cannot be placed"
-        refs = [o.ref for o in (*result.prefix[-4:], stuck) if o is not None and o.ref is not None]
+        last = [o for o in ops if at_ns is not None and o.ret == at_ns]
+        refs = [o.ref for o in (*result.prefix[-4:], stuck, *last) if o is not None and o.ref is not None]
+        if at_ns is not None:
+            detail += f"; the history up to {(at_ns - self.h.t0_ns) / 1e9:.3f} s is already not linearizable"
         self.fail(
             f"linearizability:{name}",
             detail,
             refs,
             key,
             expected="a single order of these operations, consistent with real time, that the model accepts",
+            at_ns=at_ns if at_ns is not None else self.t_end,
         )
+
+    def _first_anomaly(self, model: lin.Model, ops: list[lin.Operation]) -> tuple[float, lin.Result] | None:
+        """The earliest completion time t at which the history cut there (operations invoked by
+        t; those completing later pending, reads among them dropped) is already not linearizable,
+        with that search's result. Cutting is monotone (a longer cut contains every constraint of
+        a shorter one), so a binary search over the completion times finds it."""
+        times = sorted({o.ret for o in ops if o.ret != lin.INF})
+        lo, hi, best = 0, len(times) - 1, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            result = lin.check(model, _cut(ops, times[mid]), self.budget)
+            if not result.ok and not result.exhausted:
+                best, hi = (times[mid], result), mid - 1
+            else:
+                lo = mid + 1
+        return best
 
     # -- invariants -------------------------------------------------------------------------------
 
@@ -651,25 +707,10 @@ class _Check:
                             f"{f.node_id}: proposal {p.digest[:16]} committed with approvals {yes} (quorum {quorum})",
                             expected=f"at least {quorum} approvals from {sorted(voters)}",
                         )
-            for d in rb.decisions.values():
-                if d.released and d.epoch is None:
-                    self.fail(
-                        "no_release_before_epoch_commit",
-                        f"{f.node_id}: decision {d.decision_id} released {d.released} without committing an epoch",
-                    )
-                before = getattr(d, "epoch_before", None)
-                if d.released and d.epoch is not None and before is not None and before and d.epoch <= before:
-                    self.fail(
-                        "no_release_before_epoch_commit",
-                        f"{f.node_id}: decision {d.decision_id} released at epoch {d.epoch}, not above {before}",
-                    )
-        # The stream: per log entry, the epoch commit comes before any release of that recovery;
-        # votes reach the quorum before the commit; one VictimChosen per digest.
+        # The stream: votes reach the quorum before the commit; one VictimChosen per digest.
         votes: dict[str, tuple[int, int]] = {}
         proposed: set[str] = set()
         chosen: dict[str, str] = {}
-        entry_epoch: dict[int, int] = {}
-        entry_victim: set[int] = set()
         for ob in self.h.observed:
             k = ob.kind
             if k == "Resync":
@@ -680,7 +721,6 @@ class _Check:
             elif k == "VoteRecorded":
                 votes[ob.fields["digest"]] = (int(ob.fields["approvals"]), int(ob.fields["quorum"]))
             elif k == "EpochCommitted":
-                entry_epoch.setdefault(ob.log_index, ob.cursor)
                 digest = ob.fields["digest"]
                 if digest in proposed:
                     got = votes.get(digest)
@@ -690,25 +730,143 @@ class _Check:
                             f"epoch {ob.fields['epoch']} committed for {digest[:16]} "
                             f"with votes {got} (approvals, quorum)",
                             expected="approvals >= quorum before the commit",
+                            effects=[ob],
                         )
             elif k == "VictimChosen":
-                if ob.fields.get("epoch") is not None:
-                    entry_victim.add(ob.log_index)
                 digest, did = ob.fields["digest"], ob.fields["decision_id"]
                 if chosen.setdefault(digest, did) != did:
                     self.fail(
                         "one_decision_per_digest",
                         f"VictimChosen {did} for digest {digest[:16]}, which already had {chosen[digest]}",
                         expected="one decision per digest",
+                        effects=[ob],
                     )
-            elif k == "Released" and ob.log_index in entry_victim | set(entry_epoch):
-                at = entry_epoch.get(ob.log_index)
-                if at is None or at > ob.cursor:
+
+    def releases(self) -> None:
+        """Nothing of a victim is released, in any position of any apply, before the epoch commit
+        that decided it.
+
+        A victim is every execution a decision stops (the CAS to CANCELLING with cause
+        ``victim:<decision>``, a tie-break's ``Yielded``), at the generation it had. Over the
+        stream (each stretch between resyncs on its own): no ``Released`` of that execution and
+        generation from the recovery's proposal (or, when the proposal was not seen, from the start
+        of the commit's log entry) until the ``EpochCommitted`` of the decision's digest; a decision
+        that stops anyone must have that commit before it at all. Over every replica: a decision
+        that released something committed an epoch above the one before it, and every release it
+        records was seen after its commit."""
+        for seg in _segments(self.h.observed):
+            dec = _Decided(seg)
+            for did, (digest, epoch, ob) in dec.decisions.items():
+                if epoch is not None and digest not in dec.committed:
                     self.fail(
                         "no_release_before_epoch_commit",
-                        f"{ob.fields['target_id']} released by {ob.fields['execution_id']} at cursor {ob.cursor}, "
-                        f"before the entry's epoch commit ({at})",
-                        expected="EpochCommitted before every Released of the recovery",
+                        f"decision {did} names epoch {epoch} for {digest[:16]}, but no EpochCommitted of it came first",
+                        expected="EpochCommitted before the decision",
+                        effects=[ob],
+                    )
+            for execution_id, generation, digest, named in dec.stopped:
+                commit = dec.committed.get(digest) if digest is not None else None
+                if commit is None:
+                    if digest is not None:
+                        self.fail(
+                            "no_release_before_epoch_commit",
+                            f"{execution_id} g{generation} stopped by recovery {digest[:16]} without its epoch commit",
+                            expected="EpochCommitted before the victim is stopped",
+                            effects=[named],
+                        )
+                    continue
+                opened = [c for c in dec.proposed.get(digest, ()) if c < commit.cursor]
+                window = max(opened) if opened else commit.log_index << CURSOR_SHIFT
+                for ob in seg:
+                    if (
+                        ob.kind == "Released"
+                        and window <= ob.cursor < commit.cursor
+                        and ob.fields["execution_id"] == execution_id
+                        and int(ob.fields["generation"]) == generation
+                    ):
+                        self.fail(
+                            "no_release_before_epoch_commit",
+                            f"{ob.fields['target_id']} of victim {execution_id} g{generation} released at cursor "
+                            f"{ob.cursor} ({ob.fields.get('reason')}), before epoch {commit.fields['epoch']} "
+                            f"was committed at cursor {commit.cursor}",
+                            expected="EpochCommitted before every release of the victim",
+                            key=execution_id,
+                            effects=[ob, commit],
+                        )
+            released_at = {
+                (ob.fields["target_id"], ob.fields["execution_id"]): ob.cursor for ob in seg if ob.kind == "Released"
+            }
+            st = self.states[0] if self.states else None
+            for d in st.recovery.decisions.values() if st is not None else ():
+                commit = dec.committed.get(d.digest)
+                if commit is None or d.decision_id not in dec.decisions:
+                    continue
+                for pair in d.released:
+                    at = released_at.get(pair)
+                    if at is None or at < commit.cursor:
+                        self.fail(
+                            "no_release_before_epoch_commit",
+                            f"decision {d.decision_id} records releasing {pair[0]} of {pair[1]}, "
+                            f"seen at cursor {at}; its epoch commit is at {commit.cursor}",
+                            expected="a Released of it after the commit",
+                            key=pair[1],
+                            effects=[commit],
+                        )
+        for f in self.finals:
+            if f.state is None:
+                continue
+            for d in f.state.recovery.decisions.values():
+                if d.released and d.epoch is None:
+                    self.fail(
+                        "no_release_before_epoch_commit",
+                        f"{f.node_id}: decision {d.decision_id} released {d.released} without committing an epoch",
+                    )
+                if d.released and d.epoch is not None and d.epoch <= d.epoch_before:
+                    self.fail(
+                        "no_release_before_epoch_commit",
+                        f"{f.node_id}: decision {d.decision_id} released at epoch {d.epoch}, "
+                        f"not above {d.epoch_before}",
+                    )
+
+    def stale_epochs(self) -> None:
+        """No acquire presenting an epoch older than the execution's rollback epoch is acknowledged.
+
+        The rollback epochs come from the stream (a victim's CAS names its decision, whose
+        ``VictimChosen`` names the epoch; ``Yielded`` names it itself) with the time they were
+        first seen: an acquire invoked after that was applied after the fence. Every replica keeps
+        the fence: its ``recovery.fence`` of the execution is at least that epoch."""
+        fences: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for seg in _segments(self.h.observed):
+            dec = _Decided(seg)
+            for execution_id, _generation, _digest, named in dec.stopped:
+                epoch = dec.epoch_of(named)
+                if epoch is not None:
+                    fences[execution_id].append((named.time_ns, epoch))
+        for lo in self.ops:
+            if not (lo.f.startswith("acquire") and lo.ok and isinstance(lo.value, dict)):
+                continue
+            presented = lo.value.get("observed_epoch")
+            execution_id = lo.value.get("execution")
+            fenced = max((e for t, e in fences.get(execution_id, ()) if t < lo.call_ns), default=0)
+            if presented is not None and presented < fenced:
+                self.fail(
+                    "no_stale_epoch_acknowledged",
+                    f"{execution_id} acquired {lo.key} presenting epoch {presented} after it was rolled back "
+                    f"at epoch {fenced}",
+                    [lo.first.index],
+                    lo.key,
+                    expected=f"StaleEpoch (FAILED_PRECONDITION stale_epoch): an epoch >= {fenced} is required",
+                )
+        for execution_id, seen in sorted(fences.items()):
+            epoch = max(e for _, e in seen)
+            for f in self.finals:
+                if f.state is not None and f.state.recovery.fence.get(execution_id, 0) < epoch:
+                    self.fail(
+                        "no_stale_epoch_acknowledged",
+                        f"{f.node_id}: {execution_id} was rolled back at epoch {epoch}, but the replica fences it "
+                        f"at {f.state.recovery.fence.get(execution_id, 0)}",
+                        key=execution_id,
+                        expected=f"fence >= {epoch} on every replica",
                     )
 
     def cancelled_commits(self) -> None:
@@ -767,33 +925,215 @@ class _Check:
                         )
 
     def edges(self) -> None:
-        """A close names the open edge's generation and version, or it is a recorded no-op."""
-        open_: dict[str, tuple[int, int]] = {}
-        for ob in self.h.observed:
-            if ob.kind == "Resync":
-                open_.clear()
-            elif ob.kind == "WaitRegistered":
-                open_[ob.fields["edge_id"]] = (int(ob.fields["waiter_generation"]), int(ob.fields["edge_version"]))
-            elif ob.kind == "WaitClosed":
+        """A close or an update from an older generation never removes or changes an edge of a newer one.
+
+        Over the stream (each stretch between resyncs): an edge replaced or closed by an older
+        (generation, version) than the one open, or registered by a generation older than the
+        execution's latest ``GenerationAdvanced``. Over the operations: an acknowledged close or
+        register that changed an edge (its outcome has ``WaitClosed``/``WaitRegistered``) while
+        presenting a generation older than one the execution was known to have reached before it
+        was invoked (a retry acknowledged with that generation, or its ``GenerationAdvanced`` seen)."""
+        advanced: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        """execution -> (time first known, generation reached)."""
+        for seg in _segments(self.h.observed):
+            open_: dict[str, tuple[int, int]] = {}
+            generation: dict[str, int] = {}
+            for ob in seg:
+                if ob.kind == "GenerationAdvanced":
+                    eid, after = ob.fields["execution_id"], int(ob.fields["after"])
+                    generation[eid] = max(generation.get(eid, 0), after)
+                    advanced[eid].append((ob.time_ns, after))
+                    continue
+                if ob.kind not in ("WaitRegistered", "WaitClosed"):
+                    continue
                 edge = ob.fields["edge_id"]
-                closed = (int(ob.fields["waiter_generation"]), int(ob.fields["edge_version"]))
-                current = open_.pop(edge, None)
-                if current is not None and closed < current:
-                    self.fail(
-                        "no_edge_deleted_by_older_generation",
-                        f"{edge} open at (generation, version) {current} closed by {closed} (cursor {ob.cursor})",
-                        expected="a close from an older generation is a no-op",
-                    )
+                waiter = edge.partition(">")[0]
+                named = (int(ob.fields["waiter_generation"]), int(ob.fields["edge_version"]))
+                current = open_.get(edge)
+                if ob.kind == "WaitRegistered":
+                    if named[0] < generation.get(waiter, 0):
+                        self.fail(
+                            "no_edge_changed_by_older_generation",
+                            f"{edge} registered by generation {named[0]} after {waiter} reached "
+                            f"generation {generation[waiter]} (cursor {ob.cursor})",
+                            key=edge,
+                            expected="an older generation's RegisterWait refused (stale generation)",
+                            effects=[ob],
+                        )
+                    elif current is not None and named < current:
+                        self.fail(
+                            "no_edge_changed_by_older_generation",
+                            f"{edge} open at (generation, version) {current} replaced by {named} (cursor {ob.cursor})",
+                            key=edge,
+                            expected="a re-register from an older (generation, version) is a no-op",
+                            effects=[ob],
+                        )
+                    open_[edge] = max(named, current) if current is not None else named
+                else:
+                    open_.pop(edge, None)
+                    if current is not None and named < current:
+                        self.fail(
+                            "no_edge_changed_by_older_generation",
+                            f"{edge} open at (generation, version) {current} closed by {named} (cursor {ob.cursor})",
+                            key=edge,
+                            expected="a close from an older generation is a no-op",
+                            effects=[ob],
+                        )
         for lo in self.ops:
-            deleted = isinstance(lo.result, dict) and "WaitClosed" in lo.result.get("effects", ())
-            if lo.f == "close_wait_stale" and lo.ok and deleted:
+            acked = lo.f == "retry" and lo.ok and isinstance(lo.result, dict) and "generation" in lo.result
+            if acked and lo.completion is not None and lo.key is not None:
+                advanced[lo.key].append((lo.completion.time_ns, int(lo.result["generation"])))
+        for lo in self.ops:
+            if not (
+                lo.ok and lo.f.startswith(("close_wait", "register_wait")) and lo.key and isinstance(lo.value, dict)
+            ):
+                continue
+            effects = lo.result.get("effects", ()) if isinstance(lo.result, dict) else ()
+            if not {"WaitClosed", "WaitRegistered"} & set(effects):
+                continue
+            waiter, presented = lo.key.partition(">")[0], int(lo.value["waiter_generation"])
+            newer = max((g for t, g in advanced.get(waiter, ()) if t < lo.call_ns), default=0)
+            if newer > presented:
                 self.fail(
-                    "no_edge_deleted_by_older_generation",
-                    f"{lo.key}: a close from generation {lo.value['waiter_generation']} closed an edge",
+                    "no_edge_changed_by_older_generation",
+                    f"{lo.f} {lo.key} from generation {presented} changed an edge ({', '.join(effects)}) after "
+                    f"{waiter} had reached generation {newer}",
                     [lo.first.index],
                     lo.key,
-                    expected="NOOP (stale generation) or a rejection",
+                    expected="NOOP stale_generation, or a rejection; the newer edge untouched",
                 )
+
+    def applied_once(self) -> None:
+        """Every acknowledged write is applied exactly once.
+
+        Per request id (while no replica's idempotency table evicted it): at most one attempt is
+        answered as a first application (``duplicate`` false), the others are answered from the
+        table; an attempt rejected by the core after the write was seen applied (its effects in
+        the stream before the attempt was sent) was not answered from the table. Per replica, the
+        counters writes add to match the writes applied: an execution's ``cost_consumed`` is the
+        sum of the RecordCost the replica recorded as applied, a held target's lease ``version``
+        the number of acquires it recorded with an ``Acquired`` (while no table evicted)."""
+        if not self.states:
+            return
+        retained = self.retained_from()
+        tables = [st.idempotency for st in self.states]
+        seen = _effect_times(self.h)
+        attempts: dict[str, list[tuple[Op, Op | None]]] = defaultdict(list)
+        for pair in self.h.pairs():
+            if pair.invoke.request_id:
+                attempts[pair.invoke.request_id].append((pair.invoke, pair.completion))
+        for rid, tries in attempts.items():
+            first = min(inv.index for inv, _ in tries)
+            if first <= retained:
+                continue
+            fresh = [d for _, d in tries if d is not None and d.type == OK and not _duplicate(d.value)]
+            if len(fresh) > 1:
+                self.fail(
+                    "every_write_applied_once",
+                    f"request {rid} answered as a first application {len(fresh)} times",
+                    [d.index for d in fresh],
+                    tries[0][0].key,
+                    expected="one first application; every other attempt answered from the idempotency table",
+                )
+            key = (actor_of(tries[0][0].process), rid)
+            found = next((t[key] for t in tables if key in t), None)
+            if found is None:
+                continue
+            applied_ns = _applied_seen(found[1], seen)
+            for inv, d in tries:
+                if d is None or d.type != FAIL or not _core_rejection(d.value):
+                    continue
+                if applied_ns is not None and applied_ns < inv.time_ns:
+                    self.fail(
+                        "every_write_applied_once",
+                        f"request {rid} was applied (its effects seen at "
+                        f"{(applied_ns - self.h.t0_ns) / 1e9:.3f} s), then an attempt of it was rejected "
+                        f"({(d.value or {}).get('code')})",
+                        [inv.index, d.index],
+                        inv.key,
+                        expected="the recorded outcome (duplicate), never a rejection",
+                    )
+        self._effects_once()
+        if retained != -1:
+            return  # some table evicted: what was applied can no longer be told exactly
+        self._counters()
+
+    def _effects_once(self) -> None:
+        """An applied write's effects show once: no two ``Acquired`` of one target carry one
+        lease, no execution advances to one generation twice, no cost total repeats (a write
+        applied again, or an effect journaled again for a duplicate answered from the table)."""
+        for seg in _segments(self.h.observed):
+            first: dict[tuple[str, str, int], Observed] = {}
+            for ob in seg:
+                f = ob.fields
+                if ob.kind == "Acquired":
+                    key = (ob.kind, f["target_id"], int(f["lease"]))
+                elif ob.kind == "GenerationAdvanced":
+                    key = (ob.kind, f["execution_id"], int(f["after"]))
+                elif ob.kind == "CostRecorded":
+                    key = (ob.kind, f["execution_id"], int(f["cost_consumed"]))
+                else:
+                    continue
+                if key in first:
+                    self.fail(
+                        "every_write_applied_once",
+                        f"{ob.kind} {key[1]} {key[2]} appears at cursors {first[key].cursor} and {ob.cursor}",
+                        key=key[1],
+                        expected="each applied effect once in the stream",
+                        effects=[first[key], ob],
+                    )
+                else:
+                    first[key] = ob
+
+    def _counters(self) -> None:
+        costs: dict[str, list[Logical]] = defaultdict(list)
+        acquires: dict[str, list[Logical]] = defaultdict(list)
+        for lo in self.ops:
+            if lo.f == "record_cost" and isinstance(lo.value, dict):
+                costs[lo.key or ""].append(lo)
+            elif lo.f.startswith("acquire") and lo.key:
+                acquires[lo.key].append(lo)
+
+        def recorded(st: State, lo: Logical) -> Any:
+            """The replica's own record of the write (its outcome), or None: not applied there.
+            Exact while no table evicted: a rejection is never recorded, an application always is."""
+            entry = st.idempotency.get((actor_of(lo.process), lo.request_id or ""))
+            return entry[1] if entry is not None else None
+
+        for f in self.finals:
+            st = f.state
+            if st is None:
+                continue
+            for eid, los in sorted(costs.items()):
+                ex = st.executions.get(eid)
+                if ex is None:
+                    continue
+                want = sum(int(lo.value["cost"]) for lo in los if recorded(st, lo) is not None)
+                if ex.cost_consumed != want:
+                    self.fail(
+                        "every_write_applied_once",
+                        f"{f.node_id}: {eid} has cost_consumed {ex.cost_consumed}; "
+                        f"the RecordCost it applied add to {want}",
+                        [lo.first.index for lo in los],
+                        eid,
+                        expected=f"cost_consumed == {want}",
+                    )
+            for tid, los in sorted(acquires.items()):
+                t = st.targets.get(tid)
+                if t is None or not tid.startswith(("resource:", "pool:")):
+                    continue
+                outcomes = [recorded(st, lo) for lo in los]
+                leases = sum(
+                    1 for out in outcomes if out is not None and any(isinstance(fx, Acquired) for fx in out.effects)
+                )
+                if t.version != leases:
+                    self.fail(
+                        "every_write_applied_once",
+                        f"{f.node_id}: {tid} is at lease {t.version}; it applied {leases} acquires of it",
+                        [lo.first.index for lo in los if lo.ok][-4:],
+                        tid,
+                        expected=f"lease version == {leases}",
+                    )
 
     def replicas(self) -> None:
         missing = [f for f in self.finals if f.state is None]
@@ -975,7 +1315,45 @@ class _Check:
             {k: list(v) for k, v in self.undecided.items()},
             dict(self.lin_steps),
             self.budget,
+            self.h.t0_ns,
         )
+
+    def replica_state(self, key: str | None) -> str:
+        """What every replica holds of ``key`` after heal (the epoch, a run, an execution, a target
+        or an edge ``waiter>target``): the state a failure report shows beside the operations."""
+        if key is None:
+            return ""
+        lines = []
+        for f in self.finals:
+            st = f.state
+            if st is None:
+                lines.append(f"{f.node_id or f.endpoint}: not read ({f.error})")
+                continue
+            bits: list[str] = []
+            if key == "epoch":
+                bits.append(f"epoch {st.recovery.epoch}")
+            waiter, _, target = key.partition(">")
+            if waiter in st.executions:
+                ex = st.executions[waiter]
+                bits.append(
+                    f"{waiter} g{ex.generation} {ex.status.value} cost {ex.cost_consumed}"
+                    f" fence {st.recovery.fence.get(waiter, 0)}"
+                )
+            if target:
+                edge = st.wait(waiter, target)
+                bits.append(
+                    f"edge open at (generation, version) ({edge.waiter_generation}, {edge.edge_version})"
+                    if edge is not None
+                    else "no open edge"
+                )
+            if key in st.runs:
+                bits.append(f"{key} cancel generation {st.runs[key].cancel_generation}")
+            t = st.targets.get(target or key)
+            if t is not None:
+                bits.append(f"{t.target_id} version {t.version} holders {dict(t.holders)}")
+            if bits:
+                lines.append(f"{f.node_id} @{f.applied_index}: " + "; ".join(bits))
+        return "\n".join(lines)
 
     def excerpt(self) -> str:
         if not self.violations:
@@ -983,18 +1361,138 @@ class _Check:
             if not undecided:
                 return ""
             return "undecided (no violation found, none ruled out): " + "; ".join(undecided[:3])
-        with_ops = [v for v in self.violations if v.ops]
-        # The first to become visible in the history; of those, the one shown by the fewest entries.
-        first = min(with_ops, key=lambda v: (max(v.ops), len(v.ops))) if with_ops else self.violations[0]
-        lines = [f"first violation: {first.invariant}: {first.message}"]
+        first = first_anomaly(self.violations)
+        assert first is not None
+        when = "after heal (final state)" if first.at_ns is None else f"at {(first.at_ns - self.h.t0_ns) / 1e9:.3f} s"
+        lines = [f"first anomaly {when}: {first.invariant}: {first.message}"]
         if first.expected:
             lines.append(f"expected: {first.expected}")
         if first.ops:
-            lines.append(self.h.excerpt(first.ops, context=1, key=first.key))
+            lines += ["operations:", self.h.excerpt(first.ops, context=1, key=first.key)]
+        if first.effects:
+            lines.append("effects (observer stream):")
+            lines += [
+                f"  {(ob.time_ns - self.h.t0_ns) / 1e9:9.3f}s  cursor {ob.cursor} (entry {ob.log_index})  "
+                f"{ob.kind} {json.dumps(ob.fields, sort_keys=True, default=str)}"
+                for ob in sorted(first.effects, key=lambda o: o.cursor)
+            ]
+        if first.state:
+            lines += ["replica state after heal:", *(f"  {row}" for row in first.state.splitlines())]
         more = len(self.violations) - 1
         if more:
             lines.append(f"({more} more violation(s))")
         return "\n".join(lines)
+
+
+def first_anomaly(violations: Sequence[Violation]) -> Violation | None:
+    """The first anomaly in time (one only the final state shows comes last); of violations that
+    showed at once, the one shown by the fewest entries."""
+    if not violations:
+        return None
+    return min(violations, key=lambda v: (lin.INF if v.at_ns is None else v.at_ns, len(v.ops)))
+
+
+def _cut(ops: Sequence[lin.Operation], t: float) -> list[lin.Operation]:
+    """The operations invoked by ``t``; one still running then is pending (a read is dropped, a
+    write's outcome unknown)."""
+    out: list[lin.Operation] = []
+    for o in ops:
+        if o.call > t:
+            continue
+        if o.ret > t:
+            if o.input[0] == "read":
+                continue
+            o = lin.Operation(o.op_id, o.process, o.call, lin.INF, o.input, None, o.ref)
+        out.append(lin.Operation(len(out), o.process, o.call, o.ret, o.input, o.output, o.ref))
+    return out
+
+
+def _segments(observed: Sequence[Observed]) -> list[list[Observed]]:
+    """The stream cut at every resync (effects between two may be missing)."""
+    out: list[list[Observed]] = [[]]
+    for ob in observed:
+        if ob.kind == "Resync":
+            out.append([])
+        else:
+            out[-1].append(ob)
+    return [seg for seg in out if seg]
+
+
+_VICTIM_CAUSE = "victim:"
+
+
+class _Decided:
+    """What one stretch of the stream says about recoveries. Read in two passes, so that the
+    order of the effects inside one apply is what the checks test, never what they assume."""
+
+    def __init__(self, seg: Sequence[Observed]) -> None:
+        self.committed: dict[str, Observed] = {}
+        """digest -> its (first) EpochCommitted."""
+        self.proposed: dict[str, list[int]] = defaultdict(list)
+        """digest -> cursors of its RecoveryProposed."""
+        self.decisions: dict[str, tuple[str, int | None, Observed]] = {}
+        """decision id -> (digest, epoch, its VictimChosen)."""
+        by_epoch: dict[int, str] = {}
+        for ob in seg:
+            f = ob.fields
+            if ob.kind == "RecoveryProposed":
+                self.proposed[f["digest"]].append(ob.cursor)
+            elif ob.kind == "EpochCommitted":
+                self.committed.setdefault(f["digest"], ob)
+                by_epoch[int(f["epoch"])] = f["digest"]
+            elif ob.kind == "VictimChosen":
+                epoch = f.get("epoch")
+                self.decisions.setdefault(f["decision_id"], (f["digest"], None if epoch is None else int(epoch), ob))
+        self.stopped: list[tuple[str, int, str | None, Observed]] = []
+        """(execution, generation, digest of the recovery, the effect that stopped it)."""
+        for ob in seg:
+            f = ob.fields
+            if ob.kind == "ExecutionStateChanged" and str(f.get("cause", "")).startswith(_VICTIM_CAUSE):
+                decided = self.decisions.get(str(f["cause"])[len(_VICTIM_CAUSE) :])
+                self.stopped.append((f["execution_id"], int(f["generation"]), decided[0] if decided else None, ob))
+            elif ob.kind == "Yielded":
+                self.stopped.append((f["execution_id"], int(f["generation"]), by_epoch.get(int(f["epoch"])), ob))
+
+    def epoch_of(self, named: Observed) -> int | None:
+        """The rollback epoch of a stopping effect from :attr:`stopped`."""
+        if named.kind == "Yielded":
+            return int(named.fields["epoch"])
+        decided = self.decisions.get(str(named.fields["cause"])[len(_VICTIM_CAUSE) :])
+        return decided[1] if decided else None
+
+
+def _effect_key(kind: str, fields: Any) -> str:
+    return kind + json.dumps(fields, sort_keys=True, default=str)
+
+
+def _effect_times(history: History) -> dict[str, int]:
+    """Every observed effect (kind and fields) -> when the stream first showed it."""
+    out: dict[str, int] = {}
+    for ob in history.observed:
+        out.setdefault(_effect_key(ob.kind, ob.fields), ob.time_ns)
+    return out
+
+
+def _applied_seen(outcome: Any, seen: dict[str, int]) -> int | None:
+    """When the stream first showed an effect of this recorded outcome (None: none observed)."""
+    from .workload import plain
+
+    times = [seen.get(_effect_key(type(fx).__name__, plain(fx))) for fx in getattr(outcome, "effects", ())]
+    found = [t for t in times if t is not None]
+    return min(found) if found else None
+
+
+def _duplicate(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value.get("duplicate"))
+
+
+_CORE_STATUSES = frozenset({"FAILED_PRECONDITION", "ABORTED", "NOT_FOUND", "ALREADY_EXISTS"})
+"""Statuses only the core's rejections map to (cluster/node/grpc_status.py): the node's own refusals
+(rate limit, auth, no leader) never reach the log, so they say nothing about what was applied."""
+
+
+def _core_rejection(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("status") in _CORE_STATUSES
 
 
 _SKIP = object()
@@ -1048,13 +1546,25 @@ def check(history: History, finals: Sequence[ReplicaFinal], budget: int = lin.DE
     c.monotonic()
     c.fresh_reads()
     c.decisions()
+    c.releases()
+    c.stale_epochs()
     c.cancelled_commits()
     c.edges()
     c.replicas()
     c.lost_writes()
+    c.applied_once()
     c.leaks()
     c.state_invariants()
     return c.report()
 
 
-__all__ = ["INVARIANTS", "CheckReport", "ReplicaFinal", "Violation", "check", "collect_final", "logical_ops"]
+__all__ = [
+    "INVARIANTS",
+    "CheckReport",
+    "ReplicaFinal",
+    "Violation",
+    "check",
+    "collect_final",
+    "first_anomaly",
+    "logical_ops",
+]

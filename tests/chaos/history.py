@@ -201,7 +201,8 @@ class History:
 
     def excerpt(self, indices: Iterable[int], context: int = 2, key: str | None = None, limit: int = 60) -> str:
         """The entries at ``indices`` (marked ``>>``), their completions/invocations, and ``context``
-        entries around each; with ``key``, the context is only entries on that key."""
+        entries around each; with ``key``, the context is only entries on that key. Past ``limit``
+        lines the context farthest from the marked entries is left out, never a marked one."""
         wanted: set[int] = set()
         by_ref = {op.ref: op.index for op in self.ops if op.ref is not None}
         for i in indices:
@@ -218,9 +219,14 @@ class History:
         for i in sorted(marked):
             pos = _bisect(pool, i)
             wanted.update(pool[max(0, pos - context) : pos + context + 1])
+        chosen = sorted(wanted)
+        if len(chosen) > limit:
+            # Never cut a marked entry: the context closest to them is what goes.
+            extra = sorted(wanted - marked, key=lambda i: min(abs(i - m) for m in marked))
+            chosen = sorted(marked | set(extra[: max(0, limit - len(marked))]))
         lines: list[str] = []
         last = -2
-        for i in sorted(wanted)[:limit]:
+        for i in chosen:
             if i != last + 1 and lines:
                 lines.append("        ...")
             lines.append(("  >> " if i in marked else "     ") + self.render(self.ops[i]))

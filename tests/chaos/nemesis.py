@@ -4,7 +4,7 @@ Every nemesis has a ``kind``, ``start()`` (inject, return a :class:`FaultRecord`
 and ``heal()`` (undo it, stamp the record's end). The network ones act through the lab
 (``tests/chaos/net.py``: DROP rules in the nodes' namespaces, delays in the Raft link proxies); the
 process ones signal the node's process (SIGSTOP/SIGCONT; SIGKILL, then a restart on the same data
-directory; ``kill-all``: SIGKILL of every node at once, then all restarted); the clock ones come in
+directory); the clock ones come in
 two families:
 
 - ``clock-skew-faketime`` / ``clock-rate-faketime``: the node is stopped (SIGTERM or SIGKILL) and
@@ -25,6 +25,14 @@ two families:
   through a test-only hook the nodes load at start-up (``tests/chaos/clockhook/sitecustomize.py``,
   an offset read from a file); its monotonic clock is left alone. A step is like an NTP step; a
   drift is a wall clock that gains or loses time steadily (the offset rewritten every 0.1 s).
+
+Beyond one fault at a time: ``kill-after-compaction`` watches every node's log-compaction dump
+(``raft.dump``, renamed into place by each compaction) and SIGKILLs the first node whose dump
+changes, at once (its journal may not be cut yet), restarting it on heal so that it restores
+from that dump; ``kill-all`` SIGKILLs every node at once and restarts them all on heal;
+``pause+partition`` pauses a node and, while it is paused, partitions the network;
+``kill+clock-skew`` restarts a node under a skewed clock and, while it runs so, SIGKILLs
+another. :attr:`ChaosEnv.dump_restores` counts the restarts that found a dump to restore from.
 
 Steps go up to a day in both directions. A node stamps logical time carried forward by its
 monotonic clock from the replicated time (cluster/node/clock.py), so a stepped wall clock must change
@@ -61,13 +69,19 @@ NETWORK_KINDS = (
     "packet-loss",
     "delay",
 )
-PROCESS_KINDS = ("pause", "kill", "kill-all")
+PROCESS_KINDS = ("pause", "kill")
 FAKETIME_KINDS = ("clock-skew-faketime", "clock-rate-faketime")
 CLOCK_KINDS = ("wallclock-step", "wallclock-drift", *FAKETIME_KINDS)
-ALL_KINDS = NETWORK_KINDS + PROCESS_KINDS + CLOCK_KINDS
-RESTARTING_KINDS = ("kill", "kill-all", *FAKETIME_KINDS)
+CLUSTER_KINDS = ("kill-after-compaction", "kill-all")
+OVERLAP_KINDS = ("pause+partition", "kill+clock-skew")
+"""Two faults at once: a node paused while the network is partitioned; a node killed while
+another runs under a skewed clock (libfaketime)."""
+ALL_KINDS = NETWORK_KINDS + PROCESS_KINDS + CLOCK_KINDS + CLUSTER_KINDS + OVERLAP_KINDS
+RESTARTING_KINDS = ("kill", *FAKETIME_KINDS, *CLUSTER_KINDS, "kill+clock-skew")
 RESTART_OVERHEAD_S = 3.0
 """What restarting a node (start it, wait until it serves) adds to a slot; the schedule reserves it."""
+COMPACTION_WAIT_S = 20.0
+"""How long ``kill-after-compaction`` waits for a node to write a log-compaction dump."""
 
 
 @dataclass
@@ -188,6 +202,17 @@ class ChaosEnv:
     """The node the cluster currently agrees is leader (the runner's Status monitor), or None."""
     paused: set[str] = field(default_factory=set)
     killed: set[str] = field(default_factory=set)
+    dump_restores: list[str] = field(default_factory=list)
+    """Every restart of a node that found a log-compaction dump in its data directory (so it
+    restored its state from the dump, then replayed the journal after it)."""
+
+    def dump_stamp(self, node_id: str) -> tuple[int, int] | None:
+        """(inode, mtime) of the node's dump: a compaction renames a new one into place."""
+        try:
+            st = (self.cluster.node(node_id).data_dir / "raft.dump").stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns
 
     @property
     def node_ids(self) -> list[str]:
@@ -202,6 +227,8 @@ class ChaosEnv:
         return pid
 
     def restart(self, node_id: str, timeout_s: float = 60.0) -> None:
+        if self.dump_stamp(node_id) is not None:
+            self.dump_restores.append(node_id)
         self.cluster.spawn(node_id)
         self.cluster.wait_ready(node_id, timeout_s)
         self.killed.discard(node_id)
@@ -235,7 +262,9 @@ def unavailable(kind: str, env: ChaosEnv) -> str | None:
     """Why this kind cannot run here (None: it can)."""
     if kind in NETWORK_KINDS and not env.lab.network_faults:
         return f"no network namespaces ({env.lab.fallback_reason})"
-    if kind in FAKETIME_KINDS and env.clocks.libfaketime is None:
+    if kind == "pause+partition" and not env.lab.network_faults:
+        return f"no network namespaces ({env.lab.fallback_reason})"
+    if kind in (*FAKETIME_KINDS, "kill+clock-skew") and env.clocks.libfaketime is None:
         return "libfaketime not installed (apt-get install faketime)"
     return None
 
@@ -450,33 +479,6 @@ class Kill(Nemesis):
         self.env.restart(self.node)
 
 
-class KillAll(Nemesis):
-    """SIGKILL every node at once (what a power cut does to the processes; the page cache
-    survives it), then restart them all on their data directories: every acknowledged write must
-    still be there (the default, durable journal; cluster/node/journal.py)."""
-
-    kind = "kill-all"
-
-    def _inject(self, leader: str | None) -> tuple[list[str], str, bool]:
-        nodes = [m for m in self.env.cluster.members if m.alive()]
-        for m in nodes:  # all the signals first: as close together as possible
-            assert m.proc is not None
-            m.proc.kill()
-        for m in nodes:
-            assert m.proc is not None
-            m.proc.wait(10)
-            self.env.killed.add(m.node_id)
-        ids = [m.node_id for m in nodes]
-        return ids, f"SIGKILL {', '.join(ids)} at once, all restarted from their data directories on heal", True
-
-    def _heal(self) -> None:
-        for node in sorted(self.env.killed):
-            self.env.cluster.spawn(node)
-        for node in sorted(self.env.killed):
-            self.env.cluster.wait_ready(node, 60.0)
-            self.env.killed.discard(node)
-
-
 def skew_s(rng: random.Random) -> int:
     """A clock step of seconds to a day, ahead or behind."""
     return rng.choice((1, -1)) * rng.choice((5, 30, 120, 3600, 86400))
@@ -552,6 +554,102 @@ class FaketimeRate(FaketimeRestart):
         return f"+0 x{rate:g}", f"wall and monotonic clocks run x{rate:g}: Raft timers {'fast' if rate > 1 else 'slow'}"
 
 
+class KillAfterCompaction(Nemesis):
+    """SIGKILL a node the moment a new log-compaction dump of it appears (its journal may not be
+    cut yet); heal: restart it, so it restores from that dump. Followers compact first (a leader
+    waits for four times the threshold), so every node is watched."""
+
+    kind = "kill-after-compaction"
+
+    def _inject(self, leader: str | None) -> tuple[list[str], str, bool]:
+        ids = self.env.node_ids
+        before = {n: self.env.dump_stamp(n) for n in ids}
+        began = time.monotonic()
+        node = None
+        while node is None and time.monotonic() - began < COMPACTION_WAIT_S:
+            node = next((n for n in ids if self.env.dump_stamp(n) != before[n]), None)
+            if node is None:
+                time.sleep(0.005)
+        waited = time.monotonic() - began
+        self.seen = node is not None
+        self.node = node or self._pick(leader, 0.0)
+        self.env.cluster.kill(self.node)
+        self.env.killed.add(self.node)
+        if self.seen:
+            detail = f"SIGKILL {self.node} right after its log compaction wrote a dump ({waited:.1f} s watched)"
+        else:
+            detail = f"no dump written within {COMPACTION_WAIT_S:.0f} s; SIGKILL {self.node} anyway"
+        return [self.node], detail + "; restarted from its data directory on heal", self.node == leader
+
+    def _heal(self) -> None:
+        self.env.restart(self.node)
+
+
+class KillAll(Nemesis):
+    """SIGKILL every node at once (a power cut of the whole cluster); heal: start them all again."""
+
+    kind = "kill-all"
+
+    def _inject(self, leader: str | None) -> tuple[list[str], str, bool]:
+        ids = self.env.node_ids
+        for m in self.env.cluster.members:
+            if m.proc is not None and m.alive():
+                m.proc.kill()
+        for n in ids:
+            self.env.cluster.kill(n)  # reaps each one
+            self.env.killed.add(n)
+        return list(ids), f"SIGKILL {' '.join(ids)} at once; all restarted from their data directories on heal", True
+
+    def _heal(self) -> None:
+        ids = self.env.node_ids
+        for n in ids:
+            if self.env.dump_stamp(n) is not None:
+                self.env.dump_restores.append(n)
+            self.env.cluster.spawn(n)
+        for n in ids:
+            self.env.cluster.wait_ready(n, 60.0)
+            self.env.killed.discard(n)
+
+
+class PausePartition(Nemesis):
+    """A node paused (SIGSTOP) and, while it is, the network partitioned (one node isolated, the
+    leader isolated, or a majority/minority split); heal both."""
+
+    kind = "pause+partition"
+
+    def _inject(self, leader: str | None) -> tuple[list[str], str, bool]:
+        self.pause = Pause(self.env, self.rng)
+        paused, what, cut = self.pause._inject(leader)
+        kind = self.rng.choice((IsolateNode, IsolateLeader, SplitMajority))
+        self.partition = kind(self.env, self.rng)
+        targets, cut_what, cut2 = self.partition._inject(leader)
+        return sorted({*paused, *targets}), f"{what}; during it {kind.kind} {cut_what}", cut or cut2
+
+    def _heal(self) -> None:
+        self.partition._heal()
+        self.pause._heal()
+
+
+class KillDuringSkew(Nemesis):
+    """A node restarted under a skewed clock (libfaketime), and while it runs so another node is
+    SIGKILLed; heal: restart the killed one, then the skewed one on the real clock."""
+
+    kind = "kill+clock-skew"
+
+    def _inject(self, leader: str | None) -> tuple[list[str], str, bool]:
+        self.skew = FaketimeSkew(self.env, self.rng)
+        skewed, what, cut = self.skew._inject(leader)
+        others = [n for n in self.env.node_ids if n not in skewed]
+        self.node = leader if leader in others and self.rng.random() < 0.5 else self.rng.choice(others)
+        self.env.cluster.kill(self.node)
+        self.env.killed.add(self.node)
+        return [*skewed, self.node], f"{what}; during it SIGKILL {self.node}", cut or self.node == leader
+
+    def _heal(self) -> None:
+        self.env.restart(self.node)
+        self.skew._heal()
+
+
 NEMESES: dict[str, type[Nemesis]] = {
     cls.kind: cls
     for cls in (
@@ -565,11 +663,14 @@ NEMESES: dict[str, type[Nemesis]] = {
         Delay,
         Pause,
         Kill,
-        KillAll,
         WallclockStep,
         WallclockDrift,
         FaketimeSkew,
         FaketimeRate,
+        KillAfterCompaction,
+        KillAll,
+        PausePartition,
+        KillDuringSkew,
     )
 }
 assert tuple(NEMESES) == ALL_KINDS

@@ -3,7 +3,8 @@
     scripts/chaos --nodes 5 --duration 600 --seed 1 [--nemeses kill,pause] [--history-out h.jsonl]
 
 The run: build the lab (tests/chaos/net.py), start N real ``waitgraph serve`` processes in it
-(each with the wall-clock hook loaded, its Raft links through the proxies; the faketime nemeses
+(each with the wall-clock hook loaded, its Raft links through the proxies, the log compacted every
+:data:`LAB_COMPACTION_ENTRIES` entries so that restarts restore from dumps; the faketime nemeses
 restart a node under libfaketime and back, see tests/chaos/nemesis.py), wait for a leader, then run the
 workload (tests/chaos/workload.py) and the seeded schedule (tests/chaos/nemesis.py) side by side
 until the deadline; heal everything, wait until every replica has applied the same log, read the
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import shutil
 import statistics
 import sys
@@ -36,7 +38,18 @@ from typing import Any
 from waitgraph.dev.localcluster import Credentials, LocalCluster
 from waitgraph.ops.opsclient import OperatorClient, OpsError
 
-from .nemesis import ALL_KINDS, FAKETIME_KINDS, ChaosEnv, Clocks, FaultRecord, Schedule, heal_everything, unavailable
+from .nemesis import (
+    ALL_KINDS,
+    CLUSTER_KINDS,
+    FAKETIME_KINDS,
+    OVERLAP_KINDS,
+    ChaosEnv,
+    Clocks,
+    FaultRecord,
+    Schedule,
+    heal_everything,
+    unavailable,
+)
 from .net import Lab
 
 BASE_PORT = 7000
@@ -45,6 +58,10 @@ POLL_S = 0.25
 CONVERGE_TIMEOUT_S = 120.0
 WORKLOAD_GRACE_S = 60.0
 """How long after the deadline the workload may take to wind down before it is cancelled."""
+LAB_COMPACTION_ENTRIES = 100
+"""The lab's ``log_compaction_min_entries`` (the default is 5000): a 60 s run appends a few
+thousand entries, so with the default no node ever compacted and no restart restored from a
+dump. At 100 followers compact every few seconds and every restart restores from a dump."""
 
 
 # -- Status monitor ----------------------------------------------------------------------------------
@@ -113,6 +130,34 @@ class Monitor:
         self._thread.join(5)
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.client.close()
+
+
+class DumpWatch:
+    """Counts the log-compaction dumps each node writes (a compaction renames a new dump into
+    place: its inode changes), polled every 0.1 s: a lower bound when two land within one poll."""
+
+    def __init__(self, env: ChaosEnv) -> None:
+        self.env = env
+        self.dumps: dict[str, int] = {n: 0 for n in env.node_ids}
+        self._last = {n: env.dump_stamp(n) for n in env.node_ids}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="chaos-dumps", daemon=True)
+
+    def start(self) -> DumpWatch:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.1):
+            for n in self.env.node_ids:
+                stamp = self.env.dump_stamp(n)
+                if stamp is not None and stamp != self._last[n]:
+                    self.dumps[n] += 1
+                self._last[n] = stamp
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
 
 
 # -- liveness ----------------------------------------------------------------------------------------
@@ -188,6 +233,8 @@ class RunConfig:
     loopback: bool = False
     keep: bool = False
     """Keep the run's directory (node logs, data) even when it passed."""
+    report_json: Path | None = None
+    """Write the verdict, the first anomaly and the lab's figures here (scripts/mutants reads it)."""
 
 
 @dataclass
@@ -200,6 +247,10 @@ class RunResult:
     harness_errors: list[str] = field(default_factory=list)
     report: Any = None
     directory: Path | None = None
+    dumps: dict[str, int] = field(default_factory=dict)
+    """Log-compaction dumps seen per node (:class:`DumpWatch`)."""
+    dump_restores: list[str] = field(default_factory=list)
+    """Every restart that restored a node from a dump (:attr:`ChaosEnv.dump_restores`)."""
 
 
 Factory = Callable[[list[str], Credentials, int, Any], Any]
@@ -243,7 +294,11 @@ def run_chaos(
                 command_prefix=lambda m: lab.command_prefix(m.node_id),
                 extra_env=lambda m: clocks.env(m.node_id),
                 # Off loopback the servers want TLS for bearer tokens; the lab's network is private.
-                serve_args=["--insecure"] if lab.network_faults else [],
+                serve_args=[
+                    *(["--insecure"] if lab.network_faults else []),
+                    "--log-compaction-min-entries",
+                    str(LAB_COMPACTION_ENTRIES),
+                ],
             )
             cluster.prepare()
             assert cluster.credentials is not None
@@ -256,6 +311,8 @@ def run_chaos(
             stack.callback(monitor.stop)
             env = ChaosEnv(lab, cluster, clocks, monitor.leader)
             stack.callback(lambda: heal_everything(env))
+            dumps = DumpWatch(env).start()
+            stack.callback(dumps.stop)
             kinds = [k for k in cfg.kinds if unavailable(k, env) is None]
             skipped = {k: unavailable(k, env) for k in cfg.kinds if k not in kinds}
             for k, why in skipped.items():
@@ -283,6 +340,7 @@ def run_chaos(
                 harness_errors.append(converge_error)
             finals = collect_final(cluster.endpoints, cluster.credentials)
             monitor.stop()
+            dumps.stop()
             if cfg.history_out is not None:
                 history.dump(cfg.history_out)
             report = check(history, finals)
@@ -291,7 +349,9 @@ def run_chaos(
             live = liveness(schedule.records, heals, monitor.timeline(), history)
             passed = bool(report.ok) and not harness_errors
             summary = workload.summary() if hasattr(workload, "summary") else {}
-            table = render(cfg, lab, schedule.records, skipped, report, live, harness_errors, passed, summary)
+            table = render(
+                cfg, lab, schedule.records, skipped, report, live, harness_errors, passed, summary, dumps.dumps, env
+            )
             result = RunResult(
                 cfg,
                 passed,
@@ -301,6 +361,8 @@ def run_chaos(
                 harness_errors,
                 report,
                 root,
+                dict(dumps.dumps),
+                list(env.dump_restores),
             )
             if not passed:
                 _save_logs(cluster, root)
@@ -367,6 +429,8 @@ def render(
     harness_errors: Sequence[str],
     passed: bool,
     workload: dict[str, int] | None = None,
+    dumps: dict[str, int] | None = None,
+    env: ChaosEnv | None = None,
 ) -> str:
     lines = [
         f"chaos run: {cfg.nodes} nodes, {cfg.duration_s:.0f} s, seed {cfg.seed}, "
@@ -381,8 +445,15 @@ def render(
         else:
             total = sum(r.duration_s() or 0.0 for r in mine)
             lines.append(f"  {kind:<44}{len(mine):>6}{total:>10.1f}")
-            if kind in FAKETIME_KINDS:
+            if kind in FAKETIME_KINDS + CLUSTER_KINDS + OVERLAP_KINDS:
                 lines += [f"      {r.detail}" for r in mine]
+    if dumps is not None and env is not None:
+        restores = env.dump_restores
+        lines += [
+            "",
+            f"{f'log compaction (threshold {LAB_COMPACTION_ENTRIES} entries)':<46}{'dumps':>6}{'restores':>10}",
+            *(f"  {n:<44}{dumps.get(n, 0):>6}{restores.count(n):>10}" for n in sorted(dumps)),
+        ]
     counts = report.op_counts
     lines += [
         "",
@@ -456,17 +527,50 @@ def parse_args(argv: Sequence[str] | None = None) -> RunConfig:
     p.add_argument("--history-out", type=Path, default=None, help="write the history here (JSON lines)")
     p.add_argument("--loopback", action="store_true", help="do not use network namespaces (network faults unavailable)")
     p.add_argument("--keep", action="store_true", help="keep the run directory (node logs) even when it passes")
+    p.add_argument("--report-json", type=Path, default=None, help="write the verdict and first anomaly here (JSON)")
     a = p.parse_args(argv)
     kinds = [k.strip() for k in a.nemeses.split(",") if k.strip()]
     bad = [k for k in kinds if k not in ALL_KINDS]
     if bad:
         p.error(f"unknown nemeses {bad}; known: {', '.join(ALL_KINDS)}")
-    return RunConfig(a.nodes, a.duration, a.seed, kinds, a.history_out, a.loopback, a.keep)
+    return RunConfig(a.nodes, a.duration, a.seed, kinds, a.history_out, a.loopback, a.keep, a.report_json)
+
+
+def write_report(path: Path, result: RunResult, wall_s: float) -> None:
+    """The run as JSON: verdict, the first anomaly (invariant, message, seconds into the run),
+    violations per invariant, harness errors, faults, dumps and restores."""
+    from .checker import first_anomaly
+
+    report = result.report
+    violations = list(getattr(report, "violations", []))
+    first = first_anomaly(violations)
+    t0 = getattr(report, "t0_ns", None)
+    doc = {
+        "ok": result.ok,
+        "verdict": verdict(report, result.ok, result.harness_errors) if report is not None else "FAIL",
+        "wall_s": round(wall_s, 1),
+        "harness_errors": result.harness_errors,
+        "violations": {k: len(v) for k, v in (report.invariants.items() if report is not None else ()) if v},
+        "first": None
+        if first is None
+        else {
+            "invariant": first.invariant,
+            "message": first.message,
+            "at_s": None if first.at_ns is None or t0 is None else round((first.at_ns - t0) / 1e9, 3),
+        },
+        "faults": sorted({r.kind for r in result.records}),
+        "dumps": result.dumps,
+        "dump_restores": len(result.dump_restores),
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(argv)
+    began = time.monotonic()
     result = run_chaos(cfg)
+    if cfg.report_json is not None:
+        write_report(cfg.report_json, result, time.monotonic() - began)
     print(result.table)
     undecided = not result.ok and verdict(result.report, False, result.harness_errors) == "UNDECIDED"
     if not result.ok:

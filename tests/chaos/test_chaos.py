@@ -392,6 +392,22 @@ def test_nemeses_act_on_real_nodes(lab_cluster: LabCluster) -> None:
     assert rec.end_ns is not None and rec.end_ns > rec.start_ns
     assert all(m.alive() for m in lc.cluster.members)
 
+    # two faults at once: a node paused while the network is partitioned; heal undoes both
+    nem = NEMESES["pause+partition"](lc.env, rng)
+    rec = nem.start()
+    assert lc.env.paused and any(lc.lab.rules(n) for n in ids), rec.detail
+    nem.heal()
+    assert not lc.env.paused and all(lc.lab.rules(n) == [] for n in ids)
+    lc.wait("one leader for all three", lambda: agreed_leader(lc, ids))
+
+    # kill -9 of every node at once: none left; heal starts all three, they elect a leader again
+    nem = NEMESES["kill-all"](lc.env, rng)
+    rec = nem.start()
+    assert rec.targets == ids and rec.leader_cut and not any(m.alive() for m in lc.cluster.members)
+    nem.heal()
+    assert all(m.alive() for m in lc.cluster.members)
+    lc.wait("one leader for all three after the whole cluster was killed", lambda: agreed_leader(lc, ids))
+
 
 def node_clock(lc: LabCluster, node_id: str) -> tuple[float, float, float, int]:
     """The node's own wall clock at one write it applied (it logs every write with its clock's
@@ -507,8 +523,10 @@ def test_a_failed_run_exits_1_with_the_seed_and_the_excerpt(
 
 @pytest.mark.timeout(CHAOS_DURATION_S + 180)
 def test_seeded_chaos_run_under_every_nemesis(tmp_path: Path) -> None:
-    """90 s of faults on 3 nodes (~2.5 minutes with start, heal and checks), every nemesis at
-    least once; fails with the seed and the checker's shortest excerpt.
+    """90 s of faults on 3 nodes (~1m45 with start, heal and checks), every nemesis at least once
+    (two at once, a kill right after a log compaction and a kill -9 of the whole cluster
+    included), the log compacting every hundred entries so that restarts restore from dumps;
+    fails with the seed and the checker's first anomaly.
     ``WAITGRAPH_CHAOS_SEED`` / ``WAITGRAPH_CHAOS_DURATION`` change the run."""
     cfg = RunConfig(nodes=3, duration_s=CHAOS_DURATION_S, seed=CHAOS_SEED, history_out=tmp_path / "history.jsonl")
     result = run_chaos(cfg)
@@ -522,3 +540,7 @@ def test_seeded_chaos_run_under_every_nemesis(tmp_path: Path) -> None:
     # Short attempts against faulted nodes end unknown; the checker resolves every one of them.
     assert counts["unknown_applied"] + counts["unknown_not_applied"] > 0, result.table
     assert not counts.get("unknown_unresolved"), result.table
+    # The lab compacts, and restarts restore from the dumps; one kill landed right after a dump.
+    assert sum(result.dumps.values()) > 0 and result.dump_restores, result.table
+    after = [r for r in result.records if r.kind == "kill-after-compaction"]
+    assert any("right after its log compaction" in r.detail for r in after), result.table

@@ -7,20 +7,21 @@ import asyncio
 import copy
 import dataclasses
 import time
+from collections.abc import Callable
 
 import pytest
 
 from tests.world import World
 from waitgraph.dev.localcluster import LocalCluster
-from waitgraph.statemachine import Envelope, Result
-from waitgraph.statemachine.commands import AckCancel, CancelRun
+from waitgraph.statemachine import Envelope, Outcome, Result
+from waitgraph.statemachine.commands import AckCancel, Acquire, CancelRun, RecordCost, Release, RetryExecution
 from waitgraph.statemachine.enums import EffectOutcome
 from waitgraph.statemachine.state import State
 
 from . import linearizability as lin
 from .checker import INVARIANTS, ReplicaFinal, check
-from .history import FAIL, INFO, OK, History, Op
-from .workload import Workload
+from .history import FAIL, INFO, OK, History, Observed, Op
+from .workload import Workload, plain
 
 # -- helpers ---------------------------------------------------------------------------------------
 
@@ -344,7 +345,7 @@ def test_two_decisions_for_one_digest_are_caught() -> None:
     report = check(h, finals_of(w.st))
     found = violations(report, "one_decision_per_digest")
     assert len(found) == 2 and "2 decisions" in found[0]
-    assert not report.ok and report.excerpt.startswith("first violation:")
+    assert not report.ok and report.excerpt.startswith("first anomaly")
 
 
 def test_a_digest_mismatch_between_replicas_is_caught() -> None:
@@ -390,18 +391,138 @@ def test_a_commit_without_its_votes_is_caught() -> None:
     assert len(found) == 2, found
 
 
-def test_a_release_before_the_epoch_commit_is_caught() -> None:
+def recording(w: World, h: History, entry: int = 100) -> None:
+    """From now on every effect of every apply of ``w`` goes into ``h``'s stream, as the observer
+    records it: one log entry per apply, cursors in apply order."""
+    apply = w.m.apply
+
+    def wrapped(env: Envelope) -> Outcome:
+        nonlocal entry
+        out = apply(env)
+        if not out.duplicate:
+            entry += 1
+            for n, fx in enumerate(out.effects):
+                h.observe((entry << 24) | n, entry, type(fx).__name__, plain(fx), "n1")
+        return out
+
+    w.m.apply = wrapped  # type: ignore[method-assign]
+
+
+def ring_recovered(h: History) -> tuple[World, str]:
+    """Two executions that each hold a resource and wait for the other's, recovered (epoch 1),
+    with every effect recorded into ``h``; returns the world and the victim."""
+    w = World()
+    w.configure()
+    recording(w, h)
+    a, b = w.execution("A"), w.execution("B")
+    w.hold(a, "resource:r1")
+    w.hold(b, "resource:r2")
+    w.wait(a, "resource:r2")
+    w.wait(b, "resource:r1")
+    outs = w.recover()
+    assert outs and outs[0].ok and w.st.recovery.epoch == 1
+    victim = next(iter(w.st.recovery.decisions.values())).winner_id
+    assert victim is not None
+    return w, victim
+
+
+def moved(h: History, pick: Callable[[Observed], bool], before: Callable[[Observed], bool], entry: int | None) -> None:
+    """Plant a reordering: the first effect ``pick`` accepts goes just before the first that
+    ``before`` accepts, into log entry ``entry`` (None: the entry of that one), cursors renumbered."""
+    obs = list(h.observed)
+    item = next(ob for ob in obs if pick(ob))
+    obs.remove(item)
+    at = next(i for i, ob in enumerate(obs) if before(ob))
+    item.log_index = obs[at].log_index if entry is None else entry
+    obs.insert(at, item)
+    for i, ob in enumerate(obs):
+        ob.cursor, ob.index = (ob.log_index << 24) | i, i
+    h.observed[:] = obs
+
+
+def released_of(victim: str) -> Callable[[Observed], bool]:
+    return lambda ob: ob.kind == "Released" and ob.fields["execution_id"] == victim
+
+
+def test_release_rule_accepts_the_real_order_of_a_recovery() -> None:
     h = History()
-    entry = 5
-    h.observe(entry << 24, entry, "VictimChosen", {"digest": "f" * 64, "decision_id": "d1", "epoch": 1}, "n1")
-    h.observe((entry << 24) + 1, entry, "Released", {"target_id": "resource:r", "execution_id": "exec:v"}, "n1")
-    h.observe((entry << 24) + 2, entry, "EpochCommitted", {"epoch": 1, "digest": "f" * 64}, "n1")
-    w = world_with_recovery()
-    w.st.recovery.decisions["d1"].epoch = None
+    w, victim = ring_recovered(h)
+    assert any(released_of(victim)(ob) for ob in h.observed)
+    report = check(h, finals_of(w.st))
+    assert not violations(report, "no_release_before_epoch_commit"), report.excerpt
+
+
+def test_a_victim_released_earlier_in_the_same_apply_is_caught() -> None:
+    h = History()
+    w, victim = ring_recovered(h)
+    # The bug the stream check used to miss: the release placed before both the epoch commit and
+    # the decision, in the same apply.
+    moved(h, released_of(victim), lambda ob: ob.kind == "EpochCommitted", None)
     report = check(h, finals_of(w.st))
     found = violations(report, "no_release_before_epoch_commit")
-    assert any("before the entry's epoch commit" in v for v in found)
+    assert any(f"of victim {victim} g1 released" in v for v in found), found
+    assert "first anomaly at" in report.excerpt and "EpochCommitted" in report.excerpt
+
+
+def test_a_victim_released_in_an_earlier_apply_of_its_recovery_is_caught() -> None:
+    h = History()
+    w, victim = ring_recovered(h)
+    vote = next(ob for ob in h.observed if ob.kind == "VoteRecorded")
+    # Released when the votes came in, an apply before the commit.
+    moved(h, released_of(victim), lambda ob: ob is vote, vote.log_index)
+    report = check(h, finals_of(w.st))
+    assert any(f"of victim {victim}" in v for v in violations(report, "no_release_before_epoch_commit"))
+
+
+def test_a_release_recorded_by_a_decision_without_its_epoch_is_caught() -> None:
+    h = History()
+    w, _ = ring_recovered(h)
+    h.observed[:] = [ob for ob in h.observed if ob.kind != "EpochCommitted"]
+    d = next(iter(w.st.recovery.decisions.values()))
+    clean = check(History(), finals_of(w.st))
+    assert not violations(clean, "no_release_before_epoch_commit")
+    report = check(h, finals_of(w.st))
+    found = violations(report, "no_release_before_epoch_commit")
+    assert any("no EpochCommitted of it came first" in v for v in found), found
+    d.epoch = None
+    found = violations(check(History(), finals_of(w.st)), "no_release_before_epoch_commit")
     assert any("without committing an epoch" in v for v in found)
+
+
+# -- stale epochs ----------------------------------------------------------------------------------
+
+
+def acquire_op(h: History, execution_id: str, target: str, epoch: int, type_: str = OK, rid: str = "acq") -> Op:
+    value = {"execution": execution_id, "generation": 2, "observed_epoch": epoch}
+    result = {"result": "APPLIED", "effects": ["Acquired"]} if type_ == OK else {"code": "stale_epoch"}
+    if type_ == FAIL:
+        result["status"] = "FAILED_PRECONDITION"
+    return done(h, "A", "acquire_stale_epoch", target, value, result, request_id=rid, type_=type_)
+
+
+def test_a_stale_epoch_acquire_after_the_rollback_is_caught_and_a_refused_one_is_not() -> None:
+    h = History()
+    w, victim = ring_recovered(h)
+    refused = History()
+    refused.observed = list(h.observed)
+    acquire_op(refused, victim, "resource:r1", 0, FAIL)
+    acquire_op(refused, victim, "resource:r1", 1, rid="fresh")  # presenting the rollback epoch: fine
+    report = check(refused, finals_of(w.st))
+    assert not violations(report, "no_stale_epoch_acknowledged"), report.excerpt
+    bad = acquire_op(h, victim, "resource:r1", 0)
+    report = check(h, finals_of(w.st))
+    found = violations(report, "no_stale_epoch_acknowledged")
+    assert found == [f"{victim} acquired resource:r1 presenting epoch 0 after it was rolled back at epoch 1"]
+    assert h.render(bad) in report.excerpt
+
+
+def test_a_replica_that_lost_the_fence_is_caught() -> None:
+    h = History()
+    w, victim = ring_recovered(h)
+    other = copy.deepcopy(w.st)
+    del other.recovery.fence[victim]  # as a restore that forgot it would leave it
+    found = violations(check(h, finals_of(w.st, other)), "no_stale_epoch_acknowledged")
+    assert found == [f"n2: {victim} was rolled back at epoch 1, but the replica fences it at 0"]
 
 
 def test_a_cancelled_generation_that_commits_is_caught() -> None:
@@ -416,23 +537,182 @@ def test_a_cancelled_generation_that_commits_is_caught() -> None:
     assert any("exec:y" in v for v in found)
 
 
-def test_an_edge_deleted_by_an_older_generation_is_caught() -> None:
-    w = world_with_recovery()
+def edge_stream(*late: tuple[str, int, int]) -> History:
+    """exec:x's edge on resource:r at generation 1, closed; a retry to generation 2 and its new
+    edge; then ``late`` (kind, generation, version) effects on the same edge."""
     h = History()
     edge = "exec:x>resource:r"
-    h.observe(1, 1, "WaitRegistered", {"edge_id": edge, "waiter_generation": 2, "edge_version": 1}, "n1")
-    h.observe(2, 2, "WaitClosed", {"edge_id": edge, "waiter_generation": 1, "edge_version": 1}, "n1")
-    done(
-        h,
-        "a",
-        "close_wait_stale",
-        edge,
-        {"waiter_generation": 1, "edge_version": 1},
-        {"result": "APPLIED", "effects": ["WaitClosed"]},
-        request_id="cw",
+    rows = [("WaitRegistered", 1, 1), ("WaitClosed", 1, 1), ("GenerationAdvanced", 2, 0), ("WaitRegistered", 2, 1)]
+    for i, (kind, gen, version) in enumerate([*rows, *late], start=1):
+        fields = (
+            {"execution_id": "exec:x", "before": gen - 1, "after": gen}
+            if kind == "GenerationAdvanced"
+            else {"edge_id": edge, "waiter_generation": gen, "edge_version": version}
+        )
+        h.observe(i, i, kind, fields, "n1")
+    return h
+
+
+def test_an_edge_closed_or_replaced_by_an_older_generation_in_the_stream_is_caught() -> None:
+    w = world_with_recovery()
+    edge = "exec:x>resource:r"
+    assert not violations(check(edge_stream(), finals_of(w.st)), "no_edge_changed_by_older_generation")
+    found = violations(check(edge_stream(("WaitClosed", 1, 1)), finals_of(w.st)), "no_edge_changed_by_older_generation")
+    assert found == [f"{edge} open at (generation, version) (2, 1) closed by (1, 1) (cursor 5)"]
+    found = violations(
+        check(edge_stream(("WaitRegistered", 1, 2)), finals_of(w.st)), "no_edge_changed_by_older_generation"
     )
+    assert found == [f"{edge} registered by generation 1 after exec:x reached generation 2 (cursor 5)"]
+    fine = check(edge_stream(("WaitRegistered", 2, 2), ("WaitClosed", 2, 2)), finals_of(w.st))
+    assert not violations(fine, "no_edge_changed_by_older_generation")
+
+
+def test_a_stale_close_that_changed_the_newer_edge_is_caught() -> None:
+    """The close names the newer edge's own (generation, version) in its WaitClosed (a buggy
+    close deletes whatever edge is open), so only the operation shows it: it presented generation
+    1 after the retry to generation 2 was acknowledged."""
+    w = world_with_recovery()
+    edge = "exec:x>resource:r"
+    h = History()
+    done(h, "a", "retry", "exec:x", {"generation": 1}, {"result": "APPLIED", "generation": 2})
+    stale = {"waiter_generation": 1, "edge_version": 1}
+    done(h, "a", "close_wait_stale", edge, stale, {"result": "NOOP", "code": "stale_generation"})
+    assert not violations(check(h, finals_of(w.st)), "no_edge_changed_by_older_generation")
+    bad = done(h, "a", "close_wait_stale", edge, stale, {"result": "APPLIED", "effects": ["WaitClosed"]})
+    done(h, "a", "register_wait_stale", edge, stale, {"result": "APPLIED", "effects": ["WaitRegistered"]})
     report = check(h, finals_of(w.st))
-    assert len(violations(report, "no_edge_deleted_by_older_generation")) == 2
+    found = violations(report, "no_edge_changed_by_older_generation")
+    assert len(found) == 2 and all("from generation 1 changed an edge" in v for v in found), found
+    assert h.render(bad) in report.excerpt
+
+
+# -- every write applied once ------------------------------------------------------------------------
+
+
+def apply_with(w: World, actor: str, rid: str, cmd: object) -> Outcome:
+    w.t += 1
+    return w.m.apply(Envelope(actor=actor, at_ms=w.t, request_id=rid, command=cmd))  # type: ignore[arg-type]
+
+
+def cost_op(h: History, rid: str, cost: int, duplicate: bool = False, type_: str = OK) -> Op:
+    value = {"generation": 1, "cost": cost}
+    result: dict[str, object] = {"result": "APPLIED", "duplicate": duplicate, "effects": ["CostRecorded"]}
+    if type_ == FAIL:
+        result = {"code": "stale_generation", "status": "FAILED_PRECONDITION"}
+    return done(h, "A", "record_cost", "exec:A", value, result, request_id=rid, type_=type_)
+
+
+def test_a_write_answered_twice_as_a_first_application_is_caught() -> None:
+    w = world_with_recovery()
+    apply_with(w, "agent:A", "rc", RecordCost(execution_id="exec:A", generation=1, cost=5))
+    h = History()
+    cost_op(h, "rc", 5)
+    cost_op(h, "rc", 5, duplicate=True)  # the racing retry, answered from the table
+    assert not violations(check(h, finals_of(w.st)), "every_write_applied_once")
+    cost_op(h, "rc", 5)
+    found = violations(check(h, finals_of(w.st)), "every_write_applied_once")
+    assert found == ["request rc answered as a first application 2 times"]
+
+
+def test_an_applied_write_whose_retry_was_rejected_is_caught() -> None:
+    """The retry of a write whose first attempt was applied (its answer lost) must get the
+    recorded outcome; a rejection says it was not applied, and the replicas say otherwise."""
+    h = History()
+    w, victim = ring_recovered(h)
+    gen, owner = w.gen(victim), w.owner(victim).removeprefix("agent:")
+    w.ok(
+        w.owner(victim),
+        AckCancel(execution_id=victim, generation=gen, cancel_generation=0, side_effects=EffectOutcome.NONE),
+    )
+    inv = h.invoke(owner, "n1", "retry", victim, {"generation": gen}, request_id="rt")
+    apply_with(w, w.owner(victim), "rt", RetryExecution(execution_id=victim, generation=gen))
+    h.complete(inv, INFO, None, error="deadline exceeded")
+    assert not violations(check(h, finals_of(w.st)), "every_write_applied_once")
+    inv = h.invoke(owner, "n2", "retry", victim, {"generation": gen}, request_id="rt")
+    h.complete(inv, FAIL, {"code": "stale_generation", "status": "FAILED_PRECONDITION"})
+    found = violations(check(h, finals_of(w.st)), "every_write_applied_once")
+    assert len(found) == 1 and found[0].startswith("request rt was applied"), found
+
+
+def test_counters_must_match_the_writes_applied() -> None:
+    w = world_with_recovery()
+    apply_with(w, "agent:A", "c1", RecordCost(execution_id="exec:A", generation=1, cost=5))
+    apply_with(w, "agent:A", "c2", RecordCost(execution_id="exec:A", generation=1, cost=7))
+    h = History()
+    cost_op(h, "c1", 5)
+    inv = h.invoke("A", "n1", "record_cost", "exec:A", {"generation": 1, "cost": 7}, request_id="c2")
+    h.complete(inv, INFO, None, error="no answer")  # unknown, resolved applied from the table
+    cost_op(h, "c3", 2, type_=FAIL)  # rejected: never applied
+    assert not violations(check(h, finals_of(w.st)), "every_write_applied_once")
+    # The same write applied a second time under another id (as a client that re-sends with a
+    # new request id would): the counter says 17 where the history applied 12.
+    apply_with(w, "agent:A", "c2-again", RecordCost(execution_id="exec:A", generation=1, cost=5))
+    report = check(h, finals_of(w.st))
+    found = violations(report, "every_write_applied_once")
+    assert found == [
+        "n1: exec:A has cost_consumed 17; the RecordCost it applied add to 12",
+    ], found
+    assert "exec:A g1" in report.excerpt and "cost 17" in report.excerpt
+    # Lease versions: the pool's version counts the acquires the replica applied.
+    p = World()
+    p.configure()
+    a = p.execution("A")
+    p.target("pool:p", slots=2)
+    acquire = Acquire(target_id="pool:p", execution_id=a, generation=1, observed_epoch=0)
+    apply_with(p, "agent:A", "q1", acquire)
+    acq = History()
+    value = {"execution": a, "generation": 1, "observed_epoch": 0}
+    done(acq, "A", "acquire", "pool:p", value, {"result": "APPLIED", "effects": ["Acquired"]}, request_id="q1")
+    assert not violations(check(acq, finals_of(p.st)), "every_write_applied_once")
+    p.ok("agent:A", Release(target_id="pool:p", execution_id=a, generation=1))
+    apply_with(p, "agent:A", "q2", acquire)  # applied again under an id the history never sent
+    found = violations(check(acq, finals_of(p.st)), "every_write_applied_once")
+    assert found == ["n1: pool:p is at lease 2; it applied 1 acquires of it"], found
+
+
+def test_an_effect_that_shows_twice_is_caught() -> None:
+    h = History()
+    w, _ = ring_recovered(h)
+    assert not violations(check(h, finals_of(w.st)), "every_write_applied_once")
+    again = next(ob for ob in h.observed if ob.kind == "Acquired")
+    last = h.observed[-1]
+    h.observe(last.cursor + 1, last.log_index + 1, again.kind, dict(again.fields), "n1")
+    found = violations(check(h, finals_of(w.st)), "every_write_applied_once")
+    lease = again.fields["lease"]
+    assert found == [
+        f"Acquired {again.fields['target_id']} {lease} appears at cursors {again.cursor} and {last.cursor + 1}"
+    ]
+
+
+# -- failure reports -------------------------------------------------------------------------------
+
+
+def test_the_report_points_at_the_first_anomaly_not_at_the_longest_linearization() -> None:
+    """A long healthy stretch, then a stale fresh read: the report names the read's time and
+    shows it, and the replicas' epochs."""
+    w = world_with_recovery()
+    h = History()
+    read_epoch(h, "r0", 0)
+    commit_epoch(h, 1)
+    for i in range(80):
+        read_epoch(h, f"r{i % 4}", 1, applied=10 + i)
+    bad = read_epoch(h, "r9", 0, applied=0)
+    report = check(h, finals_of(w.st))
+    assert not report.ok
+    at = (bad.time_ns - h.t0_ns) / 1e9
+    assert report.excerpt.startswith(f"first anomaly at {at:.3f} s"), report.excerpt[:200]
+    assert h.render(bad) in report.excerpt
+    assert "n1 @100: epoch 1" in report.excerpt
+    lin_found = [v for v in report.violations if v.invariant == "linearizability:epoch"]
+    assert lin_found and lin_found[0].at_ns == bad.time_ns
+
+
+def test_an_excerpt_never_cuts_a_marked_entry() -> None:
+    h = History()
+    ops = [read_epoch(h, "r", 0) for _ in range(100)]
+    text = h.excerpt([ops[0].index, ops[-1].index], context=40, limit=10)
+    assert h.render(ops[-1]) in text and h.render(ops[0]) in text
+    assert len(text.splitlines()) <= 12
 
 
 def test_a_leaked_permit_after_cancelled_stable_is_caught() -> None:

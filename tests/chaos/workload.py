@@ -67,6 +67,11 @@ OP_BUDGET_S = 3.0
 """How long one write keeps retrying (same request id) before it is recorded as unknown."""
 CALL_TIMEOUT_S = 1.5
 HASTY_FRACTION = 0.15
+RACE_FRACTION = 0.1
+"""A seeded share of writes is sent twice at once, with one request id, to two random nodes: a
+retry racing its original. One may apply; the other must get the recorded outcome (duplicate)."""
+COST_FRACTION = 0.5
+"""The share of executions that record a cost (RecordCost adds: applied twice, it shows)."""
 HASTY_BUDGET_S = 0.3
 """A seeded fraction of writes gets one short attempt (its own deadline, no retries): one that hits
 a paused, isolated or killed node, or a leader that lost its quorum, ends ``info`` (unknown)."""
@@ -101,6 +106,8 @@ OBSERVED_KINDS = (
     "CancelGenerationRaised",
     "CancellationStable",
     "Yielded",
+    "GenerationAdvanced",
+    "CostRecorded",
 )
 _UNKNOWN_STATUS = frozenset(
     {
@@ -189,6 +196,9 @@ class Agent:
         self.status: dict[str, tuple[int, ExecStatus]] = {}
         self.cancel_requests: dict[str, CancelRequested] = {}
         self.yielded: dict[str, Yielded] = {}
+        self.rolled_back_at: dict[str, int] = {}
+        """execution -> the epoch its last rollback (or yield) committed: the fence it must present."""
+        self._decision_epochs: dict[str, int] = {}
         self.stable_scopes: set[str] = set()
         self.epoch = 0
         self.changed = asyncio.Event()
@@ -228,7 +238,10 @@ class Agent:
 
     async def write(self, f: str, key: str | None, command: C.Command, value: Any = None) -> Sent:
         rid = self.request_id()
-        sent = await self._send(f, key, value, command, rid, hasty=self.rng.random() < HASTY_FRACTION)
+        if self.rng.random() < RACE_FRACTION:
+            sent = await self._race(f, key, value, command, rid)
+        else:
+            sent = await self._send(f, key, value, command, rid, hasty=self.rng.random() < HASTY_FRACTION)
         if sent.unknown:
             if self.rng.random() < ABANDON_FRACTION:
                 self.abandoned += 1  # left for the checker to resolve from what the cluster applied
@@ -263,6 +276,12 @@ class Agent:
             return Sent(unknown=True)
         h.complete(inv, OK, outcome_value(out), node=client.endpoint)
         return Sent(outcome=out)
+
+    async def _race(self, f: str, key: str | None, value: Any, command: C.Command, rid: str) -> Sent:
+        """The same write twice at once (one request id, each to its own random node): what the
+        caller learns is the answer that says most (applied, else rejected, else unknown)."""
+        both = await asyncio.gather(*(self._send(f, key, value, command, rid) for _ in range(2)))
+        return next((s for s in both if s.ok), None) or next((s for s in both if not s.unknown), both[0])
 
     async def resolve_pending(self) -> None:
         """Send every unknown write again with its request id (one attempt each)."""
@@ -317,11 +336,16 @@ class Agent:
         match fx:
             case ExecutionStateChanged():
                 self.status[fx.execution_id] = (fx.generation, fx.after)
+                decided = self._decision_epochs.get(fx.cause.removeprefix("victim:"))
+                if fx.cause.startswith("victim:") and decided is not None:
+                    self.rolled_back_at[fx.execution_id] = decided
             case VictimChosen() if fx.epoch is not None:
                 self.epoch = max(self.epoch, fx.epoch)
+                self._decision_epochs[fx.decision_id] = fx.epoch
             case Yielded():
                 self.epoch = max(self.epoch, fx.epoch)
                 self.yielded[fx.execution_id] = fx
+                self.rolled_back_at[fx.execution_id] = fx.epoch
             case CancelRequested():
                 self.cancel_requests[fx.execution_id] = fx
             case CancellationStable():
@@ -474,6 +498,14 @@ async def _new(a: Agent, ex: Exe, parent: str | None = None, observed_cancel: in
         C.StartExecution(execution_id=ex.execution_id, generation=1, observed_cancel_generation=observed_cancel),
         {"generation": 1, "observed_cancel_generation": observed_cancel},
     )
+    if started.ok and a.rng.random() < COST_FRACTION:
+        cost = a.rng.randrange(1, 50)
+        await a.write(
+            "record_cost",
+            ex.execution_id,
+            C.RecordCost(execution_id=ex.execution_id, generation=1, cost=cost),
+            {"generation": 1, "cost": cost},
+        )
     return started.ok
 
 
@@ -495,9 +527,11 @@ async def _acquire(a: Agent, ex: Exe, target_id: str, observed_epoch: int | None
     return sent
 
 
-async def _register_wait(a: Agent, ex: Exe, target_id: str, target_generation: int, version: int = 1) -> Sent:
+async def _register_wait(
+    a: Agent, ex: Exe, target_id: str, target_generation: int, version: int = 1, f: str = "register_wait"
+) -> Sent:
     return await a.write(
-        "register_wait",
+        f,
         f"{ex.execution_id}>{target_id}",
         C.RegisterWait(
             waiter_id=ex.execution_id,
@@ -634,17 +668,11 @@ async def deadlock_ring(a: Agent, tag: str, n: int, rounds: int = 1) -> None:
             yielded = [m for m in members if a.yielded_at(m) and m not in victims]
             a.wl.count("ring rounds: victim rolled back" if victims else "ring rounds: tie-break, yielded", 1)
             for v in victims:
-                old_generation, old_epoch = v.generation, 0
+                old_generation = v.generation
                 await _ack(a, v, 0)
                 if not await _retry(a, v):
                     continue
-                i = members.index(v)
-                # A late close from the old attempt, and an acquire presenting the epoch it was rolled
-                # back from: the first must be a no-op, the second refused.
-                await _close_wait(a, v, resources[(i + 1) % n], old_generation, 1, f="close_wait_stale")
-                if a.epoch > 0:
-                    await _acquire(a, v, resources[i], observed_epoch=old_epoch, f="acquire_stale_epoch")
-                    v.holds.clear()
+                await _stale_attempt(a, v, old_generation, resources[members.index(v)], members, resources)
             for y in yielded:
                 y.holds.clear()  # the tie-break released what it held
             if yielded or round_no == rounds - 1:
@@ -677,6 +705,40 @@ async def deadlock_ring(a: Agent, tag: str, n: int, rounds: int = 1) -> None:
     finally:
         for ex in members:
             await _fail(a, ex, "chaos scenario gave up")
+
+
+async def _stale_attempt(
+    a: Agent, v: Exe, old_generation: int, own: str, members: list[Exe], resources: list[str]
+) -> None:
+    """What the rolled-back attempt of ``v`` may still send, raced against the new one: its new
+    generation first opens a wait on the same target its old one waited on (held by the next
+    member), then the old generation closes and re-registers that edge (both must leave the newer
+    edge alone: a no-op, a refusal), and an acquire presents the epoch just below the one ``v``
+    was rolled back at (refused, StaleEpoch)."""
+    i = members.index(v)
+    n = len(members)
+    want = resources[(i + 1) % n]
+    fresh = await _acquire(a, v, want)
+    if fresh.ok:
+        v.holds.remove(want)  # free after all: nothing to race against; leave it for the ring
+        await a.write(
+            "release",
+            want,
+            C.Release(target_id=want, execution_id=v.execution_id, generation=v.generation),
+            {"execution": v.execution_id, "generation": v.generation},
+        )
+    elif (
+        fresh.error is not None
+        and (lease := fresh.error.field_int("lease")) is not None
+        and (await _register_wait(a, v, want, lease, 1)).ok
+    ):
+        a.wl.count("stale closes raced against a newer open edge", 1)
+    await _close_wait(a, v, want, old_generation, 1, f="close_wait_stale")
+    await _register_wait(a, Exe(v.execution_id, v.run_id, old_generation), want, 1, 2, f="register_wait_stale")
+    fenced = a.rolled_back_at.get(v.execution_id)
+    if fenced:
+        await _acquire(a, v, own, observed_epoch=fenced - 1, f="acquire_stale_epoch")
+        v.holds.clear()
 
 
 async def _wait_for_held(
