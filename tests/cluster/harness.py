@@ -21,6 +21,7 @@ from typing import Any
 
 import msgpack
 
+from waitgraph.dev.localcluster import free_ports
 from waitgraph.statemachine.codec import decode_outcome, encode_envelope
 from waitgraph.statemachine.commands import CreateTarget, Envelope
 from waitgraph.statemachine.errors import Status
@@ -29,20 +30,6 @@ from waitgraph.statemachine.outcome import Outcome
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = base64.b64encode(os.urandom(32)).decode()
 """The cluster secret of every test cluster in this process: 256 random bits (nodes refuse weak ones)."""
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct ports that were free a moment ago (bound together so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def envelope(i: int, *, request_id: str | None = None, actor: str = "operator:ops", at_ms: int = 1_000) -> bytes:
