@@ -320,23 +320,39 @@ def open_view(page: Any, url: str, timeout_s: float = 30.0) -> tuple[float, floa
     return float(first) / 1000, float(current) / 1000
 
 
-def click_node(page: Any, node_id: str, timeout_s: float = 15.0) -> None:
-    """Click ``node_id`` where the graph draws it (as a person would), and wait for its details."""
-    at = page.evaluate(
-        """id => {
-          const n = liveview.cy.getElementById(id);
-          if (!n.length) return null;
-          const b = n.renderedBoundingBox(), r = document.getElementById("graph").getBoundingClientRect();
-          return {x: r.left + (b.x1 + b.x2) / 2, y: r.top + (b.y1 + b.y2) / 2};
-        }""",
-        node_id,
-    )
-    if at is None:
-        raise LookupError(f"{node_id} is not drawn")
-    page.mouse.click(at["x"], at["y"])
-    page.wait_for_function(
-        "id => document.getElementById('details').dataset.id === id", arg=node_id, timeout=timeout_s * 1000
-    )
+def click_node(page: Any, node_id: str, timeout_s: float = 30.0) -> None:
+    """Click ``node_id`` where the graph draws it (as a person would), and wait for its details.
+
+    A layout may still be moving the node when its position is read (on a busy machine the
+    animation runs late), so a click that showed nothing is aimed again at where the node is now,
+    until ``timeout_s``; the details must be this node's."""
+    from playwright.sync_api import TimeoutError as NotYet
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        at = page.evaluate(
+            """id => {
+              const n = liveview.cy.getElementById(id);
+              if (!n.length) return null;
+              const b = n.renderedBoundingBox(), r = document.getElementById("graph").getBoundingClientRect();
+              return {x: r.left + (b.x1 + b.x2) / 2, y: r.top + (b.y1 + b.y2) / 2};
+            }""",
+            node_id,
+        )
+        if at is None:
+            raise LookupError(f"{node_id} is not drawn")
+        page.mouse.click(at["x"], at["y"])
+        left_s = deadline - time.monotonic()
+        try:
+            page.wait_for_function(
+                "id => document.getElementById('details').dataset.id === id",
+                arg=node_id,
+                timeout=max(1.0, min(5.0, left_s)) * 1000,
+            )
+            return
+        except NotYet:  # aim again where the node is now, while time is left
+            if time.monotonic() >= deadline:
+                raise
 
 
 # -- the script ----------------------------------------------------------------------------------------------
