@@ -4,15 +4,24 @@ retirement on; every step prints RSS, the live counts, the snapshot size and app
 
     scripts/bench retention                          # 1,000,000 executions, a row per 100,000
     scripts/bench retention --executions 20000000 --step 1000000   # the issue's full run
+    scripts/bench retention --cluster                # 3 real nodes, 64 SDK agents, 10 minutes
 
 The workload, at 1,000 executions per logical second: runs of 1-10 executions (a root and its
 children); each execution starts, some record a side effect, some hold a resource while they run,
 some wait for an artifact a sibling produces; every 500th run is a two-run deadlock recovered by
 the real protocol (propose, two votes, commit after the window, the victim acknowledges, the other
 fails). A RetireSettled pass every logical second with ``--retention-ms`` (default one minute).
-Targets are a fixed pool (2,000 resources and artifacts reused): targets do not retire, so a
-workload that made new ones for ever would grow by them. Commands go through ``StateMachine.apply``
-(the codec is benchmarked by ``scripts/bench apply``). It prints a table and asserts nothing.
+Targets: a fixed pool of 1,000 resources and 1,000 artifacts reused (an acquired resource never
+retires: its lease is a fence), and each run of 3 or more makes its own output artifact, which
+retires a retention after it is produced. Commands go through ``StateMachine.apply`` (the codec is
+benchmarked by ``scripts/bench apply``). It prints a table and asserts nothing.
+
+``--cluster``: a real 3-node cluster (``waitgraph dev``'s launcher, durable defaults, the given
+``--retention-ms``, default 30 s there) and 64 SDK agents in ``--workers`` processes, each agent
+making runs for ``--minutes``: a session, an execution per run that holds its agent's resource,
+makes and produces the run's own artifact, and completes. Every minute it prints each node's RSS,
+snapshot file and history store sizes, the write p50/p99 of that minute (every SDK call that
+writes), the writes and the refusals.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -132,6 +142,14 @@ class Bench:
             )
             self.agent(ProduceArtifact(artifact_id=art, version=version))
             self.versions[slot] = version
+        if n >= 3:
+            # The run's own output: made, produced once, then idle; it retires a retention later.
+            out = f"artifact:out{run_no}"
+            self.op(CreateTarget(target_id=out))
+            self.agent(
+                DeclareSatisfier(target_id=out, target_generation=1, satisfier_id=ids[2], satisfier_generation=1)
+            )
+            self.agent(ProduceArtifact(artifact_id=out, version=1))
         for eid in reversed(ids):
             self.tick(1)
             self.agent(CompleteExecution(execution_id=eid, generation=1, observed_cancel_generation=0))
@@ -177,17 +195,154 @@ class Bench:
                 self.agent(FailExecution(execution_id=eid, generation=1, reason="lost the cycle"))
 
 
+# -- the cluster part ------------------------------------------------------------------------------
+
+
+def cluster_worker() -> int:
+    """``--cluster-worker``: one process of SDK agents (spec as JSON on stdin); prints one JSON
+    line: every write's (seconds since the start, latency s), and the refusals by code."""
+    import asyncio
+    import json
+
+    from waitgraph.sdk import Client, RpcError
+
+    spec = json.loads(sys.stdin.read())
+    lat: list[tuple[float, float]] = []
+    refused: dict[str, int] = {}
+    t_start = spec["t0"]
+
+    async def timed(call: Any) -> Any:
+        t = time.time()
+        out = await call
+        lat.append((t - t_start, time.time() - t))
+        return out
+
+    async def agent(name: str, token: str) -> None:
+        async with Client(spec["endpoints"], token=token) as client, client.session(name) as s:
+            run = 0
+            while time.time() < spec["stop_at"]:
+                run += 1
+                run_id = f"run-{name}-{spec['incarnation']}-{run}"
+                try:
+                    scope = s.execution(f"exec:{run_id}", run_id=run_id)
+                    ex = await timed(scope.__aenter__())
+                    try:
+                        holding = ex.holding(f"resource:{name}")
+                        await timed(holding.__aenter__())
+                        await timed(ex.produces(f"artifact:{run_id}"))
+                        await timed(s.produce(f"artifact:{run_id}"))
+                        await timed(holding.__aexit__(None, None, None))
+                    finally:
+                        await timed(scope.__aexit__(None, None, None))
+                except RpcError as exc:
+                    refused[exc.code or exc.status.name] = refused.get(exc.code or exc.status.name, 0) + 1
+                    await asyncio.sleep(0.05)
+
+    async def main() -> None:
+        await asyncio.gather(*(agent(name, token) for name, token in spec["agents"]))
+
+    asyncio.run(main())
+    print(json.dumps({"lat": lat, "refused": refused}))
+    return 0
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.glob("history.sqlite3*")) if path.exists() else 0
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    import json
+    import subprocess
+    import tempfile
+
+    import psutil
+
+    from waitgraph.dev.localcluster import LocalCluster
+
+    names = [f"ag{i:02d}" for i in range(args.agents)]
+    root = Path(tempfile.mkdtemp(prefix="wg-retention-"))
+    serve = ["--retention-ms", str(args.retention_ms)]
+    with LocalCluster(root=root, agents=names, serve_args=serve) as cluster:
+        cluster.start()
+        cluster.wait_for_leader()
+        assert cluster.credentials is not None
+        tokens = cluster.credentials.agents
+        t0 = time.time()
+        stop_at = t0 + args.minutes * 60
+        procs = []
+        for w in range(args.workers):
+            mine = [(n, tokens[n]) for n in names[w :: args.workers]]
+            spec = {"endpoints": cluster.endpoints, "agents": mine, "t0": t0, "stop_at": stop_at, "incarnation": w}
+            p = subprocess.Popen(
+                [sys.executable, __file__, "--cluster-worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert p.stdin is not None
+            p.stdin.write(json.dumps(spec))
+            p.stdin.close()
+            procs.append(p)
+        samples = []
+        minute = 1
+        while minute <= args.minutes:
+            time.sleep(max(0.0, t0 + minute * 60 - time.time()))
+            row = []
+            for m in cluster.members:
+                rss = psutil.Process(m.pid).memory_info().rss if m.pid else 0
+                dump = m.data_dir / "raft.dump"
+                row.append((m.node_id, rss, dump.stat().st_size if dump.exists() else 0, _tree_bytes(m.data_dir)))
+            samples.append((minute, row))
+            print(f"  minute {minute}: " + ", ".join(f"{n} {r / 1e6:.0f} MB" for n, r, _, _ in row), flush=True)
+            minute += 1
+        results = []
+        for p in procs:
+            assert p.stdout is not None
+            results.append(json.loads(p.stdout.read()))
+            p.wait(timeout=60)
+    lat = sorted((t, x) for r in results for t, x in r["lat"])
+    refused: dict[str, int] = {}
+    for r in results:
+        for code, n in r["refused"].items():
+            refused[code] = refused.get(code, 0) + n
+    print(
+        f"3 nodes, {args.agents} SDK agents in {args.workers} processes, retention {args.retention_ms} ms, "
+        f"{args.minutes} min; per node: RSS MB / snapshot MB / history MB"
+    )
+    head = " ".join(f"{m.node_id:>22}" for m in cluster.members)
+    print(f"{'min':>4} {head} {'writes':>8} {'p50 ms':>7} {'p99 ms':>7}")
+    for minute, row in samples:
+        mine = sorted(x for t, x in lat if minute - 1 <= t / 60 < minute)
+        p50 = mine[len(mine) // 2] * 1e3 if mine else float("nan")
+        p99 = mine[min(len(mine) - 1, int(len(mine) * 0.99))] * 1e3 if mine else float("nan")
+        cells = " ".join(f"{rss / 1e6:>8.0f} /{snap / 1e6:>5.1f} /{hist / 1e6:>5.1f}" for _, rss, snap, hist in row)
+        print(f"{minute:>4} {cells} {len(mine):>8,} {p50:>7.1f} {p99:>7.1f}")
+    print(f"refusals by code: {dict(sorted(refused.items())) or 'none'}")
+    return 0
+
+
 def main() -> int:
+    if "--cluster-worker" in sys.argv:
+        return cluster_worker()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--executions", type=int, default=1_000_000)
     ap.add_argument("--step", type=int, default=100_000)
     ap.add_argument("--retention-ms", type=int, default=60_000)
+    ap.add_argument("--cluster", action="store_true", help="the cluster part (3 nodes, SDK agents)")
+    ap.add_argument("--minutes", type=int, default=10, help="--cluster: how long")
+    ap.add_argument("--agents", type=int, default=64, help="--cluster: SDK agents")
+    ap.add_argument("--workers", type=int, default=4, help="--cluster: processes the agents run in")
     args = ap.parse_args()
+    if args.cluster:
+        if "--retention-ms" not in sys.argv:
+            args.retention_ms = 30_000
+        return run_cluster(args)
     b = Bench(args.retention_ms)
     st = b.sm.state
     print(f"retention {args.retention_ms} ms, 1,000 executions per logical second; a row every {args.step:,}")
     print(
-        f"{'executions':>11} {'RSS MB':>7} {'live ex':>8} {'runs':>7} {'tombst':>7} {'decis':>6} {'sessions':>8} "
+        f"{'executions':>11} {'RSS MB':>7} {'live ex':>8} {'runs':>7} {'targets':>8} {'tombst':>7} {'decis':>6} "
+        f"{'sessions':>8} "
         f"{'snap MB':>8} {'applies/s':>10} {'retired':>9} {'refused':>8}"
     )
     done = run_no = 0
@@ -207,8 +362,9 @@ def main() -> int:
             st = b.sm.state
             refused = sum(b.refused.values())
             print(
-                f"{done:>11,} {rss_mb():>7.0f} {len(st.executions):>8,} {len(st.runs):>7,} "
-                f"{len(st.retired_executions) + len(st.retired_runs):>7,} {len(st.recovery.decisions):>6,} "
+                f"{done:>11,} {rss_mb():>7.0f} {len(st.executions):>8,} {len(st.runs):>7,} {len(st.targets):>8,} "
+                f"{len(st.retired_executions) + len(st.retired_runs) + len(st.retired_targets):>7,} "
+                f"{len(st.recovery.decisions):>6,} "
                 f"{len(st.sessions):>8,} {snap / 1e6:>8.1f} {rate:>10,.0f} "
                 f"{st.counters.get('retire.executions', 0):>9,} {refused:>8,}",
                 flush=True,

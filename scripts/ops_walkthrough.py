@@ -489,6 +489,11 @@ nothing (no lease, permit, reservation, claim or tool call in flight), nothing o
 executions) and it settled at least `--retention-ms` ago. Closed proposals, decisions, the
 livelock guard's trajectories and ended sessions follow by their own rules (a decision once its
 proposal and every member have retired; a trajectory once the guard could no longer fire for it).
+A target retires once it is idle (nothing holds it, no wait is open on it, no execution is its
+satisfier, no outside approver is still due) and nothing changed it for a retention: artifacts,
+approvals, and resources, pools or reservations that were never acquired. A resource, pool or
+reservation that was ever acquired stays for good: its lease number is a fencing token that must
+never be handed out twice, and a target made afresh would count from 0 again.
 Counters stay cumulative; `max_executions` and the other limits count the live state only.
 
 Each node writes what retired into its own **history store** (SQLite, `DATA_DIR/history.sqlite3`;
@@ -500,13 +505,16 @@ every decision with every candidate's score:
 |---|---|
 | what happened to a run | `waitgraph history --run RUN` (`-o json` exports the whole records) |
 | to an execution, and the decisions naming it | `waitgraph history --execution exec:ID` |
+| to an artifact or approval | `waitgraph history --target artifact:ID` |
 | why a retired recovery decided | `waitgraph explain dN` (marked `RETIRED`, answered from the store) |
 
 A command naming a retired execution or run is refused `retired` (NOT_FOUND) with the time it
 retired, for one more retention; the id is not reused meanwhile (a late `CreateExecution` of a
 retired run id is refused `retired`, ALREADY_EXISTS). After that the tombstone is forgotten and
 the id is free: a create under it starts a fresh run at cancel generation 0 and, for a session,
-incarnation 1. Use fresh run ids; the refusal window only catches late retries.
+incarnation 1. Use fresh run ids; the refusal window only catches late retries. A retired target
+answers `retired` the same way, but `CreateTarget` makes it again at once, afresh (version 0, no
+satisfier): agents name artifacts by what they are (`artifact:report-42`), and those come back.
 
 **Sizing the retention.** `--retention-ms` defaults to 300,000 (five minutes); the core refuses
 less than 1,000. A settled execution costs about 700 B of heap and 85 B of snapshot while it is
@@ -538,7 +546,7 @@ store lacks those records (the other nodes have them: ask them with `--endpoints
 | everywhere | `waitgraph mode auto` |
 | anomaly | `waitgraph mode shadow` (detection, edges and alerts stay) |
 | schema rollback | `freeze --reason R --wait`, `export -o json > F`, `cycles`, `graph --run RUN`, `unfreeze` |
-| retired work | `waitgraph history --run RUN`, `--execution ID`, `--decision dN`; `waitgraph explain dN` |
+| retired work | `history --run RUN`, `--execution ID`, `--decision dN`, `--target ID`; `explain dN` |
 
 `--wait` exits 0 once converged and 3 at `--wait-timeout` (default 120 s), naming what is still
 pending; `waitgraph export` lists who has not acknowledged.

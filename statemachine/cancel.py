@@ -47,6 +47,7 @@ from .context import (
     check_nonneg,
     check_open_execution_room,
     check_reason,
+    later,
     missing_execution,
     missing_run,
     owned_execution,
@@ -757,7 +758,7 @@ def claim_task(ctx: Ctx, cmd: ClaimTask) -> Outcome:
         st.count_owned(ex.agent_id, -1)
         st.count_owned(agent, 1)
         ex.agent_id = agent
-    expires = ctx.now + cmd.lease_ms
+    expires = later(ctx.now, cmd.lease_ms)
     st.cancel.claims[ex.execution_id] = Claim(agent, ex.generation, cmd.lease_ms, expires, ctx.now)
     ctx.fx.append(
         TaskClaimed(
@@ -785,7 +786,7 @@ def renew_claim(ctx: Ctx, cmd: RenewClaim) -> Outcome:
         )
     _check_claim(ctx, ex, "renew it")
     check_live(ex, "renew its claim")
-    claim.expires_at_ms = ctx.now + claim.lease_ms
+    claim.expires_at_ms = later(ctx.now, claim.lease_ms)
     return applied(
         [
             ClaimRenewed(

@@ -147,6 +147,15 @@ def check_open_execution_room(st: State, agent_id: str) -> None:
 # -- retired ids (statemachine/retire.py) ---------------------------------------------------------
 
 
+INT64_MAX = 2**63 - 1
+
+
+def later(at_ms: int, ms: int) -> int:
+    """``at_ms + ms``, clamped to int64: logical time may be near the top of its range, and a
+    snapshot holding a larger number could not be read back (codec: "out of the 64-bit range")."""
+    return min(at_ms + ms, INT64_MAX)
+
+
 def missing_execution(st: State, execution_id: str, what: str = "") -> Rejection:
     """The rejection for an execution that is not in the live state: ``retired`` (with when)
     while its tombstone lasts, else ``no_execution``. ``what`` names its role ("parent ")."""
@@ -160,6 +169,21 @@ def missing_execution(st: State, execution_id: str, what: str = "") -> Rejection
             retired_at_ms=at,
         )
     return E.not_found("no_execution", f"{what}{execution_id} does not exist", execution_id=execution_id)
+
+
+def missing_target(st: State, target_id: str) -> Rejection:
+    """As :func:`missing_execution`, for a target: ``retired`` (``CreateTarget`` makes it again)
+    or ``no_target``."""
+    at = st.retired_targets.get(target_id)
+    if at is not None:
+        return E.not_found(
+            "retired",
+            f"{target_id} was idle for a retention and retired at {at} ms; it is in the history store "
+            f"(`waitgraph history --target {target_id}`); CreateTarget makes it again, afresh",
+            target_id=target_id,
+            retired_at_ms=at,
+        )
+    return E.not_found("no_target", f"{target_id} does not exist", target_id=target_id)
 
 
 def missing_run(st: State, run_id: str) -> Rejection:

@@ -517,6 +517,22 @@ class RunRetired:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TargetRetired:
+    """A target nothing held, waited on or was due to satisfy for a retention left the live state,
+    as it last stood (its version is the produced or decided version, or the lease counter)."""
+
+    KIND: ClassVar[str] = "TargetRetired"
+    VERSION: ClassVar[int] = 1
+    target_id: str
+    slots: int
+    version: int
+    approved: bool | None
+    satisfier_id: str | None
+    touched_at_ms: int
+    retired_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionRetired:
     """An ended session that owns nothing in the live state any more left it; the agent may join
     again (as a new session, incarnation 1)."""
@@ -633,6 +649,7 @@ class RetirementPassed:
     trajectories: int
     tombstones_forgotten: int
     more: bool
+    targets: int = 0
 
 
 Effect = (
@@ -681,6 +698,7 @@ Effect = (
     | CancellationConfigured
     | ExecutionRetired
     | RunRetired
+    | TargetRetired
     | SessionRetired
     | ProposalRetired
     | DecisionRetired
@@ -734,6 +752,7 @@ EFFECTS: tuple[type[Effect], ...] = (
     CancellationConfigured,
     ExecutionRetired,
     RunRetired,
+    TargetRetired,
     SessionRetired,
     ProposalRetired,
     DecisionRetired,
@@ -742,6 +761,6 @@ EFFECTS: tuple[type[Effect], ...] = (
 )
 
 RETIREMENT_EFFECTS: frozenset[type[Effect]] = frozenset(
-    {ExecutionRetired, RunRetired, SessionRetired, ProposalRetired, DecisionRetired, TrajectoryRetired}
+    {ExecutionRetired, RunRetired, TargetRetired, SessionRetired, ProposalRetired, DecisionRetired, TrajectoryRetired}
 )
 """The records a retirement pass moves out of the live state (the history store's input)."""

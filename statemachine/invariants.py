@@ -32,7 +32,8 @@ only cannot acquire or register anything new, which ``apply`` refuses.
   for the per-agent limits) equal a recount from the executions and the wait edges.
 - retirement (statemachine/retire.py): ``open_by_run`` and ``owned_by_agent`` equal a recount;
   every fully settled run is in the retirement queue or its blocked set at its settle time (else
-  it would never retire); no tombstoned id is live; an open proposal names only live executions.
+  it would never retire); so is every retirable target at its last change; no tombstoned id is
+  live; an open proposal names only live executions.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from __future__ import annotations
 from .enums import SETTLED, ExecStatus, SessionStatus
 from .ids import DECLARED_KINDS, HELD_KINDS, OUTSIDE_KINDS, TARGET_KINDS, Kind
 from .recovery_state import ProposalStatus
-from .state import State, WaitEdge, count_by_agent, retirement_index
+from .state import State, WaitEdge, count_by_agent, retirement_index, target_index
 
 OPEN = frozenset(ExecStatus) - SETTLED
 """States of an execution whose attempt is not over: it may hold, wait, satisfy, be waited for."""
@@ -92,6 +93,14 @@ def _check_retirement(st: State, out: list[str]) -> None:
         out.append(f"execution {eid} is live and retired at once")
     for run_id in sorted(st.retired_runs.keys() & st.runs.keys()):
         out.append(f"run {run_id} is live and retired at once")
+    for tid in sorted(st.retired_targets.keys() & st.targets.keys()):
+        out.append(f"target {tid} is live and retired at once")
+    queued = set(st.target_queue)
+    for at_ms, tid in sorted(target_index(st)):
+        if at_ms > st.now_ms:
+            out.append(f"target {tid} was touched at {at_ms} ms, after now ({st.now_ms} ms)")
+        if (at_ms, tid) not in queued:
+            out.append(f"target {tid} is retirable since {at_ms} ms but is not queued for retirement")
 
 
 def _check_agent_counts(st: State, out: list[str]) -> None:

@@ -142,6 +142,7 @@ def open_edge(ctx: Ctx, ex: Execution, edge: WaitEdge) -> None:
     ctx.state.add_wait(edge)
     ex.edge_hwm[edge.target_id] = edge.edge_version
     ctx.state.touch(ex.execution_id)
+    ctx.state.touch_target(edge.target_id, ctx.now)
     ctx.fx.append(
         WaitRegistered(
             edge_id=edge.edge_id,
@@ -159,6 +160,7 @@ def close_wait(ctx: Ctx, edge: WaitEdge, reason: str, wake: bool = True) -> None
     st = ctx.state
     st.remove_wait(edge)
     st.touch(edge.waiter_id)
+    st.touch_target(edge.target_id, ctx.now)
     ctx.fx.append(
         WaitClosed(
             edge_id=edge.edge_id,
@@ -189,6 +191,7 @@ def release_holding(ctx: Ctx, t: Target, execution_id: str, reason: str) -> None
     st = ctx.state
     gen = t.holders.pop(execution_id)
     st.drop_satisfies(execution_id, t.target_id)
+    st.touch_target(t.target_id, ctx.now)
     ctx.fx.append(
         Released(target_id=t.target_id, execution_id=execution_id, generation=gen, lease=t.version, reason=reason)
     )
@@ -208,6 +211,7 @@ def close_satisfier(ctx: Ctx, t: Target, reason: str) -> None:
         )
     )
     t.satisfier_id, t.satisfier_generation, t.satisfier_for = None, 0, 0
+    ctx.state.touch_target(t.target_id, ctx.now)
     touch_waiters(ctx, t.target_id)
 
 

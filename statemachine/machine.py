@@ -68,7 +68,9 @@ from .context import (
     check_nonneg,
     check_open_execution_room,
     check_reason,
+    later,
     missing_execution,
+    missing_target,
     owned_execution,
     require_operator,
     require_session,
@@ -284,7 +286,7 @@ def _target(ctx: Ctx, target_id: str, allowed: frozenset[Kind], field_name: str 
     id_kind(target_id, field_name, allowed)
     t = ctx.state.targets.get(target_id)
     if t is None:
-        raise E.not_found("no_target", f"{target_id} does not exist", target_id=target_id)
+        raise missing_target(ctx.state, target_id)
     return t
 
 
@@ -311,7 +313,7 @@ def _join(ctx: Ctx, cmd: JoinSession) -> Outcome:
         raise E.exhausted("too_many_sessions", f"the cluster holds {st.limits.max_sessions} sessions")
     # Saturate: an expiry past the 64-bit range could not be carried by the codec (the outcome
     # and the snapshot would no longer decode).
-    expires = min(ctx.now + cmd.lease_ms, 2**63 - 1)
+    expires = later(ctx.now, cmd.lease_ms)
     if s is not None and s.status is SessionStatus.ACTIVE:
         s.lease_ms, s.expires_at_ms = cmd.lease_ms, expires
         heapq.heappush(st.session_expiry, (expires, agent))
@@ -328,7 +330,7 @@ def _heartbeat(ctx: Ctx, cmd: Heartbeat) -> Outcome:
     s = st.sessions.get(agent)
     if s is None or s.status is not _ACTIVE:
         raise E.precondition("no_session", f"agent {agent} has no active session; join again", agent_id=agent)
-    s.expires_at_ms = min(ctx.now + s.lease_ms, 2**63 - 1)
+    s.expires_at_ms = later(ctx.now, s.lease_ms)
     heapq.heappush(st.session_expiry, (s.expires_at_ms, agent))
     return applied([SessionRenewed(agent_id=agent, expires_at_ms=s.expires_at_ms)])
 
@@ -446,7 +448,11 @@ def _create_target(ctx: Ctx, cmd: CreateTarget) -> Outcome:
         raise E.exists("target_exists", f"{cmd.target_id} already exists", target_id=cmd.target_id)
     if len(st.targets) >= st.limits.max_targets:
         raise E.exhausted("too_many_targets", f"the cluster holds {st.limits.max_targets} targets")
-    st.targets[cmd.target_id] = Target(cmd.target_id, kind, cmd.slots)
+    # A retired id is created afresh (version 0, no satisfier): targets are named by the agents'
+    # own resources and artifacts, which come back; the retired one is in the history store.
+    st.retired_targets.pop(cmd.target_id, None)
+    t = st.targets[cmd.target_id] = Target(cmd.target_id, kind, cmd.slots)
+    st.touch_target(t.target_id, ctx.now)
     return applied([TargetCreated(target_id=cmd.target_id, slots=cmd.slots)])
 
 
@@ -482,6 +488,7 @@ def _declare_satisfier(ctx: Ctx, cmd: DeclareSatisfier) -> Outcome:
     )
     if skind is Kind.EXEC:
         st.add_satisfies(cmd.satisfier_id, t.target_id)
+    st.touch_target(t.target_id, ctx.now)
     touch_waiters(ctx, t.target_id)
     relation = Relation.PRODUCED_BY if t.kind is Kind.ARTIFACT else Relation.PROVIDED_BY
     ctx.fx.append(
@@ -517,6 +524,7 @@ def _acquire(ctx: Ctx, cmd: Acquire) -> Outcome:
     t.version += 1
     t.holders[ex.execution_id] = ex.generation
     st.add_satisfies(ex.execution_id, t.target_id)
+    st.touch_target(t.target_id, ctx.now)
     touch_waiters(ctx, t.target_id)
     ctx.fx.append(
         Acquired(target_id=t.target_id, execution_id=ex.execution_id, generation=ex.generation, lease=t.version)
@@ -566,6 +574,14 @@ def _check_wait_target(ctx: Ctx, cmd: RegisterWait, kind: Kind) -> str:
             raise E.invalid("future_generation", f"{cmd.target_id} has no generation {tg} yet")
         if target_ex.status in TERMINAL:
             raise satisfied(f"{cmd.target_id} is already {target_ex.status.value}")
+        if target_ex.status is ExecStatus.NEEDS_RECONCILIATION:
+            # Its attempt is over (its waiters were released when it ended): a wait on it would
+            # stand on nothing until a human reconciles it.
+            raise E.precondition(
+                "target_reconciling",
+                f"{cmd.target_id} g{tg} ended in NEEDS_RECONCILIATION; wait for what reconciling it decides",
+                target_id=cmd.target_id,
+            )
         return target_ex.execution_id
     t = _target(ctx, cmd.target_id, TARGET_KINDS)
     if t.kind in DECLARED_KINDS:
@@ -682,6 +698,7 @@ def _produce(ctx: Ctx, cmd: ProduceArtifact) -> Outcome:
     if cmd.version <= t.version:
         return noop("stale_version", f"{t.target_id} is already at version {t.version}")
     t.version = cmd.version
+    ctx.state.touch_target(t.target_id, ctx.now)
     ctx.fx.append(ArtifactProduced(artifact_id=t.target_id, version=cmd.version))
     if t.satisfier_id is not None and t.satisfier_for <= cmd.version:
         close_satisfier(ctx, t, "produced")
@@ -696,6 +713,7 @@ def _decide(ctx: Ctx, cmd: DecideApproval) -> Outcome:
     if cmd.version <= t.version:
         return noop("stale_version", f"{t.target_id} is already decided at version {t.version}")
     t.version, t.approved = cmd.version, cmd.approved
+    ctx.state.touch_target(t.target_id, ctx.now)
     ctx.fx.append(ApprovalDecided(approval_id=t.target_id, version=cmd.version, approved=cmd.approved))
     if t.satisfier_id is not None and t.satisfier_for <= cmd.version:
         close_satisfier(ctx, t, "decided")
@@ -775,7 +793,7 @@ def _record_cost(ctx: Ctx, cmd: RecordCost) -> Outcome:
     check_nonneg(cmd.cost, "cost")
     if cmd.generation > ex.generation:
         raise E.invalid("future_generation", f"{ex.execution_id} has no generation {cmd.generation} yet")
-    ex.cost_consumed = min(ex.cost_consumed + cmd.cost, 2**63 - 1)
+    ex.cost_consumed = later(ex.cost_consumed, cmd.cost)
     return applied([CostRecorded(execution_id=ex.execution_id, cost_consumed=ex.cost_consumed)])
 
 

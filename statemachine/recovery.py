@@ -24,7 +24,7 @@ from __future__ import annotations
 from . import cancel
 from . import errors as E
 from .commands import CommitRecovery, ConfigureRecovery, ProposeRecovery, SetMode, VoteRecovery
-from .context import Ctx, missing_run, require_operator, require_session
+from .context import Ctx, later, missing_run, require_operator, require_session
 from .detect import Candidate, still_deadlocked, wait_satisfiers
 from .effects import (
     EpochCommitted,
@@ -390,7 +390,7 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
     if p.status is not ProposalStatus.OPEN:
         return noop("not_open", f"recovery {cmd.digest[:16]} is {p.status.value}")
     cfg = rb.config
-    ready_at = p.proposed_at_ms + cfg.confirmation_window_ms
+    ready_at = later(p.proposed_at_ms, cfg.confirmation_window_ms)
     if ctx.now < ready_at:
         raise E.precondition(
             "confirmation_window", f"the confirmation window ends at {ready_at} ms", ready_at_ms=ready_at
@@ -496,7 +496,11 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
     # once. A tie-break's yielders are not rolled back: they keep their attempt, release what
     # they hold and wait behind the winner. Only the members whose waits yielding cannot free
     # (they produce, provide or finish what another member waits for) are rolled back and count.
-    if livelock is None:
+    # A one-member cycle (an execution waiting for what only it can produce or release) has nobody
+    # to yield to it: a tie-break would leave it waiting on itself, so the victim path applies even
+    # when the livelock guard fired (LivelockDetected above still records that it did).
+    tie_break = livelock is not None and len(members) > 1
+    if not tie_break:
         rollbacks = 1
     else:
         winner = min(members)
@@ -511,7 +515,7 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
         return applied(ctx.fx)
     if not acts(rb, mode, runs):
         reason = "shadow_mode" if mode is RolloutMode.SHADOW else "not_side_effect_free"
-        winner = min(members) if livelock else victim
+        winner = min(members) if tie_break else victim
         decide(DecisionKind.SHADOW, reason, winner, [(m, "victim" if m == winner else "kept") for m in members], None)
         st.bump("recovery.shadowed")
         _count_outcome(st, mode, "shadowed")
@@ -523,13 +527,18 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
     rb.trajectory_of(c.signature).recover(epoch, ctx.now, cfg.livelock_repeats + 1)
     st.bump("recovery.committed")
     _count_outcome(st, mode, "rolled_back")
-    if livelock is None:
+    if not tie_break:
         # 2. the decision, 3. the CAS, 4. the cancellation, 5. the releases
         d = decide(
-            DecisionKind.VICTIM, "policy_v1", victim, [(m, "victim" if m == victim else "kept") for m in members], epoch
+            DecisionKind.VICTIM,
+            livelock or "policy_v1",
+            victim,
+            [(m, "victim" if m == victim else "kept") for m in members],
+            epoch,
         )
         _roll_back(ctx, d, victim, epoch)
         return applied(ctx.fx)
+    assert livelock is not None  # tie_break implies it
     d = decide(DecisionKind.TIE_BREAK, livelock, winner, tie_roles, epoch)
     for m, role in tie_roles:
         if role == "rolled_back":

@@ -9,6 +9,12 @@ Rules kept here:
   proposal, cancel request, reconciliation item, frozen admission, wait on one of its
   executions) and it settled at least ``retention_ms`` ago. The run leaves whole: its executions,
   their cancellation scopes, queued compensations, epoch fences and mode overrides with it.
+- A target retires once it is idle (nothing holds it, no wait is open on it, no execution is its
+  satisfier and no outside one is still due) and nothing changed it for a retention: artifacts
+  and approvals, and held kinds (resource, pool, reservation) never acquired. An acquired held
+  target stays: its lease counter is a fencing token that must never repeat, and a target made
+  afresh counts from 0. A retired target's tombstone answers ``retired``; ``CreateTarget`` makes
+  the id again afresh, as agents name their artifacts by what they are.
 - The other books retire by the same rule with their own references: a closed proposal once
   none of its members is live; a decision once its proposal and every member are gone; a
   livelock trajectory once no proposal or decision of its signature is live, the epoch has
@@ -40,12 +46,13 @@ from .effects import (
     RetirementPassed,
     RunRetired,
     SessionRetired,
+    TargetRetired,
     TrajectoryRetired,
 )
 from .enums import SessionStatus
 from .outcome import Outcome, applied, noop
 from .recovery_state import CycleWait, Decision, DecisionKind, ProposalStatus, RolloutMode, Score
-from .state import Execution, Run, State, settled_at
+from .state import Execution, Run, State, Target, settled_at, target_retirable
 
 MIN_RETENTION_MS = 1_000
 """The shortest retention a pass accepts: below it a late ack or retry of work that just settled
@@ -72,15 +79,18 @@ def retire_settled(ctx: Ctx, cmd: RetireSettled) -> Outcome:
     cutoff = ctx.now - cmd.retention_ms
     forgotten = _forget_tombstones(st, cutoff)
     runs, executions, more = _retire_runs(ctx, cutoff, cmd.max_runs)
+    targets, more_targets = _retire_targets(ctx, cutoff, cmd.max_runs)
+    more = more or more_targets
     proposals = _retire_proposals(ctx, cutoff)
     decisions = _retire_decisions(ctx, cutoff)
     trajectories = _retire_trajectories(ctx, cutoff)
     sessions = _retire_sessions(ctx, cutoff)
-    if not (forgotten or runs or proposals or decisions or trajectories or sessions):
+    if not (forgotten or runs or targets or proposals or decisions or trajectories or sessions):
         return noop("nothing_due", f"nothing settled before {cutoff} ms is retirable")
     for name, n in (
         ("runs", runs),
         ("executions", executions),
+        ("targets", targets),
         ("proposals", proposals),
         ("decisions", decisions),
         ("trajectories", trajectories),
@@ -100,6 +110,7 @@ def retire_settled(ctx: Ctx, cmd: RetireSettled) -> Outcome:
             trajectories=trajectories,
             tombstones_forgotten=forgotten,
             more=more,
+            targets=targets,
         )
     )
     return applied(ctx.fx)
@@ -112,7 +123,13 @@ def retire_due(st: State, now_ms: int, retention_ms: int) -> bool:
     cutoff = now_ms - retention_ms
     if st.retire_queue and st.retire_queue[0][0] <= cutoff:
         return True
-    return any(table and next(iter(table.values())) <= cutoff for table in (st.retired_executions, st.retired_runs))
+    if st.target_queue and st.target_queue[0][0] <= cutoff:
+        return True  # perhaps only stale entries: the pass drops them, so it asks once
+    return any(table and next(iter(table.values())) <= cutoff for table in _tombstones(st))
+
+
+def _tombstones(st: State) -> tuple[dict[str, int], ...]:
+    return st.retired_executions, st.retired_runs, st.retired_targets
 
 
 # -- tombstones -----------------------------------------------------------------------------------
@@ -121,7 +138,7 @@ def retire_due(st: State, now_ms: int, retention_ms: int) -> bool:
 def _forget_tombstones(st: State, cutoff: int) -> int:
     """Drop tombstones made at or before ``cutoff``; each table is in retirement order."""
     forgotten = 0
-    for table in (st.retired_executions, st.retired_runs):
+    for table in _tombstones(st):
         while table:
             key = next(iter(table))
             if table[key] > cutoff:
@@ -447,6 +464,45 @@ def _retire_trajectories(ctx: Ctx, cutoff: int) -> int:
             )
         )
     return len(gone)
+
+
+# -- targets --------------------------------------------------------------------------------------
+
+
+def _retire_targets(ctx: Ctx, cutoff: int, max_targets: int) -> tuple[int, bool]:
+    """Retire up to ``max_targets`` targets idle and untouched since ``cutoff``, oldest change
+    first: (targets retired, more are due). Stale queue entries are dropped on the way."""
+    st = ctx.state
+    queue, retired = st.target_queue, 0
+    while queue and queue[0][0] <= cutoff:
+        at_ms, target_id = queue[0]
+        t = st.targets.get(target_id)
+        if t is None or t.touched_ms != at_ms or not target_retirable(st, t):
+            heapq.heappop(queue)  # changed since, gone, or in use: a later change pushes again
+            continue
+        if retired >= max_targets:
+            return retired, True
+        heapq.heappop(queue)
+        _retire_target(ctx, t)
+        retired += 1
+    return retired, False
+
+
+def _retire_target(ctx: Ctx, t: Target) -> None:
+    st = ctx.state
+    del st.targets[t.target_id]
+    st.retired_targets[t.target_id] = ctx.now
+    ctx.fx.append(
+        TargetRetired(
+            target_id=t.target_id,
+            slots=t.slots,
+            version=t.version,
+            approved=t.approved,
+            satisfier_id=t.satisfier_id,
+            touched_at_ms=t.touched_ms,
+            retired_at_ms=ctx.now,
+        )
+    )
 
 
 # -- sessions -------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from .cancel_state import CancelBook
 from .codec import outcome_from_plain, outcome_to_plain, pack
 from .enums import SETTLED, CancelMode, EffectOutcome, ExecStatus, SessionStatus
 from .errors import CodecError
-from .ids import Kind
+from .ids import HELD_KINDS, Kind
 from .outcome import Outcome
 from .recovery_state import RecoveryBook
 
@@ -40,9 +40,11 @@ _CANCEL_MODE = {m.value: m for m in CancelMode}
 _KIND = {m.value: m for m in Kind}
 
 SNAPSHOT_FORMAT = "waitgraph-state"
-SNAPSHOT_VERSION = 3
-"""v3 adds the retirement tombstones (``retired``); a v2 snapshot (no retirement yet) still reads."""
-READABLE_VERSIONS = frozenset({2, 3})
+SNAPSHOT_VERSION = 4
+"""v3 adds the retirement tombstones (``retired``); v4 adds when each target last changed
+(``touched_ms``) and the tombstones of retired targets. v2 and v3 snapshots still read: their
+targets count as touched at the snapshot's ``now_ms``, so they retire one retention after it."""
+READABLE_VERSIONS = frozenset({2, 3, 4})
 
 
 @dataclass(slots=True)
@@ -135,6 +137,9 @@ class Target:
     satisfier_for: int = 0
     approved: bool | None = None
     holders: dict[str, int] = field(default_factory=dict)
+    touched_ms: int = 0
+    """Logical ms of the last change: created, acquired, released, waited on, a wait closed, a
+    satisfier declared or closed, produced, decided. An idle target retires a retention after it."""
 
 
 @dataclass(slots=True)
@@ -201,6 +206,13 @@ class State:
         one retention after they were made (statemachine/retire.py)."""
         self.retired_runs: dict[str, int] = {}
         """Tombstones of runs, as ``retired_executions``; a retired run id is not reused meanwhile."""
+        self.retired_targets: dict[str, int] = {}
+        """Tombstones of targets, as ``retired_executions``; ``CreateTarget`` may create the id
+        afresh (the tombstone goes), any other command naming it is told it retired."""
+        self.target_queue: list[tuple[int, str]] = []
+        """Derived heap of (touched_ms, target id), one entry per change: an entry whose target
+        changed again since, is gone, or is not idle is stale and skipped. Every change that can
+        make a target idle pushes one, so the valid entries are a function of the records alone."""
         self.open_by_run: dict[str, int] = {}
         """Derived: run id -> its unsettled executions; a run with none has no entry."""
         self.owned_by_agent: dict[str, int] = {}
@@ -300,6 +312,19 @@ class State:
             del self.open_by_run[run_id]
             heapq.heappush(self.retire_queue, (now_ms, run_id))
 
+    def touch_target(self, target_id: str, now_ms: int) -> None:
+        """The target changed at logical ``now_ms`` (a no-op for an execution waited on): it may
+        retire a retention from then if idle by then."""
+        t = self.targets.get(target_id)
+        if t is None:
+            return
+        t.touched_ms = now_ms
+        queue = self.target_queue
+        if len(queue) > 2 * len(self.targets) + 1024:
+            # Mostly stale entries of busy targets: keep the valid ones (the same set) only.
+            queue[:] = target_index(self)
+        heapq.heappush(queue, (now_ms, target_id))
+
     def count_owned(self, agent_id: str, by: int) -> None:
         """An execution of ``agent_id`` entered (+1) or left (-1) the live state, or changed hands."""
         _count(self.owned_by_agent, agent_id, by)
@@ -342,7 +367,11 @@ class State:
             "limits": [getattr(self.limits, f.name) for f in fields(Limits)],
             "now_ms": self.now_ms,
             "recovery": self.recovery.to_plain(),
-            "retired": [list(self.retired_executions.items()), list(self.retired_runs.items())],
+            "retired": [
+                list(self.retired_executions.items()),
+                list(self.retired_runs.items()),
+                list(self.retired_targets.items()),
+            ],
             "runs": _columns(_sorted_rows(self.runs, "run_id"), _RUN_COLUMNS),
             "sessions": [
                 [s.agent_id, s.incarnation, s.lease_ms, s.expires_at_ms, s.status]
@@ -390,10 +419,17 @@ class State:
             )
             st.open_executions_by_agent, st.open_edges_by_agent = count_by_agent(st.executions, st.waits_by_waiter)
             if raw["v"] >= 3:
-                retired_executions, retired_runs = raw["retired"]
-                st.retired_executions = {e: int(at) for e, at in retired_executions}
-                st.retired_runs = {r: int(at) for r, at in retired_runs}
+                retired = raw["retired"]
+                if len(retired) != (3 if raw["v"] >= 4 else 2):
+                    raise ValueError("the retired tables do not match the snapshot version")
+                st.retired_executions = {e: int(at) for e, at in retired[0]}
+                st.retired_runs = {r: int(at) for r, at in retired[1]}
+                st.retired_targets = {t: int(at) for t, at in retired[2]} if raw["v"] >= 4 else {}
+            if raw["v"] < 4:
+                for t in st.targets.values():
+                    t.touched_ms = st.now_ms
             st.open_by_run, st.owned_by_agent, st.retire_queue = retirement_index(st.executions, st.runs)
+            st.target_queue = target_index(st)
             for a, r, fp, out in raw["idempotency"]:
                 st.idempotency[(a, r)] = (fp, outcome_from_plain(out))
             # A restored replica has no memory of earlier passes and ``changed`` starts empty: a
@@ -463,6 +499,26 @@ def retirement_index(
     return dict(open_by_run), dict(owned), queue
 
 
+def target_retirable(st: State, t: Target) -> bool:
+    """Nothing holds, waits on or is due to satisfy ``t``, and retiring it loses no fence: it may
+    retire once untouched for a retention. A satisfier that is an execution is live (a settled
+    one's edge closed); an outside one (``human:``...) counts only while the version it was
+    declared for is not reached yet. A held kind (resource, pool, reservation) that was ever
+    acquired stays: its lease counter is a fencing token, and a target made afresh would count
+    from 0 again, handing out lease numbers a former holder already had."""
+    if t.holders or t.target_id in st.waits_by_target or (t.kind in HELD_KINDS and t.version):
+        return False
+    return t.satisfier_id is None or (not t.satisfier_id.startswith("exec:") and t.satisfier_for <= t.version)
+
+
+def target_index(st: State) -> list[tuple[int, str]]:
+    """The target queue's valid entries, recounted from the records (a heap): derived on restore,
+    and what a busy queue is compacted to."""
+    queue = [(t.touched_ms, tid) for tid, t in st.targets.items() if target_retirable(st, t)]
+    heapq.heapify(queue)
+    return queue
+
+
 @contextmanager
 def collector_paused(freeze: bool = False) -> Iterator[None]:
     """Pause the cyclic garbage collector for a bulk pass (snapshot, restore, detection, a large
@@ -518,6 +574,8 @@ _TARGET_COLUMNS = (
     "satisfier_for",
     "approved",
 )
+_TARGET_TOUCHED = "touched_ms"
+"""The v4 column (after ``_TARGET_COLUMNS``, which every readable version has)."""
 _WAIT_COLUMNS = (
     "target_id",
     "waiter_generation",
@@ -577,7 +635,7 @@ def _executions_table(executions: dict[str, Execution]) -> dict[str, Any]:
 
 def _targets_table(targets: dict[str, Target]) -> dict[str, Any]:
     rows = _sorted_rows(targets, "target_id")
-    table = _columns(rows, _TARGET_COLUMNS)
+    table = _columns(rows, (*_TARGET_COLUMNS, _TARGET_TOUCHED))
     table["kind"] = _coded(list(map(attrgetter("kind"), rows)))
     counts, holders = _nested_map(list(map(attrgetter("holders"), rows)))
     table["holders"] = [counts, list(map(_first, holders)), list(map(_second, holders))]
@@ -693,6 +751,7 @@ def _targets_from(table: Mapping[str, Any]) -> tuple[dict[str, Target], dict[str
         table, _TARGET_COLUMNS[1:], n
     )
     counts, (holders, holder_generations) = _nested(table, "holders", n, 2)
+    touched = _column(table, _TARGET_TOUCHED, n) if _TARGET_TOUCHED in table else repeat(0, n)
     rows = map(
         Target,
         ids,
@@ -704,6 +763,7 @@ def _targets_from(table: Mapping[str, Any]) -> tuple[dict[str, Target], dict[str
         satisfier_for,
         approved,
         _per_row(counts, zip(holders, holder_generations, strict=True), dict),
+        touched,
     )
     targets = _by_id(ids, rows)
     # satisfies[execution].add(target) for each execution satisfier, then each holder; filtered

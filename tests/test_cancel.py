@@ -486,6 +486,14 @@ def test_an_unknown_outcome_sends_the_execution_to_reconciliation() -> None:
     assert cancel.cancel_state(c.st, "r1") is CancelState.CANCELLING
     c.ack("exec:root")
     assert cancel.cancel_state(c.st, "r1") is CancelState.CANCELLED_STABLE
+    # Its attempt is over: a new wait on it is refused (it would stand on nothing until a human
+    # reconciles it; found by the retirement twins), and changes nothing.
+    c.join("b")
+    c.spawn("other", "b", run="r2")
+    wait = RegisterWait(
+        waiter_id="exec:other", waiter_generation=1, target_id="exec:child", target_generation=1, reason="x"
+    )
+    c.refused("agent:b", wait, Status.FAILED_PRECONDITION, "target_reconciling")
 
 
 def test_acks_name_the_attempt_and_the_cancel_generation() -> None:

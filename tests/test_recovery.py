@@ -350,6 +350,25 @@ def test_a_tie_break_on_the_default_cluster_yields_rather_than_rolls_back() -> N
     assert "RecoveryEscalated" not in names
 
 
+def test_a_re_forming_one_member_cycle_is_broken_by_its_victim_not_a_tie_break() -> None:
+    """An execution waiting for an artifact only it produces has nobody to yield to it: when the
+    livelock guard fires on such a cycle, a tie-break would leave it waiting on itself for ever
+    (found by test_recovery_props). The victim path applies; the guard's firing is still recorded."""
+    w = World()
+    e = w.execution("e")
+    w.target("artifact:a")
+    w.produces(e, "artifact:a")
+    w.wait(e, "artifact:a")
+    w.configure(voters=NODES3, quorum=2, max_rollback=1)
+    _force_livelock(w)
+    [out] = w.recover()
+    d = w.st.recovery.decisions["d1"]
+    assert d.kind is DecisionKind.VICTIM and d.winner_id == e and d.epoch == 1, d
+    assert "LivelockDetected" in kinds(out)
+    assert w.st.executions[e].status is ExecStatus.CANCELLING
+    assert full_pass(w.st) == [], "the cycle still stands"
+
+
 def test_a_tie_break_that_must_roll_back_more_than_allowed_is_escalated() -> None:
     """A ring of produced artifacts: yielding frees none of its waits, so a tie-break would roll
     back every loser (3 > max_rollback=1): a human decides."""

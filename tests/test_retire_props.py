@@ -22,6 +22,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
@@ -63,11 +64,12 @@ from waitgraph.statemachine.effects import (
     SessionRetired,
 )
 from waitgraph.statemachine.enums import SETTLED, EffectOutcome, ExecStatus
+from waitgraph.statemachine.ids import HELD_KINDS
 from waitgraph.statemachine.machine import StateMachine
 from waitgraph.statemachine.outcome import Outcome, Result
 from waitgraph.statemachine.recovery import propose_command
 from waitgraph.statemachine.recovery_state import ProposalStatus, RolloutMode
-from waitgraph.statemachine.state import State
+from waitgraph.statemachine.state import State, target_retirable
 
 VOTERS = ("node:n1", "node:n2")
 
@@ -273,7 +275,7 @@ class Twins:
             never_out = self.ref.apply(dataclasses.replace(env, command=never))
             assert never_out.code == "nothing_due", (env, never_out)
             for fx in out.effects:
-                for name in ("execution_id", "run_id", "digest", "agent_id"):
+                for name in ("execution_id", "run_id", "digest", "agent_id", "target_id"):
                     value = getattr(fx, name, None)
                     if isinstance(value, str) and type(fx).__name__.endswith("Retired"):
                         self.gone.add(value)
@@ -288,6 +290,19 @@ class Twins:
             if out.result is not Result.REJECTED:
                 self.gone.discard(env.command.agent_id)
             assert _without_incarnation(out) == _without_incarnation(ref_out), (env, out, ref_out)
+            return out
+        if isinstance(env.command, CreateTarget) and env.command.target_id in self.gone.intersection(
+            self.ref.state.targets
+        ):
+            # A retired target is created afresh (the documented rule): the reference, which
+            # kept it, must have kept it idle; it drops it and creates it the same way.
+            tid = env.command.target_id
+            assert target_retirable(self.ref.state, self.ref.state.targets[tid]), f"{tid} retired while in use"
+            out = self.sm.apply(env)
+            if out.result is not Result.REJECTED:
+                del self.ref.state.targets[tid]
+                self.gone.discard(tid)
+            assert out == self.ref.apply(env), (env, out)
             return out
         if self.touches_retired(env):
             # Answered by sm (e.g. "retired at ..."), then undone: the reference never had to.
@@ -312,7 +327,9 @@ class Twins:
             assert dataclasses.replace(b.sessions[agent], incarnation=s.incarnation) == s, agent
         gone = set(b.executions) - set(a.executions)
         assert all(b.executions[e].status in SETTLED for e in gone), "an unsettled execution retired"
-        assert a.targets == b.targets
+        assert a.targets == {t: b.targets[t] for t in a.targets}
+        for tid in set(b.targets) - set(a.targets):
+            assert target_retirable(b, b.targets[tid]), f"{tid} retired while something held, waited on or satisfied it"
         assert a.waits_by_waiter == b.waits_by_waiter
         assert a.recovery.epoch == b.recovery.epoch
         assert {k: v for k, v in a.recovery.proposals.items()} == {
@@ -337,7 +354,9 @@ def twin_workload(seed: int, steps: int) -> Twins:
     for cmd in SETUP:
         t.send(Envelope(actor="operator:root", at_ms=0, request_id=None, command=cmd))
     for env in bootstrap_envelopes(c, t.sm.state):
-        t.send(env)
+        # From logical 1 on: the reference's "never" pass (retention INT64_MAX) at the last
+        # logical ms has cutoff 0, and what it names must have changed after it.
+        t.send(dataclasses.replace(env, at_ms=max(env.at_ms, 1)))
     for _ in range(steps):
         roll = c.integer(0, 99)
         if roll < 8 and t.sm.state.now_ms < INT64_MAX - 1:
@@ -453,10 +472,13 @@ def test_a_rejected_retirement_changes_nothing() -> None:
     assert sm.snapshot() == before
 
 
-def test_a_v2_snapshot_still_restores() -> None:
-    """Snapshots written before retirement existed (v2: no tombstones) restore; the next snapshot
-    is v3 with empty tombstones and otherwise the same state, and the derived retirement index is
-    rebuilt from the records (a settled run retires after it)."""
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_snapshot_still_restores(version: int) -> None:
+    """Snapshots of the formats before this one restore: v2 (no tombstones) and v3 (tombstones of
+    executions and runs, no ``touched_ms`` of targets). The next snapshot is v4, otherwise the
+    same state: no target tombstones, and every target touched at the snapshot's ``now_ms`` (it
+    retires one retention after the upgrade). The derived retirement index is rebuilt from the
+    records (a settled run retires after it)."""
     import msgspec
 
     sm = StateMachine()
@@ -471,11 +493,19 @@ def test_a_v2_snapshot_still_restores() -> None:
     while (env := finish_envelope(sm.state, min)) is not None:
         sm.apply(env)
     plain = msgspec.msgpack.decode(sm.snapshot())
-    plain.pop("retired")
-    plain["v"] = 2
+    assert plain["v"] == 4 and plain["retired"][2] == []
+    touched = plain["targets"].pop("touched_ms")
+    assert touched, "the log should leave targets"
+    if version == 2:
+        plain.pop("retired")
+    else:
+        plain["retired"].pop()
+    plain["v"] = version
     restored = State.restore(pack(plain))
     again = msgspec.msgpack.decode(restored.snapshot())
-    assert again["v"] == 3 and again.pop("retired") == [[], []]
+    assert again["v"] == 4
+    assert again.pop("retired") == (plain.pop("retired") if version == 3 else [[], []]) + [[]]
+    assert again["targets"].pop("touched_ms") == [plain["now_ms"]] * len(touched)
     assert {k: v for k, v in again.items() if k != "v"} == {k: v for k, v in plain.items() if k != "v"}
     assert invariants.check(restored) == []
     settled = retirable(restored, restored.now_ms)
@@ -484,3 +514,34 @@ def test_a_v2_snapshot_still_restores() -> None:
         Envelope(actor=NODE, at_ms=restored.now_ms + 10**9, request_id=None, command=RetireSettled(retention_ms=10**9))
     )
     assert [(fx.settled_at_ms, fx.run_id) for fx in out.effects if isinstance(fx, RunRetired)] == settled[:1000]
+
+
+# -- the checks above fail on the bugs they guard against ---------------------------------------
+
+
+def test_a_target_change_left_out_of_the_queue_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: a change stamps the target but does not queue it (it would never retire). The
+    invariants, which the twins check after every pass, name it."""
+
+    def stamp_only(self: State, target_id: str, now_ms: int) -> None:
+        t = self.targets.get(target_id)
+        if t is not None:
+            t.touched_ms = now_ms
+
+    monkeypatch.setattr(State, "touch_target", stamp_only)
+    with pytest.raises(AssertionError, match="is not queued for retirement"):
+        for seed in range(1, 9):
+            twin_workload(seed, 300)
+
+
+def test_a_target_retired_while_waited_on_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: retirement forgets that an open wait refers to a target. The twins catch it (a
+    wait on a target the live state no longer has, or an answer that differs from the reference)."""
+    import waitgraph.statemachine.retire as retire_module
+
+    monkeypatch.setattr(
+        retire_module, "target_retirable", lambda st_, t: not t.holders and not (t.kind in HELD_KINDS and t.version)
+    )
+    with pytest.raises(AssertionError):
+        for seed in range(1, 9):
+            twin_workload(seed, 1000).check_live_part()

@@ -68,7 +68,7 @@ from waitgraph.statemachine.commands import (
     RegisterWait,
     StartExecution,
 )
-from waitgraph.statemachine.effects import ExecutionRetired, RunRetired, SessionRetired
+from waitgraph.statemachine.effects import ExecutionRetired, RunRetired, SessionRetired, TargetRetired
 from waitgraph.statemachine.enums import EffectOutcome, ExecStatus
 from waitgraph.statemachine.errors import CodecError, Status
 from waitgraph.statemachine.machine import StateMachine
@@ -176,6 +176,11 @@ class CoreMachine(RuleBasedStateMachine):
                 self.high.pop(("cancel_generation", fx.run_id), None)
             elif isinstance(fx, SessionRetired):
                 self.high.pop(("incarnation", fx.agent_id), None)
+            elif isinstance(fx, TargetRetired):
+                # Never an acquired held target (its lease is a fence): a version made afresh is
+                # an artifact's or approval's, or a lease counter that never moved.
+                assert fx.target_id.startswith(("artifact:", "approval:")) or fx.version == 0, fx
+                self.high.pop(("version", fx.target_id), None)
 
     def _check_applied_or_noop(self, env: Envelope, out: Outcome, before_plain: dict[str, Any], after: bytes) -> None:
         after_plain = msgpack.unpackb(after, raw=False, strict_map_key=False)

@@ -18,7 +18,7 @@ from waitgraph.statemachine.commands import (
 )
 from waitgraph.statemachine.detect import Candidate, full_pass
 from waitgraph.statemachine.recovery import propose_command
-from waitgraph.statemachine.recovery_state import RolloutMode
+from waitgraph.statemachine.recovery_state import ProposalStatus, RolloutMode
 
 NODES = ("node:n1", "node:n2", "node:n3")
 
@@ -148,10 +148,16 @@ class World:
         return self.do("node:n1", CommitRecovery(digest=c.digest), dt=dt)
 
     def recover(self) -> list[Outcome]:
-        """One detector round as the leader runs it: propose, every voter votes, commit."""
+        """One detector round as the leader runs it: propose, every voter votes, commit. The
+        candidates come from one pass; a later one that an earlier commit broke (its cycle no longer
+        stands as proposed) is retracted on arrival, as on the leader, and the next round looks again."""
         outs = []
         for c in self.candidates():
-            assert self.propose(c).ok
+            proposed = self.propose(c)
+            assert proposed.ok
+            if any(type(fx).__name__ == "RecoveryRetracted" for fx in proposed.effects):
+                assert self.st.recovery.proposals[c.digest].status is ProposalStatus.RETRACTED
+                continue
             self.vote_all(c)
             outs.append(self.commit(c))
         return outs

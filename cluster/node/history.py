@@ -39,6 +39,7 @@ from waitgraph.statemachine.effects import (
     ProposalRetired,
     RunRetired,
     SessionRetired,
+    TargetRetired,
     TrajectoryRetired,
 )
 from waitgraph.statemachine.recovery_state import Decision
@@ -105,6 +106,8 @@ def _key_and_names(fx: Effect) -> tuple[str, str | None, list[str]]:
             return fx.signature, None, [fx.signature]
         case SessionRetired():
             return fx.agent_id, None, [fx.agent_id]
+        case TargetRetired():
+            return fx.target_id, None, [fx.target_id]
     raise TypeError(f"{type(fx).__name__} is not a retirement effect")
 
 

@@ -119,6 +119,7 @@ RETIRED_KINDS = {
     "ProposalRetired": "proposals",
     "TrajectoryRetired": "trajectories",
     "SessionRetired": "sessions",
+    "TargetRetired": "targets",
 }
 """The ``kind`` label of ``waitgraph_retired_total`` (the retirement effect) -> its core counter
 ``retire.<name>``."""

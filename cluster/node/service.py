@@ -635,9 +635,11 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
     async def _history(
         self, principal: Principal, request: operator_pb2.HistoryRequest, context: grpc.aio.ServicerContext
     ) -> operator_pb2.HistoryResponse:
-        names = [n for n in (request.run_id, request.execution_id, request.decision_id) if n]
+        names = [n for n in (request.run_id, request.execution_id, request.decision_id, request.target_id) if n]
         if len(names) > 1:
-            raise convert.WireError("HistoryRequest: give at most one of run_id, execution_id or decision_id")
+            raise convert.WireError(
+                "HistoryRequest: give at most one of run_id, execution_id, decision_id or target_id"
+            )
         store = self.gw.history
         if store is None:
             raise not_found("no_history", "this node keeps no history store")

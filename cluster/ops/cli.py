@@ -655,17 +655,18 @@ def _since_ms(since: str | None) -> int:
 @click.option("--run", "run_id", default="", help="a run and its executions")
 @click.option("--execution", "execution_id", default="", help="an execution, and the decisions and proposals naming it")
 @click.option("--decision", "decision_id", default="", help="a recovery decision (d7)")
+@click.option("--target", "target_id", default="", help="a target (artifact:, approval:, resource:, pool:...)")
 @click.option("--limit", default=100, show_default=True, help="at most this many records, newest first")
 @_operator_verb()
-def history(s: _Session, run_id: str, execution_id: str, decision_id: str, limit: int) -> None:
+def history(s: _Session, run_id: str, execution_id: str, decision_id: str, target_id: str, limit: int) -> None:
     """Settled work that retired from the live state, from a node's history store: each
     execution's final status, generation and side-effect ledger, each run's cancellation
     outcome, decisions with every candidate's score. `-o json` exports the whole records."""
     from waitgraph.ops import render
 
-    if sum(1 for v in (run_id, execution_id, decision_id) if v) > 1:
-        raise click.UsageError("give at most one of --run, --execution, --decision")
-    read = s.client().history(run_id, execution_id, decision_id, limit)
+    if sum(1 for v in (run_id, execution_id, decision_id, target_id) if v) > 1:
+        raise click.UsageError("give at most one of --run, --execution, --decision, --target")
+    read = s.client().history(run_id, execution_id, decision_id, limit, target_id)
     reply = read.reply
     if s.output == "json":
         s.json(

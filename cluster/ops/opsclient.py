@@ -393,11 +393,13 @@ class OperatorClient:
             fresh,
         )
 
-    def history(self, run_id: str = "", execution_id: str = "", decision_id: str = "", limit: int = 0) -> Read:
+    def history(
+        self, run_id: str = "", execution_id: str = "", decision_id: str = "", limit: int = 0, target_id: str = ""
+    ) -> Read:
         """Retired records from the history store of the first endpoint that answers (each node
         keeps its own; they hold the same records once they applied the same passes)."""
         request = operator_pb2.HistoryRequest(
-            run_id=run_id, execution_id=execution_id, decision_id=decision_id, limit=limit
+            run_id=run_id, execution_id=execution_id, decision_id=decision_id, limit=limit, target_id=target_id
         )
         return self.read("History", lambda _fresh: request, False)
 

@@ -1342,6 +1342,9 @@ def _history_summary(kind: str, r: dict[str, Any]) -> str:
         return f"proposed {r['observed_total']} time(s), rolled back {r['recovered_total']} time(s)"
     if kind == "SessionRetired":
         return f"{r['status']} incarnation {r['incarnation']}"
+    if kind == "TargetRetired":
+        approved = {True: ", approved", False: ", denied"}.get(r["approved"], "")
+        return f"idle since {wall(r['touched_at_ms'])}, version {r['version']}{approved}"
     return ""
 
 

@@ -409,9 +409,10 @@ class Session:
             raise SessionLost(self.agent_id, "no_session", exc.message) from exc
 
     async def _created_on_use(self, err: NotFound, target_id: str) -> bool:
-        """After ``no_target`` for ``target_id``: create it when it needs nothing but its id (True:
-        retry the call); a pool's refusal is raised again naming the call that creates it."""
-        if err.code != "no_target" or err.fields.get("target_id") != target_id:
+        """After ``no_target`` (or ``retired``: idle for a retention, and made again afresh) for
+        ``target_id``: create it when it needs nothing but its id (True: retry the call); a pool's
+        refusal is raised again naming the call that creates it."""
+        if err.code not in ("no_target", "retired") or err.fields.get("target_id") != target_id:
             return False
         if target_id.startswith(_CREATED_ON_USE):
             await self.ensure_target(target_id)

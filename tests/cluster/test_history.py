@@ -12,8 +12,14 @@ from tests.test_retire_props import SETUP, deadlock_envelopes, finish_envelope, 
 from waitgraph.node.events import EventfulMachine, EventJournal
 from waitgraph.node.history import HistoryStore
 from waitgraph.node.service import explain_response, retired_explain_response
-from waitgraph.statemachine.commands import Envelope, RetireSettled
-from waitgraph.statemachine.effects import DecisionRetired, ExecutionRetired, RetirementPassed, RunRetired
+from waitgraph.statemachine.commands import CreateTarget, Envelope, JoinSession, ProduceArtifact, RetireSettled
+from waitgraph.statemachine.effects import (
+    DecisionRetired,
+    ExecutionRetired,
+    RetirementPassed,
+    RunRetired,
+    TargetRetired,
+)
 from waitgraph.statemachine.recovery_state import Decision
 from waitgraph.statemachine.retire import decision_from_retired, decision_retired
 
@@ -79,6 +85,26 @@ def test_a_retired_decision_is_answered_from_the_history_store(tmp_path: Path) -
     assert {"ExecutionRetired", "DecisionRetired", "ProposalRetired"} <= by_execution
     run = next(r for r in store.find(run_id) if r.kind == "RunRetired").effect()
     assert isinstance(run, RunRetired) and run.executions == 1
+    store.close()
+
+
+def test_a_retired_artifact_is_kept_with_its_last_version(tmp_path: Path) -> None:
+    """A produced artifact nothing refers to any more retires into the store, findable by its id
+    (`waitgraph history --target`), with the version it was produced at."""
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    m = _machine_with_history(store)
+    for actor, cmd in (
+        ("agent:a", JoinSession(agent_id="a", lease_ms=600_000)),
+        ("operator:op", CreateTarget(target_id="artifact:report-42")),
+        ("agent:a", ProduceArtifact(artifact_id="artifact:report-42", version=3)),
+    ):
+        assert m.apply(Envelope(actor=actor, at_ms=1000, request_id=None, command=cmd)).code == "", cmd
+    effects = _retire(m, 20_000)
+    assert any(isinstance(fx, TargetRetired) for fx in effects), effects
+    [record] = store.find("artifact:report-42")
+    fx = record.effect()
+    assert record.kind == "TargetRetired" and isinstance(fx, TargetRetired)
+    assert (fx.version, fx.touched_at_ms, fx.retired_at_ms) == (3, 1000, 20_000)
     store.close()
 
 

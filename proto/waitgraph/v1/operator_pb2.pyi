@@ -701,16 +701,18 @@ class ListDecisionsResponse(_message.Message):
     def __init__(self, decisions: _Optional[_Iterable[_Union[DecisionView, _Mapping]]] = ..., truncated: _Optional[bool] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ..., epoch: _Optional[int] = ..., retained: _Optional[int] = ...) -> None: ...
 
 class HistoryRequest(_message.Message):
-    __slots__ = ("run_id", "execution_id", "decision_id", "limit")
+    __slots__ = ("run_id", "execution_id", "decision_id", "limit", "target_id")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ID_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     execution_id: str
     decision_id: str
     limit: int
-    def __init__(self, run_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., decision_id: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+    target_id: str
+    def __init__(self, run_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., decision_id: _Optional[str] = ..., limit: _Optional[int] = ..., target_id: _Optional[str] = ...) -> None: ...
 
 class HistoryRecord(_message.Message):
     __slots__ = ("kind", "key", "run_id", "retired_at_ms", "record_json")

@@ -722,6 +722,24 @@ class RunRetired(_message.Message):
     retired_at_ms: int
     def __init__(self, run_id: _Optional[str] = ..., root_id: _Optional[str] = ..., executions: _Optional[int] = ..., cancel_generation: _Optional[int] = ..., cancel_state: _Optional[_Union[CancelState, str]] = ..., cancel_stable_at_ms: _Optional[int] = ..., settled_at_ms: _Optional[int] = ..., retired_at_ms: _Optional[int] = ...) -> None: ...
 
+class TargetRetired(_message.Message):
+    __slots__ = ("target_id", "slots", "version", "approved", "satisfier_id", "touched_at_ms", "retired_at_ms")
+    TARGET_ID_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_FIELD_NUMBER: _ClassVar[int]
+    SATISFIER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOUCHED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    target_id: str
+    slots: int
+    version: int
+    approved: bool
+    satisfier_id: str
+    touched_at_ms: int
+    retired_at_ms: int
+    def __init__(self, target_id: _Optional[str] = ..., slots: _Optional[int] = ..., version: _Optional[int] = ..., approved: _Optional[bool] = ..., satisfier_id: _Optional[str] = ..., touched_at_ms: _Optional[int] = ..., retired_at_ms: _Optional[int] = ...) -> None: ...
+
 class SessionRetired(_message.Message):
     __slots__ = ("agent_id", "incarnation", "status", "expires_at_ms", "retired_at_ms")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -861,7 +879,7 @@ class TrajectoryRetired(_message.Message):
     def __init__(self, signature: _Optional[str] = ..., observed_total: _Optional[int] = ..., recovered_total: _Optional[int] = ..., first_seen_epoch: _Optional[int] = ..., first_seen_at_ms: _Optional[int] = ..., last_seen_at_ms: _Optional[int] = ..., retired_at_ms: _Optional[int] = ...) -> None: ...
 
 class RetirementPassed(_message.Message):
-    __slots__ = ("cutoff_ms", "runs", "executions", "sessions", "proposals", "decisions", "trajectories", "tombstones_forgotten", "more")
+    __slots__ = ("cutoff_ms", "runs", "executions", "sessions", "proposals", "decisions", "trajectories", "tombstones_forgotten", "more", "targets")
     CUTOFF_MS_FIELD_NUMBER: _ClassVar[int]
     RUNS_FIELD_NUMBER: _ClassVar[int]
     EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
@@ -871,6 +889,7 @@ class RetirementPassed(_message.Message):
     TRAJECTORIES_FIELD_NUMBER: _ClassVar[int]
     TOMBSTONES_FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
     cutoff_ms: int
     runs: int
     executions: int
@@ -880,10 +899,11 @@ class RetirementPassed(_message.Message):
     trajectories: int
     tombstones_forgotten: int
     more: bool
-    def __init__(self, cutoff_ms: _Optional[int] = ..., runs: _Optional[int] = ..., executions: _Optional[int] = ..., sessions: _Optional[int] = ..., proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., trajectories: _Optional[int] = ..., tombstones_forgotten: _Optional[int] = ..., more: _Optional[bool] = ...) -> None: ...
+    targets: int
+    def __init__(self, cutoff_ms: _Optional[int] = ..., runs: _Optional[int] = ..., executions: _Optional[int] = ..., sessions: _Optional[int] = ..., proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., trajectories: _Optional[int] = ..., tombstones_forgotten: _Optional[int] = ..., more: _Optional[bool] = ..., targets: _Optional[int] = ...) -> None: ...
 
 class Effect(_message.Message):
-    __slots__ = ("session_joined", "session_renewed", "session_ended", "execution_created", "execution_state_changed", "generation_advanced", "target_created", "satisfier_declared", "satisfier_closed", "acquired", "released", "wait_registered", "wait_closed", "artifact_produced", "approval_decided", "side_effect_recorded", "cost_recorded", "recovery_configured", "mode_changed", "recovery_proposed", "recovery_retracted", "vote_recorded", "recovery_rejected", "epoch_committed", "victim_chosen", "yielded", "livelock_detected", "recovery_escalated", "cancel_generation_raised", "cancel_requested", "cancel_acknowledged", "cancellation_stable", "cancel_slo_exceeded", "resource_quarantined", "quarantine_released", "reconciliation_opened", "compensation_queued", "task_claimed", "claim_renewed", "claim_released", "tool_call_accepted", "admission_changed", "cancellation_configured", "execution_retired", "run_retired", "session_retired", "proposal_retired", "decision_retired", "trajectory_retired", "retirement_passed")
+    __slots__ = ("session_joined", "session_renewed", "session_ended", "execution_created", "execution_state_changed", "generation_advanced", "target_created", "satisfier_declared", "satisfier_closed", "acquired", "released", "wait_registered", "wait_closed", "artifact_produced", "approval_decided", "side_effect_recorded", "cost_recorded", "recovery_configured", "mode_changed", "recovery_proposed", "recovery_retracted", "vote_recorded", "recovery_rejected", "epoch_committed", "victim_chosen", "yielded", "livelock_detected", "recovery_escalated", "cancel_generation_raised", "cancel_requested", "cancel_acknowledged", "cancellation_stable", "cancel_slo_exceeded", "resource_quarantined", "quarantine_released", "reconciliation_opened", "compensation_queued", "task_claimed", "claim_renewed", "claim_released", "tool_call_accepted", "admission_changed", "cancellation_configured", "execution_retired", "run_retired", "session_retired", "proposal_retired", "decision_retired", "trajectory_retired", "retirement_passed", "target_retired")
     SESSION_JOINED_FIELD_NUMBER: _ClassVar[int]
     SESSION_RENEWED_FIELD_NUMBER: _ClassVar[int]
     SESSION_ENDED_FIELD_NUMBER: _ClassVar[int]
@@ -934,6 +954,7 @@ class Effect(_message.Message):
     DECISION_RETIRED_FIELD_NUMBER: _ClassVar[int]
     TRAJECTORY_RETIRED_FIELD_NUMBER: _ClassVar[int]
     RETIREMENT_PASSED_FIELD_NUMBER: _ClassVar[int]
+    TARGET_RETIRED_FIELD_NUMBER: _ClassVar[int]
     session_joined: SessionJoined
     session_renewed: SessionRenewed
     session_ended: SessionEnded
@@ -984,4 +1005,5 @@ class Effect(_message.Message):
     decision_retired: DecisionRetired
     trajectory_retired: TrajectoryRetired
     retirement_passed: RetirementPassed
-    def __init__(self, session_joined: _Optional[_Union[SessionJoined, _Mapping]] = ..., session_renewed: _Optional[_Union[SessionRenewed, _Mapping]] = ..., session_ended: _Optional[_Union[SessionEnded, _Mapping]] = ..., execution_created: _Optional[_Union[ExecutionCreated, _Mapping]] = ..., execution_state_changed: _Optional[_Union[ExecutionStateChanged, _Mapping]] = ..., generation_advanced: _Optional[_Union[GenerationAdvanced, _Mapping]] = ..., target_created: _Optional[_Union[TargetCreated, _Mapping]] = ..., satisfier_declared: _Optional[_Union[SatisfierDeclared, _Mapping]] = ..., satisfier_closed: _Optional[_Union[SatisfierClosed, _Mapping]] = ..., acquired: _Optional[_Union[Acquired, _Mapping]] = ..., released: _Optional[_Union[Released, _Mapping]] = ..., wait_registered: _Optional[_Union[WaitRegistered, _Mapping]] = ..., wait_closed: _Optional[_Union[WaitClosed, _Mapping]] = ..., artifact_produced: _Optional[_Union[ArtifactProduced, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., side_effect_recorded: _Optional[_Union[SideEffectRecorded, _Mapping]] = ..., cost_recorded: _Optional[_Union[CostRecorded, _Mapping]] = ..., recovery_configured: _Optional[_Union[RecoveryConfigured, _Mapping]] = ..., mode_changed: _Optional[_Union[ModeChanged, _Mapping]] = ..., recovery_proposed: _Optional[_Union[RecoveryProposed, _Mapping]] = ..., recovery_retracted: _Optional[_Union[RecoveryRetracted, _Mapping]] = ..., vote_recorded: _Optional[_Union[VoteRecorded, _Mapping]] = ..., recovery_rejected: _Optional[_Union[RecoveryRejected, _Mapping]] = ..., epoch_committed: _Optional[_Union[EpochCommitted, _Mapping]] = ..., victim_chosen: _Optional[_Union[VictimChosen, _Mapping]] = ..., yielded: _Optional[_Union[Yielded, _Mapping]] = ..., livelock_detected: _Optional[_Union[LivelockDetected, _Mapping]] = ..., recovery_escalated: _Optional[_Union[RecoveryEscalated, _Mapping]] = ..., cancel_generation_raised: _Optional[_Union[CancelGenerationRaised, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., cancel_acknowledged: _Optional[_Union[CancelAcknowledged, _Mapping]] = ..., cancellation_stable: _Optional[_Union[CancellationStable, _Mapping]] = ..., cancel_slo_exceeded: _Optional[_Union[CancelSloExceeded, _Mapping]] = ..., resource_quarantined: _Optional[_Union[ResourceQuarantined, _Mapping]] = ..., quarantine_released: _Optional[_Union[QuarantineReleased, _Mapping]] = ..., reconciliation_opened: _Optional[_Union[ReconciliationOpened, _Mapping]] = ..., compensation_queued: _Optional[_Union[CompensationQueued, _Mapping]] = ..., task_claimed: _Optional[_Union[TaskClaimed, _Mapping]] = ..., claim_renewed: _Optional[_Union[ClaimRenewed, _Mapping]] = ..., claim_released: _Optional[_Union[ClaimReleased, _Mapping]] = ..., tool_call_accepted: _Optional[_Union[ToolCallAccepted, _Mapping]] = ..., admission_changed: _Optional[_Union[AdmissionChanged, _Mapping]] = ..., cancellation_configured: _Optional[_Union[CancellationConfigured, _Mapping]] = ..., execution_retired: _Optional[_Union[ExecutionRetired, _Mapping]] = ..., run_retired: _Optional[_Union[RunRetired, _Mapping]] = ..., session_retired: _Optional[_Union[SessionRetired, _Mapping]] = ..., proposal_retired: _Optional[_Union[ProposalRetired, _Mapping]] = ..., decision_retired: _Optional[_Union[DecisionRetired, _Mapping]] = ..., trajectory_retired: _Optional[_Union[TrajectoryRetired, _Mapping]] = ..., retirement_passed: _Optional[_Union[RetirementPassed, _Mapping]] = ...) -> None: ...
+    target_retired: TargetRetired
+    def __init__(self, session_joined: _Optional[_Union[SessionJoined, _Mapping]] = ..., session_renewed: _Optional[_Union[SessionRenewed, _Mapping]] = ..., session_ended: _Optional[_Union[SessionEnded, _Mapping]] = ..., execution_created: _Optional[_Union[ExecutionCreated, _Mapping]] = ..., execution_state_changed: _Optional[_Union[ExecutionStateChanged, _Mapping]] = ..., generation_advanced: _Optional[_Union[GenerationAdvanced, _Mapping]] = ..., target_created: _Optional[_Union[TargetCreated, _Mapping]] = ..., satisfier_declared: _Optional[_Union[SatisfierDeclared, _Mapping]] = ..., satisfier_closed: _Optional[_Union[SatisfierClosed, _Mapping]] = ..., acquired: _Optional[_Union[Acquired, _Mapping]] = ..., released: _Optional[_Union[Released, _Mapping]] = ..., wait_registered: _Optional[_Union[WaitRegistered, _Mapping]] = ..., wait_closed: _Optional[_Union[WaitClosed, _Mapping]] = ..., artifact_produced: _Optional[_Union[ArtifactProduced, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., side_effect_recorded: _Optional[_Union[SideEffectRecorded, _Mapping]] = ..., cost_recorded: _Optional[_Union[CostRecorded, _Mapping]] = ..., recovery_configured: _Optional[_Union[RecoveryConfigured, _Mapping]] = ..., mode_changed: _Optional[_Union[ModeChanged, _Mapping]] = ..., recovery_proposed: _Optional[_Union[RecoveryProposed, _Mapping]] = ..., recovery_retracted: _Optional[_Union[RecoveryRetracted, _Mapping]] = ..., vote_recorded: _Optional[_Union[VoteRecorded, _Mapping]] = ..., recovery_rejected: _Optional[_Union[RecoveryRejected, _Mapping]] = ..., epoch_committed: _Optional[_Union[EpochCommitted, _Mapping]] = ..., victim_chosen: _Optional[_Union[VictimChosen, _Mapping]] = ..., yielded: _Optional[_Union[Yielded, _Mapping]] = ..., livelock_detected: _Optional[_Union[LivelockDetected, _Mapping]] = ..., recovery_escalated: _Optional[_Union[RecoveryEscalated, _Mapping]] = ..., cancel_generation_raised: _Optional[_Union[CancelGenerationRaised, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., cancel_acknowledged: _Optional[_Union[CancelAcknowledged, _Mapping]] = ..., cancellation_stable: _Optional[_Union[CancellationStable, _Mapping]] = ..., cancel_slo_exceeded: _Optional[_Union[CancelSloExceeded, _Mapping]] = ..., resource_quarantined: _Optional[_Union[ResourceQuarantined, _Mapping]] = ..., quarantine_released: _Optional[_Union[QuarantineReleased, _Mapping]] = ..., reconciliation_opened: _Optional[_Union[ReconciliationOpened, _Mapping]] = ..., compensation_queued: _Optional[_Union[CompensationQueued, _Mapping]] = ..., task_claimed: _Optional[_Union[TaskClaimed, _Mapping]] = ..., claim_renewed: _Optional[_Union[ClaimRenewed, _Mapping]] = ..., claim_released: _Optional[_Union[ClaimReleased, _Mapping]] = ..., tool_call_accepted: _Optional[_Union[ToolCallAccepted, _Mapping]] = ..., admission_changed: _Optional[_Union[AdmissionChanged, _Mapping]] = ..., cancellation_configured: _Optional[_Union[CancellationConfigured, _Mapping]] = ..., execution_retired: _Optional[_Union[ExecutionRetired, _Mapping]] = ..., run_retired: _Optional[_Union[RunRetired, _Mapping]] = ..., session_retired: _Optional[_Union[SessionRetired, _Mapping]] = ..., proposal_retired: _Optional[_Union[ProposalRetired, _Mapping]] = ..., decision_retired: _Optional[_Union[DecisionRetired, _Mapping]] = ..., trajectory_retired: _Optional[_Union[TrajectoryRetired, _Mapping]] = ..., retirement_passed: _Optional[_Union[RetirementPassed, _Mapping]] = ..., target_retired: _Optional[_Union[TargetRetired, _Mapping]] = ...) -> None: ...
