@@ -21,9 +21,11 @@ Columns:
   the node's own thread per build (parsing the panels, gzip); median of the builds.
 - ``node CPU ms/s open / closed``: the node process and its reaped readers (psutil), per second
   of wall time, with the page open and with none: the difference is what watching costs.
-- ``lock ms``: how long the replica's lock was held per build (the fork, measured on the node's
-  side of it, including any wait of the forking thread for the GIL): median / max. ``node RSS
-  MB``: the node's resident memory, which the fork's cost grows with.
+- ``lock ms``: how long the replica's lock was held per build (reading the write counter; and
+  the fork, when the state moved before it and the node forked again under the lock): median /
+  max. ``fork ms``: the ``os.fork`` call in the node (median / max), which holds the GIL, so it
+  pauses every thread of the node for as long, lock or not; ``reforks``: builds that forked twice.
+  ``node RSS MB``: the node's resident memory, which the fork's cost grows with.
 """
 
 from __future__ import annotations
@@ -100,11 +102,13 @@ def measure(n: int, seconds: float, repeat: int, browser: str | None) -> dict[st
         writer.start()
         try:
             cold = warm = current = float("nan")
+            cold_phases: dict[str, int] = {}
             drawn: Any = "-"
             with contextlib.ExitStack() as stack:
                 if browser is not None:
                     page = stack.enter_context(showcase.browser_page(browser))
                     cold = showcase.open_view(page, url, timeout_s=60)[1]
+                    cold_phases = page.evaluate("liveview.timing")
                     loads = [showcase.open_view(page, url, timeout_s=60) for _ in range(repeat)]
                     warm = min(first for first, _ in loads)
                     current = min(now for _, now in loads)
@@ -139,9 +143,14 @@ def measure(n: int, seconds: float, repeat: int, browser: str | None) -> dict[st
             "closed": closed_rate * 1000,
             "lock_med": med("lock_ms"),
             "lock_max": max(b["lock_ms"] for b in stats),
+            "fork_med": med("fork_ms"),
+            "fork_max": max(b["fork_ms"] for b in stats),
+            "reforks": sum(1 for b in stats if b["forks"] > 1),
             "builds": len(stats),
             "rss": rss_mb,
             "drawn": drawn,
+            "cold_phases": cold_phases,
+            "build_ms": med("build_ms"),
         }
     finally:
         lc.close()
@@ -159,18 +168,29 @@ def main() -> None:
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
     print(
         "| executions | first render s (cold / warm / warm current) | view KB | graph KB (gzip) | reader ms "
-        "| server ms | node CPU ms/s (page open / closed) | lock ms, under the lock (median / max) | node RSS MB "
-        "| builds | drawn |"
+        "| server ms | node CPU ms/s (page open / closed) | lock ms (median / max) | fork ms (median / max) "
+        "| reforks | node RSS MB | builds | drawn |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    notes: list[dict[str, Any]] = []
     for n in (int(s) for s in ns.sizes.split(",")):
         r = measure(n, ns.seconds, ns.repeat, browser)
+        notes.append(r)
         print(
             f"| {r['executions']:,} | {r['cold']:.2f} / {r['warm']:.2f} / {r['current']:.2f} | {r['view_kb']:.1f} "
             f"| {r['graph_kb']:.0f} ({r['gzip_kb']:.0f}) | {r['reader_ms']:.0f} | {r['server_ms']:.1f} "
-            f"| {r['open']:.0f} / {r['closed']:.0f} | {r['lock_med']:.2f} / {r['lock_max']:.2f} | {r['rss']:.0f} "
+            f"| {r['open']:.0f} / {r['closed']:.0f} | {r['lock_med']:.2f} / {r['lock_max']:.2f} "
+            f"| {r['fork_med']:.2f} / {r['fork_max']:.2f} | {r['reforks']} | {r['rss']:.0f} "
             f"| {r['builds']} | {r['drawn']} |",
             flush=True,
+        )
+    for r in notes:
+        p = r["cold_phases"] or {}
+        print(
+            f"cold page at {r['executions']:,}: /api/graph asked at {p.get('start', '-')} ms, answered at "
+            f"{p.get('reply', '-')}, parsed {p.get('parsed', '-')}, indexed {p.get('indexed', '-')}, drawn "
+            f"{p.get('drawn', '-')} (ms from navigation); a build on the node (fork to parsed, median): "
+            f"{r['build_ms']:.0f} ms"
         )
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
 

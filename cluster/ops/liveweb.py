@@ -13,8 +13,9 @@ one execution or target, ``/login`` and ``/logout``, ``/metrics`` (Prometheus, o
 Rules kept here:
 - The replica's lock is held for a copy at most. The documents (cluster/ops/liveview.py
   :func:`~waitgraph.ops.liveview.build`, a full detection pass and every wait) are built by the
-  node's forked reader (``RaftNode.read_image``): the lock is held while the node forks, and the
-  child does the work on its copy-on-write image. ``/api/details`` reads one entry under the lock.
+  node's forked reader (``RaftNode.read_image``): the lock is held to read a write counter, the
+  node forks right after, and the child does the work on its copy-on-write image (after checking
+  that counter on it). ``/api/details`` reads one entry under the lock.
   Neither runs on the event loop's thread while it waits for the lock.
 - One build at a time, at most every :data:`REBUILD_S` and only when the applied index moved
   (:class:`Documents`), however many browsers watch; each build's bytes are compressed once.
@@ -30,9 +31,7 @@ import asyncio
 import gzip
 import json
 import logging
-import os
 import ssl
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -93,9 +92,10 @@ class Replica(Protocol):
         """``fn`` on the state under the machine lock, off the event loop."""
         ...
 
-    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, float]:
-        """``fn`` on an image of the state: its bytes, the applied index it saw, and how long the
-        machine lock was held to take the image (seconds)."""
+    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, dict[str, float]]:
+        """``fn`` on an image of the state: its bytes, the applied index it saw, and what taking
+        the image cost the node (``RaftNode.read_image``'s ``timing``: ``lock_s``, how long the
+        machine lock was held; ``fork_s``, the fork; ``forks``)."""
         ...
 
 
@@ -179,7 +179,7 @@ class Documents:
 
     async def _build(self) -> Built:
         t0 = time.perf_counter()
-        data, applied, lock_s = await self.replica.image(liveview.build)
+        data, applied, cost = await self.replica.image(liveview.build)
         panels, graph, reader_cpu_s = liveview.unframe(data)
 
         def finish() -> tuple[dict[str, Any], bytes, float]:
@@ -191,7 +191,9 @@ class Documents:
         view, packed, server_cpu_s = await asyncio.get_running_loop().run_in_executor(None, finish)
         self.builds += 1
         stats = {
-            "lock_ms": lock_s * 1000,
+            "lock_ms": cost["lock_s"] * 1000,
+            "fork_ms": cost.get("fork_s", 0.0) * 1000,
+            "forks": cost.get("forks", 0),
             "reader_cpu_ms": reader_cpu_s * 1000,
             "server_cpu_ms": server_cpu_s * 1000,
             "build_ms": (time.perf_counter() - t0) * 1000,
@@ -207,7 +209,7 @@ class Documents:
 
 class NodeReplica:
     """A running node's replica: ``read`` under its machine lock on an executor thread, ``image``
-    through its forked reader (the lock is held for the fork)."""
+    through its forked reader (the lock is held to read a write counter, not for the fork)."""
 
     def __init__(self, node: NodeProcess) -> None:
         self.node = node
@@ -219,24 +221,10 @@ class NodeReplica:
         got = await self.node.node.read_local(lambda m: fn(m.state))
         return got.value
 
-    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, float]:
-        entered: list[tuple[int, float]] = []
-
-        def enter(m: StateMachine) -> None:  # under the lock, on the thread that forks next
-            entered.append((threading.get_ident(), time.perf_counter()))
-
-        got = await self.node.node.read_image(enter, fn)
-        thread, t0 = entered[0]
-        # forked: held from enter() until the fork returned; else the whole build ran under it
-        end = _forked_at.get(thread, t0) if self.node.node.cfg.fork_dumps else time.perf_counter()
-        return got.value[1], got.applied_index, end - t0
-
-
-_forked_at: dict[int, float] = {}
-"""thread id -> when a fork last returned on it, in the parent. The forked reader forks on the
-thread that ran its ``enter`` under the machine lock and lets go right after: the difference is
-how long the lock was held, measured on the node's side of the fork."""
-os.register_at_fork(after_in_parent=lambda: _forked_at.__setitem__(threading.get_ident(), time.perf_counter()))
+    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, dict[str, float]]:
+        timing: dict[str, float] = {}
+        got = await self.node.node.read_image(lambda m: None, fn, timing=timing)
+        return got.value[1], got.applied_index, timing
 
 
 class InProcessReplica:
@@ -253,10 +241,10 @@ class InProcessReplica:
     async def read(self, fn: Callable[[State], T]) -> T:
         return fn(self.machine.state)
 
-    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, float]:
+    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, dict[str, float]]:
         t0 = time.perf_counter()
         data = fn(self.machine)
-        return data, self.applied(), time.perf_counter() - t0
+        return data, self.applied(), {"lock_s": time.perf_counter() - t0}
 
 
 # -- the web application ----------------------------------------------------------------------------------------

@@ -351,7 +351,7 @@ async def test_the_feed_sends_the_view_and_each_change_once() -> None:
 
 async def test_unreadable_replica_is_503() -> None:
     class Starting(liveweb.InProcessReplica):
-        async def image(self, fn: Any) -> tuple[bytes, int]:
+        async def image(self, fn: Any) -> tuple[bytes, int, dict[str, float]]:
             raise RuntimeError("not started")
 
     view = liveweb.LiveView(Starting(ring_world().m), tokens(), liveview.NodeInfo("n1", None))
