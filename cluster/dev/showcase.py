@@ -320,6 +320,14 @@ def open_view(page: Any, url: str, timeout_s: float = 30.0) -> tuple[float, floa
     return float(first) / 1000, float(current) / 1000
 
 
+def fresh_render_s(page: Any, timeout_s: float = 30.0) -> float:
+    """After :func:`open_view`: the page's own time from navigation, in seconds, to its first
+    drawing of a state at least as new as the node's commit index when the page opened (a build
+    the page may have been answered with at once can be older)."""
+    page.wait_for_selector("body[data-fresh-render-ms]", timeout=timeout_s * 1000)
+    return float(page.evaluate("document.body.dataset.freshRenderMs")) / 1000
+
+
 def click_node(page: Any, node_id: str, timeout_s: float = 30.0) -> None:
     """Click ``node_id`` where the graph draws it (as a person would), and wait for its details.
 

@@ -28,6 +28,7 @@ Rules kept here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import logging
@@ -58,9 +59,16 @@ logger = logging.getLogger("waitgraph.ops.liveweb")
 
 T = TypeVar("T")
 REBUILD_S = 1.0
-"""A new document at most this often (and only when the applied index moved)."""
+"""At least this long between one build's end and the next build's start (and a new one only
+when the applied index moved)."""
 MAX_READER_SHARE = 0.3
 """Builds are spaced so that the forked reader uses at most this share of one core."""
+IDLE_REBUILD_S = 10.0
+"""While no page watches, the node keeps a build at most this old (when the applied index moved),
+so that the next page opened is answered at once (:meth:`Documents.refresh_idle`)."""
+IDLE_READER_SHARE = 0.02
+"""...and spaces those builds so that the forked reader uses at most this share of one core."""
+IDLE_CHECK_S = 1.0
 COOKIE = "waitgraph_token"
 MAX_FORM_BYTES = 4096
 STATIC_DIR = Path(str(resources.files("waitgraph.ops").joinpath("static")))
@@ -111,17 +119,18 @@ class Built:
 
 
 class Documents:
-    """The current documents. One build at a time, at most every :data:`REBUILD_S` (longer when a
-    build's reader CPU would exceed :data:`MAX_READER_SHARE` of a core), only when the applied
-    index moved. A request never waits for a rebuild once a build exists (:meth:`current`: the
-    document says which applied index it shows); the feed does (:meth:`latest`)."""
+    """The current documents. One build at a time, :data:`REBUILD_S` at least from the end of one
+    to the start of the next (longer when a build's reader CPU would exceed
+    :data:`MAX_READER_SHARE` of a core), only when the applied index moved. A request never waits
+    for a rebuild once a build exists (:meth:`current`: the document says which applied index it
+    shows); the feed does (:meth:`latest`)."""
 
     def __init__(self, replica: Replica, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.replica = replica
         self.monotonic = monotonic
         self.builds = 0
         self._current: Built | None = None
-        self._started = float("-inf")
+        self._ended = float("-inf")
         self._lock = asyncio.Lock()
         self._refresh: asyncio.Task[Built] | None = None
         self._failing = False
@@ -155,8 +164,13 @@ class Documents:
             cur = self._current
             try:
                 if cur is None or self._due(cur):
-                    self._started = self.monotonic()
-                    cur = self._current = await self._build()
+                    try:
+                        cur = self._current = await self._build()
+                    finally:
+                        # spaced from the end of a build, not its start: a build that took long
+                        # (a loaded machine) is not followed at once by the next, so a page has
+                        # REBUILD_S to fetch the graph of the build its feed just announced
+                        self._ended = self.monotonic()
             except Exception as exc:  # starting, stopping, restoring a snapshot, a failed reader
                 if cur is None:
                     logger.debug("liveview: the replica cannot be read now: %r", exc)
@@ -169,13 +183,24 @@ class Documents:
             self._failing = False
             return cur
 
-    def _due(self, cur: Built) -> bool:
+    async def refresh_idle(self) -> bool:
+        """With no page open (:meth:`LiveView.keep_ready`): the first build as soon as the replica
+        can be read, then a new one when the applied index moved, at most every
+        :data:`IDLE_REBUILD_S` (or :data:`IDLE_READER_SHARE` of a core). Whether it built."""
+        cur = self._current
+        if cur is not None and not self._due(cur, IDLE_REBUILD_S, IDLE_READER_SHARE):
+            return False
+        builds = self.builds
+        await self.latest()
+        return self.builds > builds
+
+    def _due(self, cur: Built, gap_s: float = REBUILD_S, share: float = MAX_READER_SHARE) -> bool:
         try:
             moved = self.replica.applied_index() != cur.applied_index
         except Exception:  # stopped: keep what we have
             return False
-        gap_s = max(REBUILD_S, cur.stats["reader_cpu_ms"] / 1000 / MAX_READER_SHARE)
-        return moved and self.monotonic() - self._started >= gap_s
+        gap_s = max(gap_s, cur.stats["reader_cpu_ms"] / 1000 / share)
+        return moved and self.monotonic() - self._ended >= gap_s
 
     async def _build(self) -> Built:
         t0 = time.perf_counter()
@@ -277,6 +302,22 @@ class LiveView:
         self._feed_seq = 0
         self._feed_changed: asyncio.Condition | None = None
         self._feeder: asyncio.Task[None] | None = None
+        self._keeper: asyncio.Task[None] | None = None
+
+    def keep_ready(self) -> None:
+        """Keep a build ready while no page watches (the node's live view; :meth:`Documents.refresh_idle`):
+        the first page after the node starts, or after nobody looked for a while, is answered at
+        once with a build at most :data:`IDLE_REBUILD_S` old (which says its applied index) instead
+        of waiting for a detection pass over the whole replica."""
+        if self._keeper is None or self._keeper.done():
+            self._keeper = asyncio.get_running_loop().create_task(self._keep_ready(), name="waitgraph-liveview-ready")
+
+    async def _keep_ready(self) -> None:
+        while True:
+            if self.watchers == 0:  # while a page watches, its feed rebuilds
+                with contextlib.suppress(Unreadable):  # starting or restoring: try again
+                    await self.docs.refresh_idle()
+            await asyncio.sleep(IDLE_CHECK_S)
 
     # -- documents ---------------------------------------------------------------------------------
 
@@ -480,9 +521,10 @@ class LiveView:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def close(self) -> None:
-        if self._feeder is not None:
-            self._feeder.cancel()
-            await asyncio.gather(self._feeder, return_exceptions=True)
+        for task in (self._feeder, self._keeper):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.docs.close()
 
 
@@ -590,5 +632,6 @@ async def serve_node(node: NodeProcess, address: str, metrics: CollectorRegistry
     )
     tls = (cfg.tls_cert, cfg.tls_key) if cfg.tls_cert and cfg.tls_key else None
     server = await serve(address, view, tls)
+    view.keep_ready()
     logger.info("live view: %s (operator token), /metrics", server.url)
     return server
