@@ -492,8 +492,9 @@ function maybeFetchGraph() {
   const doc = live.doc;
   if (!doc || live.fetching || doc.graph_version === live.graphVersion) return;
   // a large graph costs the browser (and the node) more: refresh it less often, once the page
-  // has drawn a build its feed called current (until then, at once: that is the first render)
-  const wait = document.body.dataset.currentRenderMs
+  // has drawn a build its feed called current and a state as new as the node's when the page
+  // opened (until then, at once: that is the first render)
+  const wait = document.body.dataset.currentRenderMs && document.body.dataset.freshRenderMs
     ? Math.max(GRAPH_MIN_MS, 4 * live.graphCostMs) - (Date.now() - live.lastGraphAt)
     : 0;
   if (wait > 0) {
@@ -910,7 +911,10 @@ function render(doc) {
   rollout(doc);
   document.body.dataset.loaded = "1";
   document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
-  if (live.graph && !document.body.dataset.currentRenderMs && doc.graph_version <= live.graph.version) drawGraph();
+  const g = live.graph;
+  const owed = (!document.body.dataset.currentRenderMs && doc.graph_version <= g?.version) ||
+    (!document.body.dataset.freshRenderMs && live.openedAt <= g?.version);
+  if (g && owed) drawGraph(); // for the marks the benchmark and the tests read
   maybeFetchGraph();
 }
 
