@@ -174,7 +174,7 @@ def main() -> None:
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
     print(
         "| executions | first render s (cold / cold fresh / warm / warm current) | view KB | graph KB (gzip) "
-        "| reader ms | server ms | node CPU ms/s (page open / closed) | lock ms (median / max) "
+        "| reader ms | server ms | node CPU ms/s (page open / closed) | lock ms, under the lock (median / max) "
         "| fork ms (median / max) | reforks | node RSS MB | builds | drawn |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
