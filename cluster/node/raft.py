@@ -432,10 +432,10 @@ def _image_child(
     :data:`IMAGE_MOVED` before anything is written."""
     code = 1
     try:
+        _enter_child(keep=fd)  # first: SIGINT/SIGTERM stay the parent's even on the way out
         if moved():
             code = IMAGE_MOVED
             return
-        _enter_child(keep=fd)
         view = memoryview(image(machine))
         while view:
             view = view[os.write(fd, view[: 1 << 20]) :]
