@@ -12,18 +12,24 @@ page open (the anchor: the same writes, no view).
 
 Columns:
 - ``first render s``: the page's own clock from navigation to the graph drawn
-  (``showcase.open_view``). Cold: the node's first build since it started, waited for. Warm (best
-  of ``--repeat`` loads): the node answers at once with its last build (labelled with its applied
-  index) while the feed asks for a new one: the first drawing, and the first drawing of the build
-  the feed calls current (with the heartbeats, that is a fresh build each time).
+  (``showcase.open_view``). Cold: the first page the node serves since it started, to the first
+  drawing of the build its feed calls current: the node answers with the build it keeps ready
+  while no page is open (at most ``liveweb.IDLE_REBUILD_S`` old, labelled with its applied index),
+  or waits for its first one. Cold fresh: the same page, to its first drawing of a state at least
+  as new as the node's commit index when the page opened (``showcase.fresh_render_s``: a build
+  made after the page asked). Warm (best of ``--repeat`` loads): the node answers at once with its
+  last build while the feed asks for a new one: the first drawing, and the first drawing of the
+  build the feed calls current (with the heartbeats, that is a fresh build each time).
 - ``view / graph KB``: the panels' JSON and the whole graph's (raw, and gzip as sent).
 - ``reader ms``: CPU of the forked reader per build (detection pass, both documents); ``server ms``:
   the node's own thread per build (parsing the panels, gzip); median of the builds.
 - ``node CPU ms/s open / closed``: the node process and its reaped readers (psutil), per second
   of wall time, with the page open and with none: the difference is what watching costs.
-- ``lock ms``: how long the replica's lock was held per build (the fork, measured on the node's
-  side of it, including any wait of the forking thread for the GIL): median / max. ``node RSS
-  MB``: the node's resident memory, which the fork's cost grows with.
+- ``lock ms``: how long the replica's lock was held per build (reading the write counter; and
+  the fork, when the state moved before it and the node forked again under the lock): median /
+  max. ``fork ms``: the ``os.fork`` call in the node (median / max), which holds the GIL, so it
+  pauses every thread of the node for as long, lock or not; ``reforks``: builds that forked twice.
+  ``node RSS MB``: the node's resident memory, which the fork's cost grows with.
 """
 
 from __future__ import annotations
@@ -99,12 +105,15 @@ def measure(n: int, seconds: float, repeat: int, browser: str | None) -> dict[st
         writer = threading.Thread(target=heartbeats, args=(lc.endpoints, tokens["pipe-g"], "pipe-g", stop))
         writer.start()
         try:
-            cold = warm = current = float("nan")
+            cold = warm = current = fresh = float("nan")
+            cold_phases: dict[str, int] = {}
             drawn: Any = "-"
             with contextlib.ExitStack() as stack:
                 if browser is not None:
                     page = stack.enter_context(showcase.browser_page(browser))
                     cold = showcase.open_view(page, url, timeout_s=60)[1]
+                    cold_phases = page.evaluate("liveview.firstTiming")
+                    fresh = showcase.fresh_render_s(page, timeout_s=60)
                     loads = [showcase.open_view(page, url, timeout_s=60) for _ in range(repeat)]
                     warm = min(first for first, _ in loads)
                     current = min(now for _, now in loads)
@@ -128,6 +137,7 @@ def measure(n: int, seconds: float, repeat: int, browser: str | None) -> dict[st
         return {
             "executions": n + 7,
             "cold": cold,
+            "fresh": fresh,
             "warm": warm,
             "current": current,
             "view_kb": med("view_bytes") / 1024,
@@ -139,9 +149,14 @@ def measure(n: int, seconds: float, repeat: int, browser: str | None) -> dict[st
             "closed": closed_rate * 1000,
             "lock_med": med("lock_ms"),
             "lock_max": max(b["lock_ms"] for b in stats),
+            "fork_med": med("fork_ms"),
+            "fork_max": max(b["fork_ms"] for b in stats),
+            "reforks": sum(1 for b in stats if b["forks"] > 1),
             "builds": len(stats),
             "rss": rss_mb,
             "drawn": drawn,
+            "cold_phases": cold_phases,
+            "build_ms": med("build_ms"),
         }
     finally:
         lc.close()
@@ -158,19 +173,31 @@ def main() -> None:
         print("no chromium on PATH (apt-get install chromium): no first-render figures, and no page open")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
     print(
-        "| executions | first render s (cold / warm / warm current) | view KB | graph KB (gzip) | reader ms "
-        "| server ms | node CPU ms/s (page open / closed) | lock ms, under the lock (median / max) | node RSS MB "
-        "| builds | drawn |"
+        "| executions | first render s (cold / cold fresh / warm / warm current) | view KB | graph KB (gzip) "
+        "| reader ms | server ms | node CPU ms/s (page open / closed) | lock ms, under the lock (median / max) "
+        "| fork ms (median / max) | reforks | node RSS MB | builds | drawn |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    notes: list[dict[str, Any]] = []
     for n in (int(s) for s in ns.sizes.split(",")):
         r = measure(n, ns.seconds, ns.repeat, browser)
+        notes.append(r)
         print(
-            f"| {r['executions']:,} | {r['cold']:.2f} / {r['warm']:.2f} / {r['current']:.2f} | {r['view_kb']:.1f} "
+            f"| {r['executions']:,} | {r['cold']:.2f} / {r['fresh']:.2f} / {r['warm']:.2f} / {r['current']:.2f} "
+            f"| {r['view_kb']:.1f} "
             f"| {r['graph_kb']:.0f} ({r['gzip_kb']:.0f}) | {r['reader_ms']:.0f} | {r['server_ms']:.1f} "
-            f"| {r['open']:.0f} / {r['closed']:.0f} | {r['lock_med']:.2f} / {r['lock_max']:.2f} | {r['rss']:.0f} "
+            f"| {r['open']:.0f} / {r['closed']:.0f} | {r['lock_med']:.2f} / {r['lock_max']:.2f} "
+            f"| {r['fork_med']:.2f} / {r['fork_max']:.2f} | {r['reforks']} | {r['rss']:.0f} "
             f"| {r['builds']} | {r['drawn']} |",
             flush=True,
+        )
+    for r in notes:
+        p = r["cold_phases"] or {}
+        print(
+            f"cold page at {r['executions']:,}, its first graph fetch: asked at {p.get('start', '-')} ms, answered at "
+            f"{p.get('reply', '-')}, parsed {p.get('parsed', '-')}, indexed {p.get('indexed', '-')}, drawn "
+            f"{p.get('drawn', '-')} (ms from navigation); a build on the node (fork to parsed, median): "
+            f"{r['build_ms']:.0f} ms"
         )
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
 

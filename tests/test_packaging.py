@@ -88,6 +88,7 @@ def test_the_wheel_holds_waitgraph_only_and_every_module(installed: tuple[Path, 
     assert not missing, f"modules of the source tree missing from the wheel: {missing}"
     for data in (
         "waitgraph/ops/static/liveview.js",
+        "waitgraph/ops/static/prefetch.js",
         "waitgraph/ops/static/vendor/cytoscape.min.js",
         "waitgraph/ops/static/vendor/cytoscape.LICENSE.txt",
         "waitgraph/proto/v1/agent.proto",

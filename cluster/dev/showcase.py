@@ -311,13 +311,25 @@ def browser_page(browser: str, size: tuple[int, int] = (1400, 1000)) -> Iterator
 
 def open_view(page: Any, url: str, timeout_s: float = 30.0) -> tuple[float, float]:
     """Load the live view at ``url`` (with ``?token=``) and wait until it draws the graph at the
-    applied index its feed reports. Returns the page's own times from navigation, in seconds, to
-    its first drawing (of the node's last build, which may be a moment old and says so) and to the
-    first drawing of the current one."""
+    applied index its feed reports, and a drawing of a state at least as new as the node's commit
+    index when the page opened (:func:`fresh_render_s`). Returns the page's own times from
+    navigation, in seconds, to its first drawing (of the node's last build, which may be a moment
+    old and says so) and to the first drawing of the one its feed called current."""
     page.goto(url)
     page.wait_for_selector("body[data-current-render-ms]", timeout=timeout_s * 1000)
+    # and (what a caller then reads off the page) a drawing of a state at least as new as the
+    # node's when the page opened: it may first be answered with a build kept ready before
+    page.wait_for_selector("body[data-fresh-render-ms]", timeout=timeout_s * 1000)
     first, current = page.evaluate("[document.body.dataset.firstRenderMs, document.body.dataset.currentRenderMs]")
     return float(first) / 1000, float(current) / 1000
+
+
+def fresh_render_s(page: Any, timeout_s: float = 30.0) -> float:
+    """After :func:`open_view`: the page's own time from navigation, in seconds, to its first
+    drawing of a state at least as new as the node's commit index when the page opened (the build
+    the page was answered with at once can be older: the one the node keeps ready)."""
+    page.wait_for_selector("body[data-fresh-render-ms]", timeout=timeout_s * 1000)
+    return float(page.evaluate("document.body.dataset.freshRenderMs")) / 1000
 
 
 def click_node(page: Any, node_id: str, timeout_s: float = 30.0) -> None:

@@ -414,12 +414,28 @@ def _dump_child(path: str, head: dict[str, Any], machine: StateMachine) -> None:
         os._exit(code)
 
 
-def _image_child(fd: int, image: Callable[[StateMachine], bytes], machine: StateMachine) -> None:
+IMAGE_MOVED = 75
+"""A forked reader's exit status when the state it was forked with is not the one the caller read
+under the lock (an apply started or ended in between): :meth:`RaftNode.read_image` forks again,
+under the lock."""
+
+
+def _image_child(
+    fd: int,
+    image: Callable[[StateMachine], bytes],
+    machine: StateMachine,
+    moved: Callable[[], bool] = lambda: False,
+) -> None:
     """The forked reader of :meth:`RaftNode.read_image`: ``image`` of the state, written to the
-    pipe ``fd``, then exit; never returns. The same rules as :func:`_dump_child`."""
+    pipe ``fd``, then exit; never returns. The same rules as :func:`_dump_child`. ``moved`` (read
+    on the child's own image) says the state is not the cut the caller read: exit with
+    :data:`IMAGE_MOVED` before anything is written."""
     code = 1
     try:
-        _enter_child(keep=fd)
+        _enter_child(keep=fd)  # first: SIGINT/SIGTERM stay the parent's even on the way out
+        if moved():
+            code = IMAGE_MOVED
+            return
         view = memoryview(image(machine))
         while view:
             view = view[os.write(fd, view[: 1 << 20]) :]
@@ -461,9 +477,16 @@ def _collect_image(pid: int, fd: int) -> bytes:
     finally:
         os.close(fd)
         _, wait_status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(wait_status) != 0:
+    code = os.waitstatus_to_exitcode(wait_status)
+    if code == IMAGE_MOVED:
+        raise _ImageMoved()
+    if code != 0:
         raise ReadFailed(f"the forked reader failed (wait status {wait_status})")
     return b"".join(chunks)
+
+
+class _ImageMoved(Exception):
+    """The forked reader's state was not the caller's cut (:data:`IMAGE_MOVED`): fork again, locked."""
 
 
 class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
@@ -491,6 +514,9 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
         self._dump_unsynced = False
         self._machine = machine
         self._machine_lock = threading.Lock()
+        self.writes = 0
+        """Odd while the state machine is being written (under the machine lock), one more at each
+        start and end: a forked reader compares it with what the caller read under the lock."""
         self._on_fatal = on_fatal
         self._on_restored = on_restored
         self.counters: dict[str, int] = {
@@ -727,7 +753,11 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
     def apply_commands(self, payload: Any = None, *args: Any, **kwargs: Any) -> tuple[Outcome, ...]:
         try:
             with self._machine_lock:
-                outcomes = self._apply_payload(payload)
+                self.writes += 1
+                try:
+                    outcomes = self._apply_payload(payload)
+                finally:
+                    self.writes += 1
             self.counters["entries_applied"] += 1
             self.counters["envelopes_applied"] += len(outcomes)
             return outcomes
@@ -879,7 +909,9 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             raise
         self._abandon_forked_dump()
         with self._machine_lock:
+            self.writes += 1
             self._machine.state = fresh.state
+            self.writes += 1
         # Loading took the tick thread a while (seconds for a large state): pysyncobj checks the
         # election deadline right after this, in the same tick, before reading a single heartbeat;
         # a node that just restarted would otherwise depose a healthy leader.
@@ -1362,54 +1394,94 @@ class RaftNode:
         return Read(got.value, False, got.applied_index)
 
     async def read_image(
-        self, fn: Callable[[StateMachine], T], image: Callable[[StateMachine], bytes], *, fresh: bool = False
+        self,
+        fn: Callable[[StateMachine], T],
+        image: Callable[[StateMachine], bytes],
+        *,
+        fresh: bool = False,
+        timing: dict[str, float] | None = None,
     ) -> Read[tuple[T, bytes]]:
         """``fn`` as :meth:`read_local` (or :meth:`read_fresh`), and ``image`` of the very same
         state, for reads that serialize all of it (a digest, an export: seconds at a million edges).
 
         ``image`` runs in a child forked between two applies (a copy-on-write image of the state,
-        as a forked dump is), so the replica's lock is held only for ``fn`` and the fork, and the
-        tick thread keeps its GIL share while the child works: heartbeats and applies go on. With
-        ``fork_dumps`` off, ``image`` runs here under the lock. At most ``MAX_IMAGE_READERS`` run at
-        once per node; a caller that goes away kills its child. A failed child is
-        :class:`ReadFailed`.
+        as a forked dump is), and the tick thread keeps its GIL share while the child works:
+        heartbeats and applies go on. The replica's lock is held for ``fn`` only: the node forks
+        right after letting go of it, and the child first checks on its own image that the
+        machine's write counter (``WaitgraphSyncObj.writes``) is the one read under the lock, so
+        no apply started or ended in between; else (:data:`IMAGE_MOVED`) it exits at once and the
+        node forks again, that time under the lock. The fork itself (a few ms for a node of 200
+        MB: the page tables) keeps the GIL either way, so it pauses every thread of the node for
+        as long; what changes is that an apply no longer waits for the lock while the forking
+        thread waits for the GIL. With ``fork_dumps`` off, ``image`` runs here under the lock.
+        At most ``MAX_IMAGE_READERS`` run at once per node; a caller that goes away kills its
+        child. A failed child is :class:`ReadFailed`.
+
+        ``timing``, when given, gets ``lock_s`` (how long the lock was held, the longest of the
+        tries; without ``fork_dumps``, ``fn`` and ``image``), ``fork_s`` (the longest ``os.fork``
+        call, in the parent) and ``forks`` (1, or 2 when the state moved; 0 without a fork).
         """
+        spent = timing if timing is not None else {}
+        spent.update(lock_s=0.0, fork_s=0.0, forks=0)
         if fresh:
             await self.barrier()
         if not self.cfg.fork_dumps:
-            got = await self.read_local(lambda m: (fn(m), image(m)))
+
+            def both(m: StateMachine) -> tuple[T, bytes]:
+                t0 = time.perf_counter()
+                try:
+                    return fn(m), image(m)
+                finally:
+                    spent["lock_s"] = time.perf_counter() - t0
+
+            got = await self.read_local(both)
             return Read(got.value, not fresh, got.applied_index)
         loop = asyncio.get_running_loop()
         obj = self.obj
-        async with self._image_readers:
 
-            def fork() -> tuple[T, int, int, int]:
-                r, w = os.pipe()
-                try:
-
-                    def under_lock(m: StateMachine) -> tuple[T, int, int]:
-                        value = fn(m)
-                        pid = os.fork()
-                        if pid == 0:  # pragma: no cover - the child; coverage does not follow it
-                            _image_child(w, image, m)
-                        return value, pid, obj.raftLastApplied
-
-                    value, pid, applied = obj.read(under_lock)
-                except BaseException:
-                    os.close(r)
-                    raise
-                finally:
-                    os.close(w)
-                return value, pid, r, applied
-
-            value, pid, fd, applied = await loop.run_in_executor(None, fork)
-            collecting = loop.run_in_executor(None, _collect_image, pid, fd)
+        def fork(locked: bool) -> tuple[T, int, int, int]:
+            r, w = os.pipe()
             try:
-                data = await asyncio.shield(collecting)
-            except asyncio.CancelledError:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)  # the collector then reads EOF and reaps it
+
+                def spawn(m: StateMachine, writes: int) -> int:
+                    f0 = time.perf_counter()
+                    pid = os.fork()
+                    if pid == 0:  # pragma: no cover - the child; coverage does not follow it
+                        _image_child(w, image, m, lambda: obj.writes != writes)
+                    spent["fork_s"] = max(spent["fork_s"], time.perf_counter() - f0)
+                    spent["forks"] += 1
+                    return pid
+
+                def under_lock(m: StateMachine) -> tuple[T, int, int, int, StateMachine, float]:
+                    t0 = time.perf_counter()
+                    value, writes, applied = fn(m), obj.writes, obj.raftLastApplied
+                    return value, writes, applied, spawn(m, writes) if locked else 0, m, t0
+
+                value, writes, applied, pid, machine, t0 = obj.read(under_lock)
+                spent["lock_s"] = max(spent["lock_s"], time.perf_counter() - t0)
+                if not locked:
+                    pid = spawn(machine, writes)
+            except BaseException:
+                os.close(r)
                 raise
+            finally:
+                os.close(w)
+            return value, pid, r, applied
+
+        async with self._image_readers:
+            for locked in (False, True):
+                value, pid, fd, applied = await loop.run_in_executor(None, fork, locked)
+                collecting = loop.run_in_executor(None, _collect_image, pid, fd)
+                try:
+                    data = await asyncio.shield(collecting)
+                    break
+                except _ImageMoved:
+                    if locked:  # pragma: no cover - nothing writes the state while the lock is held
+                        raise ReadFailed("the forked reader saw the state move under the lock") from None
+                except asyncio.CancelledError:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)  # the collector then reads EOF and reaps it
+                    raise
         return Read((value, data), not fresh, applied)
 
     # -- role and status --------------------------------------------------------------------------

@@ -7,7 +7,8 @@ Three documents, each a pure function of one state:
   mode and admission), the summary strip (:func:`summary`), and the whole wait graph in a compact
   form the page filters and lays out itself (:func:`graph`). It reads everything, including a
   full detection pass: the node runs it on a forked copy-on-write image of its replica
-  (``RaftNode.read_image``), so the replica's lock is held for the fork only.
+  (``RaftNode.read_image``), so the replica's lock is held only to read its write counter (the
+  node forks right after letting go of it).
 - :func:`details` (``/api/details?id=``): one execution or target, everything about it, read under
   the lock (a few dict look-ups and copies: microseconds).
 

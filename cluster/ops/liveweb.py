@@ -13,8 +13,9 @@ one execution or target, ``/login`` and ``/logout``, ``/metrics`` (Prometheus, o
 Rules kept here:
 - The replica's lock is held for a copy at most. The documents (cluster/ops/liveview.py
   :func:`~waitgraph.ops.liveview.build`, a full detection pass and every wait) are built by the
-  node's forked reader (``RaftNode.read_image``): the lock is held while the node forks, and the
-  child does the work on its copy-on-write image. ``/api/details`` reads one entry under the lock.
+  node's forked reader (``RaftNode.read_image``): the lock is held to read a write counter, the
+  node forks right after, and the child does the work on its copy-on-write image (after checking
+  that counter on it). ``/api/details`` reads one entry under the lock.
   Neither runs on the event loop's thread while it waits for the lock.
 - One build at a time, at most every :data:`REBUILD_S` and only when the applied index moved
   (:class:`Documents`), however many browsers watch; each build's bytes are compressed once.
@@ -27,12 +28,11 @@ Rules kept here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import logging
-import os
 import ssl
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -59,9 +59,16 @@ logger = logging.getLogger("waitgraph.ops.liveweb")
 
 T = TypeVar("T")
 REBUILD_S = 1.0
-"""A new document at most this often (and only when the applied index moved)."""
+"""At least this long between one build's end and the next build's start (and a new one only
+when the applied index moved)."""
 MAX_READER_SHARE = 0.3
 """Builds are spaced so that the forked reader uses at most this share of one core."""
+IDLE_REBUILD_S = 10.0
+"""While no page watches, the node keeps a build at most this old (when the applied index moved),
+so that the next page opened is answered at once (:meth:`Documents.refresh_idle`)."""
+IDLE_READER_SHARE = 0.02
+"""...and spaces those builds so that the forked reader uses at most this share of one core."""
+IDLE_CHECK_S = 1.0
 COOKIE = "waitgraph_token"
 MAX_FORM_BYTES = 4096
 STATIC_DIR = Path(str(resources.files("waitgraph.ops").joinpath("static")))
@@ -93,9 +100,10 @@ class Replica(Protocol):
         """``fn`` on the state under the machine lock, off the event loop."""
         ...
 
-    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, float]:
-        """``fn`` on an image of the state: its bytes, the applied index it saw, and how long the
-        machine lock was held to take the image (seconds)."""
+    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, dict[str, float]]:
+        """``fn`` on an image of the state: its bytes, the applied index it saw, and what taking
+        the image cost the node (``RaftNode.read_image``'s ``timing``: ``lock_s``, how long the
+        machine lock was held; ``fork_s``, the fork; ``forks``)."""
         ...
 
 
@@ -111,17 +119,18 @@ class Built:
 
 
 class Documents:
-    """The current documents. One build at a time, at most every :data:`REBUILD_S` (longer when a
-    build's reader CPU would exceed :data:`MAX_READER_SHARE` of a core), only when the applied
-    index moved. A request never waits for a rebuild once a build exists (:meth:`current`: the
-    document says which applied index it shows); the feed does (:meth:`latest`)."""
+    """The current documents. One build at a time, :data:`REBUILD_S` at least from the end of one
+    to the start of the next (longer when a build's reader CPU would exceed
+    :data:`MAX_READER_SHARE` of a core), only when the applied index moved. A request never waits
+    for a rebuild once a build exists (:meth:`current`: the document says which applied index it
+    shows); the feed does (:meth:`latest`)."""
 
     def __init__(self, replica: Replica, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.replica = replica
         self.monotonic = monotonic
         self.builds = 0
         self._current: Built | None = None
-        self._started = float("-inf")
+        self._ended = float("-inf")
         self._lock = asyncio.Lock()
         self._refresh: asyncio.Task[Built] | None = None
         self._failing = False
@@ -155,8 +164,13 @@ class Documents:
             cur = self._current
             try:
                 if cur is None or self._due(cur):
-                    self._started = self.monotonic()
-                    cur = self._current = await self._build()
+                    try:
+                        cur = self._current = await self._build()
+                    finally:
+                        # spaced from the end of a build, not its start: a build that took long
+                        # (a loaded machine) is not followed at once by the next, so a page has
+                        # REBUILD_S to fetch the graph of the build its feed just announced
+                        self._ended = self.monotonic()
             except Exception as exc:  # starting, stopping, restoring a snapshot, a failed reader
                 if cur is None:
                     logger.debug("liveview: the replica cannot be read now: %r", exc)
@@ -169,17 +183,28 @@ class Documents:
             self._failing = False
             return cur
 
-    def _due(self, cur: Built) -> bool:
+    async def refresh_idle(self) -> bool:
+        """With no page open (:meth:`LiveView.keep_ready`): the first build as soon as the replica
+        can be read, then a new one when the applied index moved, at most every
+        :data:`IDLE_REBUILD_S` (or :data:`IDLE_READER_SHARE` of a core). Whether it built."""
+        cur = self._current
+        if cur is not None and not self._due(cur, IDLE_REBUILD_S, IDLE_READER_SHARE):
+            return False
+        builds = self.builds
+        await self.latest()
+        return self.builds > builds
+
+    def _due(self, cur: Built, gap_s: float = REBUILD_S, share: float = MAX_READER_SHARE) -> bool:
         try:
             moved = self.replica.applied_index() != cur.applied_index
         except Exception:  # stopped: keep what we have
             return False
-        gap_s = max(REBUILD_S, cur.stats["reader_cpu_ms"] / 1000 / MAX_READER_SHARE)
-        return moved and self.monotonic() - self._started >= gap_s
+        gap_s = max(gap_s, cur.stats["reader_cpu_ms"] / 1000 / share)
+        return moved and self.monotonic() - self._ended >= gap_s
 
     async def _build(self) -> Built:
         t0 = time.perf_counter()
-        data, applied, lock_s = await self.replica.image(liveview.build)
+        data, applied, cost = await self.replica.image(liveview.build)
         panels, graph, reader_cpu_s = liveview.unframe(data)
 
         def finish() -> tuple[dict[str, Any], bytes, float]:
@@ -191,7 +216,9 @@ class Documents:
         view, packed, server_cpu_s = await asyncio.get_running_loop().run_in_executor(None, finish)
         self.builds += 1
         stats = {
-            "lock_ms": lock_s * 1000,
+            "lock_ms": cost["lock_s"] * 1000,
+            "fork_ms": cost.get("fork_s", 0.0) * 1000,
+            "forks": cost.get("forks", 0),
             "reader_cpu_ms": reader_cpu_s * 1000,
             "server_cpu_ms": server_cpu_s * 1000,
             "build_ms": (time.perf_counter() - t0) * 1000,
@@ -207,7 +234,7 @@ class Documents:
 
 class NodeReplica:
     """A running node's replica: ``read`` under its machine lock on an executor thread, ``image``
-    through its forked reader (the lock is held for the fork)."""
+    through its forked reader (the lock is held to read a write counter, not for the fork)."""
 
     def __init__(self, node: NodeProcess) -> None:
         self.node = node
@@ -219,24 +246,10 @@ class NodeReplica:
         got = await self.node.node.read_local(lambda m: fn(m.state))
         return got.value
 
-    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, float]:
-        entered: list[tuple[int, float]] = []
-
-        def enter(m: StateMachine) -> None:  # under the lock, on the thread that forks next
-            entered.append((threading.get_ident(), time.perf_counter()))
-
-        got = await self.node.node.read_image(enter, fn)
-        thread, t0 = entered[0]
-        # forked: held from enter() until the fork returned; else the whole build ran under it
-        end = _forked_at.get(thread, t0) if self.node.node.cfg.fork_dumps else time.perf_counter()
-        return got.value[1], got.applied_index, end - t0
-
-
-_forked_at: dict[int, float] = {}
-"""thread id -> when a fork last returned on it, in the parent. The forked reader forks on the
-thread that ran its ``enter`` under the machine lock and lets go right after: the difference is
-how long the lock was held, measured on the node's side of the fork."""
-os.register_at_fork(after_in_parent=lambda: _forked_at.__setitem__(threading.get_ident(), time.perf_counter()))
+    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, dict[str, float]]:
+        timing: dict[str, float] = {}
+        got = await self.node.node.read_image(lambda m: None, fn, timing=timing)
+        return got.value[1], got.applied_index, timing
 
 
 class InProcessReplica:
@@ -253,10 +266,10 @@ class InProcessReplica:
     async def read(self, fn: Callable[[State], T]) -> T:
         return fn(self.machine.state)
 
-    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, float]:
+    async def image(self, fn: Callable[[StateMachine], bytes]) -> tuple[bytes, int, dict[str, float]]:
         t0 = time.perf_counter()
         data = fn(self.machine)
-        return data, self.applied(), time.perf_counter() - t0
+        return data, self.applied(), {"lock_s": time.perf_counter() - t0}
 
 
 # -- the web application ----------------------------------------------------------------------------------------
@@ -289,6 +302,22 @@ class LiveView:
         self._feed_seq = 0
         self._feed_changed: asyncio.Condition | None = None
         self._feeder: asyncio.Task[None] | None = None
+        self._keeper: asyncio.Task[None] | None = None
+
+    def keep_ready(self) -> None:
+        """Keep a build ready while no page watches (the node's live view; :meth:`Documents.refresh_idle`):
+        the first page after the node starts, or after nobody looked for a while, is answered at
+        once with a build at most :data:`IDLE_REBUILD_S` old (which says its applied index) instead
+        of waiting for a detection pass over the whole replica."""
+        if self._keeper is None or self._keeper.done():
+            self._keeper = asyncio.get_running_loop().create_task(self._keep_ready(), name="waitgraph-liveview-ready")
+
+    async def _keep_ready(self) -> None:
+        while True:
+            if self.watchers == 0:  # while a page watches, its feed rebuilds
+                with contextlib.suppress(Unreadable):  # starting or restoring: try again
+                    await self.docs.refresh_idle()
+            await asyncio.sleep(IDLE_CHECK_S)
 
     # -- documents ---------------------------------------------------------------------------------
 
@@ -492,9 +521,10 @@ class LiveView:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def close(self) -> None:
-        if self._feeder is not None:
-            self._feeder.cancel()
-            await asyncio.gather(self._feeder, return_exceptions=True)
+        for task in (self._feeder, self._keeper):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.docs.close()
 
 
@@ -602,5 +632,6 @@ async def serve_node(node: NodeProcess, address: str, metrics: CollectorRegistry
     )
     tls = (cfg.tls_cert, cfg.tls_key) if cfg.tls_cert and cfg.tls_key else None
     server = await serve(address, view, tls)
+    view.keep_ready()
     logger.info("live view: %s (operator token), /metrics", server.url)
     return server

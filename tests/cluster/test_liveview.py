@@ -158,7 +158,13 @@ async def test_security_headers_static_files_and_metrics() -> None:
         csp = reply.headers["Content-Security-Policy"]
         assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
         assert reply.headers["X-Content-Type-Options"] == "nosniff" and reply.headers["Cache-Control"] == "no-store"
-        for name in ("liveview.js", "liveview.css", "vendor/cytoscape.min.js", "vendor/cytoscape-dagre.min.js"):
+        for name in (
+            "liveview.js",
+            "prefetch.js",
+            "liveview.css",
+            "vendor/cytoscape.min.js",
+            "vendor/cytoscape-dagre.min.js",
+        ):
             reply = await c.get(f"/static/{name}")
             assert reply.status == 200 and await reply.read(), name
             assert reply.headers["Content-Security-Policy"] == csp  # every response, static ones too
@@ -313,6 +319,54 @@ async def test_one_build_per_applied_index_at_most_every_rebuild_s() -> None:
     assert (await docs.latest()).applied_index == 102
 
 
+async def test_with_no_page_open_a_build_is_kept_ready_at_most_idle_rebuild_s_old() -> None:
+    w = ring_world()
+    index, now = [100], [1000.0]
+    docs = liveweb.Documents(liveweb.InProcessReplica(w.m, lambda: index[0]), monotonic=lambda: now[0])
+    assert await docs.refresh_idle() and docs.builds == 1  # the first one at once: nothing to wait for
+    assert not await docs.refresh_idle()  # nothing moved
+    index[0] = 101
+    now[0] += liveweb.IDLE_REBUILD_S - 0.5
+    assert not await docs.refresh_idle() and docs.builds == 1  # moved, but the last one is recent
+    now[0] += 0.5
+    assert await docs.refresh_idle() and (await docs.current()).applied_index == 101 and docs.builds == 2
+    # a build that costs the reader more CPU is kept ready less often
+    cur = await docs.current()
+    heavy = dict(cur.stats, reader_cpu_ms=20_000 * liveweb.IDLE_READER_SHARE)  # 20 s between builds
+    docs._current = liveweb.Built(cur.applied_index, cur.view, cur.graph, cur.graph_gzip, heavy)
+    index[0] = 102
+    now[0] += liveweb.IDLE_REBUILD_S
+    assert not await docs.refresh_idle()
+    now[0] += 10.0
+    assert await docs.refresh_idle() and docs.builds == 3
+
+
+async def test_keep_ready_builds_while_no_page_watches_and_leaves_it_to_the_feed_while_one_does(monkeypatch) -> None:
+    w = ring_world()
+    index = [100]
+    view = make_view(w, applied=lambda: index[0], monotonic=lambda: 10_000.0 + index[0] * liveweb.IDLE_REBUILD_S)
+    monkeypatch.setattr(liveweb, "IDLE_CHECK_S", 0.01)
+
+    async def settle() -> None:
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+
+    view.keep_ready()
+    try:
+        await settle()
+        assert view.docs.builds == 1  # the node's first build, before any page asked
+        view.watchers = 1
+        index[0] = 101
+        await settle()
+        assert view.docs.builds == 1  # a page watches: its feed decides
+        view.watchers = 0
+        await settle()
+        assert view.docs.builds == 2 and (await view.docs.current()).applied_index == 101
+    finally:
+        await view.close()
+    assert view._keeper is not None and view._keeper.done()
+
+
 async def test_the_feed_sends_the_view_and_each_change_once() -> None:
     w = ring_world()
     index = [7]
@@ -351,7 +405,7 @@ async def test_the_feed_sends_the_view_and_each_change_once() -> None:
 
 async def test_unreadable_replica_is_503() -> None:
     class Starting(liveweb.InProcessReplica):
-        async def image(self, fn: Any) -> tuple[bytes, int]:
+        async def image(self, fn: Any) -> tuple[bytes, int, dict[str, float]]:
             raise RuntimeError("not started")
 
     view = liveweb.LiveView(Starting(ring_world().m), tokens(), liveview.NodeInfo("n1", None))

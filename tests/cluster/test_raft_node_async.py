@@ -151,6 +151,46 @@ async def test_read_image_is_the_same_cut_as_the_read(tmp_path, fork):
 
 
 @pytest.mark.timeout(30)
+async def test_each_apply_moves_the_write_counter_by_two_and_leaves_it_even(tmp_path):
+    node = await started(config(tmp_path))
+    try:
+        await node.submit(envelope(0))
+        before = node.obj.writes
+        for i in range(1, 4):
+            await node.submit(envelope(i))
+        assert node.obj.writes == before + 6 and node.obj.writes % 2 == 0
+    finally:
+        await node.stop()
+
+
+@pytest.mark.timeout(30)
+async def test_a_forked_image_forks_without_the_lock_and_again_under_it_when_the_state_moved(tmp_path, monkeypatch):
+    node = await started(config(tmp_path))
+    try:
+        await asyncio.gather(*(node.submit(envelope(i)) for i in range(5)))
+        quiet: dict[str, float] = {}
+        got = await node.read_image(lambda m: len(m.state.targets), lambda m: m.snapshot(), timing=quiet)
+        local = await node.read_local(lambda m: (len(m.state.targets), m.snapshot()))
+        assert quiet["forks"] == 1 and quiet["fork_s"] > 0 and got.value == local.value
+        real_fork, forks = os.fork, []
+
+        def fork() -> int:
+            if not forks:  # as if an apply ran between the lock's release and the fork
+                node.obj.writes += 2
+            forks.append(node.obj.writes)
+            return real_fork()
+
+        monkeypatch.setattr(os, "fork", fork)
+        moved: dict[str, float] = {}
+        got = await node.read_image(lambda m: len(m.state.targets), lambda m: m.snapshot(), timing=moved)
+        monkeypatch.undo()
+        assert moved["forks"] == 2 and len(forks) == 2
+        assert got.value == local.value and got.value[0] == 5
+    finally:
+        await node.stop()
+
+
+@pytest.mark.timeout(30)
 async def test_a_forked_image_does_not_hold_up_applies(tmp_path):
     node = await started(config(tmp_path))
     try:

@@ -21,6 +21,8 @@ const live = {
   fetching: false,
   graphTimer: null, // at most one pending graph fetch
   timing: null, // the last graph fetch's phases (ms since navigation): for the benchmark
+  firstTiming: null, // the first graph fetch's (the cold page's, in the benchmark)
+  openedAt: null, // the node's commit index in the first view document this page got
   lastGraphAt: 0,
   graphCostMs: 0,
   pinned: new Set(), // ids found by search: drawn with their neighbourhood whatever the filters
@@ -434,6 +436,10 @@ function drawGraph() {
   if (!document.body.dataset.currentRenderMs && ids.size && live.doc && live.doc.graph_version <= g.version) {
     document.body.dataset.currentRenderMs = now;
   }
+  // and the first drawing of a state at least as new as the node's when the page opened
+  if (!document.body.dataset.freshRenderMs && ids.size && live.openedAt !== null && live.openedAt <= g.version) {
+    document.body.dataset.freshRenderMs = now;
+  }
 }
 
 // Fit the cycles (or everything drawn) into the panel.
@@ -454,9 +460,11 @@ function fit() {
 
 async function fetchGraph() {
   live.fetching = true;
-  const t0 = performance.now();
+  const early = window.liveviewFirstGraph; // prefetch.js: asked for before the scripts loaded
+  window.liveviewFirstGraph = null;
+  const t0 = early ? early.askedAt : performance.now();
   try {
-    const reply = await fetch("/api/graph", { cache: "no-store", credentials: "same-origin" });
+    const reply = await (early ? early.reply : fetch("/api/graph", { cache: "no-store", credentials: "same-origin" }));
     if (reply.status === 401 || reply.status === 403) return window.location.assign("/login");
     if (!reply.ok) throw new Error(`HTTP ${reply.status}`);
     const t1 = performance.now();
@@ -470,6 +478,7 @@ async function fetchGraph() {
     const t4 = performance.now();
     drawGraph();
     live.timing = { start: Math.round(t0), reply: Math.round(t1), parsed: Math.round(t2), indexed: Math.round(t3), choices: Math.round(t4), drawn: Math.round(performance.now()) };
+    live.firstTiming = live.firstTiming || live.timing;
     if (live.selected) showDetails(live.selected);
   } finally {
     live.fetching = false;
@@ -482,8 +491,12 @@ async function fetchGraph() {
 function maybeFetchGraph() {
   const doc = live.doc;
   if (!doc || live.fetching || doc.graph_version === live.graphVersion) return;
-  // a large graph costs the browser (and the node) more: refresh it less often
-  const wait = Math.max(GRAPH_MIN_MS, 4 * live.graphCostMs) - (Date.now() - live.lastGraphAt);
+  // a large graph costs the browser (and the node) more: refresh it less often, once the page
+  // has drawn a build its feed called current and a state as new as the node's when the page
+  // opened (until then, at once: that is the first render)
+  const wait = document.body.dataset.currentRenderMs && document.body.dataset.freshRenderMs
+    ? Math.max(GRAPH_MIN_MS, 4 * live.graphCostMs) - (Date.now() - live.lastGraphAt)
+    : 0;
   if (wait > 0) {
     if (!live.graphTimer) {
       live.graphTimer = setTimeout(() => {
@@ -882,6 +895,7 @@ function rollout(doc) {
 
 function render(doc) {
   live.doc = doc;
+  if (live.openedAt === null) live.openedAt = doc.node.commit_index ?? doc.node.applied_index;
   document.body.dataset.appliedIndex = String(doc.node.applied_index);
   badges(doc);
   const note = document.getElementById("read-note");
@@ -897,7 +911,10 @@ function render(doc) {
   rollout(doc);
   document.body.dataset.loaded = "1";
   document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
-  if (live.graph && !document.body.dataset.currentRenderMs && doc.graph_version <= live.graph.version) drawGraph();
+  const g = live.graph;
+  const owed = (!document.body.dataset.currentRenderMs && doc.graph_version <= g?.version) ||
+    (!document.body.dataset.freshRenderMs && live.openedAt <= g?.version);
+  if (g && owed) drawGraph(); // for the marks the benchmark and the tests read
   maybeFetchGraph();
 }
 
