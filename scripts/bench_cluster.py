@@ -1433,30 +1433,43 @@ async def run_versus(vs: VersusSettings, root: Path, results: dict[str, Any], er
     results["versus"] = out
     stubs = E.generate_stubs(root / "etcd-stubs")
 
-    async def step(label: str, fn: Callable[[], Awaitable[dict[str, Any]]], into: list[Any] | None, key: str) -> None:
-        print(f"... versus: {label}", file=sys.stderr, flush=True)
-        t0 = time.perf_counter()
-        try:
-            got = await fn()
-            if into is not None:
-                into.append(got)
-            else:
-                out[key] = got
-        except Exception as exc:
-            errors[f"versus {label}"] = f"{type(exc).__name__}: {exc}"
-            traceback.print_exc(file=sys.stderr)
-        print(f"    {label}: {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
+    out["retried"] = []
+
+    async def step(
+        label: str, fn: Callable[[int], Awaitable[dict[str, Any]]], into: list[Any] | None, key: str
+    ) -> None:
+        """One system's run; a run that fails (on this shared machine: an election under load in
+        the middle of a shape) is done again once on a fresh cluster, and the report says so."""
+        for attempt in range(2):
+            print(f"... versus: {label}", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            try:
+                got = await fn(attempt)
+                if into is not None:
+                    into.append(got)
+                else:
+                    out[key] = got
+                return
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {str(exc)[:300]}"
+                traceback.print_exc(file=sys.stderr)
+                if attempt == 0:
+                    out["retried"].append(f"{label}: {why}")
+                else:
+                    errors[f"versus {label}"] = why
+            finally:
+                print(f"    {label}: {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
 
     for r in range(vs.rounds):
         wg = (
             f"round {r + 1} waitgraph, durable",
-            lambda r=r: versus_waitgraph(vs, root / f"vs-wg-{r}", True, failover=True, attack=r == 0),
+            lambda a, r=r: versus_waitgraph(vs, root / f"vs-wg-{r}-{a}", True, failover=True, attack=r == 0),
             out["wg"],
             "",
         )
         et = (
             f"round {r + 1} etcd, durable",
-            lambda r=r: versus_etcd(vs, root / f"vs-etcd-{r}", stubs, True, failover=True),
+            lambda a, r=r: versus_etcd(vs, root / f"vs-etcd-{r}-{a}", stubs, True, failover=True),
             out["etcd"],
             "",
         )
@@ -1464,11 +1477,14 @@ async def run_versus(vs: VersusSettings, root: Path, results: dict[str, Any], er
             await step(label, fn, into, key)
     nofsync = VersusSettings(1, vs.samples, vs.seconds, 0, vs.procs)
     await step(
-        "waitgraph --no-fsync", lambda: versus_waitgraph(nofsync, root / "vs-wg-nf", False, False, False), None, "wg_nf"
+        "waitgraph --no-fsync",
+        lambda a: versus_waitgraph(nofsync, root / f"vs-wg-nf-{a}", False, False, False),
+        None,
+        "wg_nf",
     )
     await step(
         "etcd --unsafe-no-fsync",
-        lambda: versus_etcd(nofsync, root / "vs-etcd-nf", stubs, False, False),
+        lambda a: versus_etcd(nofsync, root / f"vs-etcd-nf-{a}", stubs, False, False),
         None,
         "etcd_nf",
     )
@@ -1620,6 +1636,8 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
             f"\n- under the attack: Raft term changed: {'**yes**' if w0['attack_term_changed'] else 'no'}; "
             f"writes refused: {failed}"
         )
+    if v.get("retried"):
+        print(f"\n- runs done again on a fresh cluster after a failure: {v['retried']}")
     print("\n### versus details\n")
     for side, runs in (("waitgraph", wg), ("etcd", et)):
         for i, r in enumerate(runs):
