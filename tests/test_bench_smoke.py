@@ -45,6 +45,7 @@ def _etcd_missing() -> str | None:
     spec = importlib.util.spec_from_file_location("etcd_bench_probe", ROOT / "scripts" / "etcd_bench.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
     spec.loader.exec_module(mod)
     missing: str | None = mod.available()
     return missing
