@@ -1509,6 +1509,11 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
         return
     wg, et = v["wg"], v["etcd"]
     print(
+        f"- {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average before the run "
+        f"{results.get('loadavg_before', '?')}, after {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores, shared with "
+        "whatever else runs: read the ratios, measured minutes apart on the same machine)"
+    )
+    print(
         f"- etcd {v['etcd_version']} (Debian `etcd-server`), 3 members on loopback, client = Python gRPC stubs "
         "generated at run time from Debian's `golang-etcd-server-dev` protos (scripts/etcd_bench.py); "
         f"{vs.rounds} round(s), alternating which system goes first, a fresh cluster per system per round"
