@@ -1439,8 +1439,8 @@ async def run_versus(vs: VersusSettings, root: Path, results: dict[str, Any], er
         label: str, fn: Callable[[int], Awaitable[dict[str, Any]]], into: list[Any] | None, key: str
     ) -> None:
         """One system's run; a run that fails (on this shared machine: an election under load in
-        the middle of a shape) is done again once on a fresh cluster, and the report says so."""
-        for attempt in range(2):
+        the middle of a shape) is done again on a fresh cluster, up to twice, and the report says so."""
+        for attempt in range(3):
             print(f"... versus: {label}", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
             try:
@@ -1453,7 +1453,7 @@ async def run_versus(vs: VersusSettings, root: Path, results: dict[str, Any], er
             except Exception as exc:
                 why = f"{type(exc).__name__}: {str(exc)[:300]}"
                 traceback.print_exc(file=sys.stderr)
-                if attempt == 0:
+                if attempt < 2:
                     out["retried"].append(f"{label}: {why}")
                 else:
                     errors[f"versus {label}"] = why

@@ -339,8 +339,9 @@ every few writes; it was ~8% of a follower's time under load (issue #20)."""
 def tune_gc() -> None:
     """Once the node has started: everything alive now (modules, a restored state, the servers)
     lives as long as the process, so it goes to the permanent generation and no collection walks
-    it again; then the node's thresholds."""
-    gc.collect()
+    it again; then the node's thresholds. No ``gc.collect()`` first: it holds the GIL, so the Raft
+    thread waits, for a walk of every object just as the node joins the cluster; the little
+    start-up garbage it would free stays (``gc.freeze`` itself only moves list heads)."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
 
