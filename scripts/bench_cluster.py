@@ -58,6 +58,20 @@ with one grpc.aio channel per node, every call carrying its agent's bearer token
    three replicas report the same applied index and the same state digest
    (``Status(include_digest)``, which serializes the whole state: it can take seconds).
 
+7. beside etcd (issue #20; ``--etcd auto``, the default, when Debian's ``etcd-server`` and
+   ``golang-etcd-server-dev`` are installed; ``--etcd only`` runs this alone, ``--etcd off``
+   skips it): ``--rounds`` rounds, each a fresh durable waitgraph cluster and a fresh durable
+   3-member etcd cluster (``scripts/etcd_bench.py``), alternating which goes first, on the same
+   shapes: one writer's p50/p99 (``--versus-samples``), 64 unary writers (RegisterWait vs Put),
+   64 writers through the SDK vs etcd Put and vs a Txn (compare mod_revision, put 2 keys), CPU
+   per write of every process, failover; then one not-durable pair (``--no-fsync`` /
+   ``--unsafe-no-fsync``). Round 1's waitgraph cluster also runs the single writer and the SDK
+   shape again under ``bench_raw_raft.py``'s huge-length attack on all three Raft ports (issue
+   #15). Prints the issue's table with waitgraph / etcd ratios; ``--json-out`` saves the figures.
+
+``--smoke`` shrinks every phase to a tiny size (tests/test_bench_smoke.py); its figures mean
+nothing.
+
 ``--profile`` runs py-spy (``--gil``: what each process's one Python core is spent on) on the
 leader, a follower and the client during figure 2 and prints the top frames; ``--profile native``
 adds C/Cython frames (py-spy then pauses the processes per sample). ``--node-switch-interval-ms``
