@@ -18,8 +18,10 @@ CloseWait of it; Acquire and Release of its free resource; CreateExecution of a 
 Times are CPU time of the applying thread (``time.thread_time_ns``) over each batch of one kind
 (one write per agent), so that other processes on a busy machine do not count. The cyclic
 garbage collector is paused while writes are timed: its passes would land on whichever write
-happens to trigger them (mostly the node path's, as its event journal grows). The last row
-applies the same stream to another fresh machine with the collector on, as a node runs.
+happens to trigger them (mostly the node path's, as its event journal grows). The row "collector on"
+applies the same stream to another fresh machine with the collector on and Python's default
+thresholds; "node's collector" to a third one as ``waitgraph serve`` runs once started (its state
+frozen, generation 0 collected every 10,000 allocations: ``cluster/node/server.py`` ``tune_gc``).
 
 ``--against DIR`` compares with another copy of the code, a directory holding ``statemachine/``,
 ``cluster/`` and ``proto/`` (e.g. ``mkdir /tmp/base; git archive HEAD statemachine cluster proto
@@ -142,8 +144,10 @@ def _stream(rounds: int, at: int) -> list[tuple[str, list[bytes]]]:
     return out
 
 
-def _timed(path: str, rounds: int, collector: bool) -> tuple[dict[str, int], dict[str, int], list[Any], Any]:
-    """Apply the stream to a fresh machine: CPU ns and writes per kind, the outcomes, the machine."""
+def _timed(path: str, rounds: int, collector: str) -> tuple[dict[str, int], dict[str, int], list[Any], Any]:
+    """Apply the stream to a fresh machine: CPU ns and writes per kind, the outcomes, the machine.
+    ``collector``: off (paused), default (Python's thresholds) or node (what ``waitgraph serve``
+    does once started, ``cluster/node/server.py`` ``tune_gc``: freeze, then its thresholds)."""
     m = _machine(path)
     stream = _stream(rounds, _setup(m))
     total = dict.fromkeys(KINDS, 0)
@@ -151,9 +155,14 @@ def _timed(path: str, rounds: int, collector: bool) -> tuple[dict[str, int], dic
     outcomes: list[Any] = []
     apply_bytes = m.apply_bytes
     clock = time.thread_time_ns
+    thresholds = gc.get_threshold()
     gc.collect()
-    if not collector:
+    if collector == "off":
         gc.disable()
+    elif collector == "node":
+        from waitgraph.node import server
+
+        server.tune_gc()
     try:
         for kind, batch in stream:
             t0 = clock()
@@ -163,6 +172,8 @@ def _timed(path: str, rounds: int, collector: bool) -> tuple[dict[str, int], dic
             outcomes += outs
     finally:
         gc.enable()
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
     return total, count, outcomes, m
 
 
@@ -173,17 +184,19 @@ def run_once(rounds: int) -> dict[str, Any]:
 
     result: dict[str, Any] = {}
     for path in PATHS:
-        total, count, outcomes, m = _timed(path, rounds, collector=False)
+        total, count, outcomes, m = _timed(path, rounds, collector="off")
         h = hashlib.sha256()
         for o in outcomes:
             h.update(encode_outcome(o))
         h.update(m.snapshot())
         del m
-        gc_total, _, gc_outcomes, _ = _timed(path, rounds, collector=True)
+        gc_total, _, gc_outcomes, _ = _timed(path, rounds, collector="default")
+        node_total, _, node_outcomes, _ = _timed(path, rounds, collector="node")
         result[path] = {
             "us": {k: total[k] / count[k] / 1e3 for k in KINDS},
             "all": sum(total.values()) / len(outcomes) / 1e3,
             "all_gc": sum(gc_total.values()) / len(gc_outcomes) / 1e3,
+            "all_gc_node": sum(node_total.values()) / len(node_outcomes) / 1e3,
             "writes": len(outcomes),
             "refused": sum(1 for o in outcomes if not o.ok),
             "hash": h.hexdigest()[:16],
@@ -201,11 +214,11 @@ def _child(tree: str, rounds: int) -> dict[str, Any]:
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
-ALL, ALL_GC = "all writes", "all, collector on"
+ALL, ALL_GC, ALL_GC_NODE = "all writes", "all, collector on", "all, node's collector"
 
 
 def _best(runs: list[dict[str, Any]], path: str, kind: str) -> float:
-    key = {ALL: "all", ALL_GC: "all_gc"}.get(kind)
+    key = {ALL: "all", ALL_GC: "all_gc", ALL_GC_NODE: "all_gc_node"}.get(kind)
     return float(min(r[path][key] if key else r[path]["us"][kind] for r in runs))
 
 
@@ -234,7 +247,7 @@ def main() -> None:
     if not args.against:
         print("| write (CPU µs per write)   | plain µs | node µs |")
         print("|----------------------------|---------:|--------:|")
-        for kind in (*KINDS, ALL, ALL_GC):
+        for kind in (*KINDS, ALL, ALL_GC, ALL_GC_NODE):
             print(
                 f"| {kind:<26} | {_best(runs[ROOT], 'plain', kind):>8.1f} | {_best(runs[ROOT], 'node', kind):>7.1f} |"
             )
@@ -243,7 +256,7 @@ def main() -> None:
     print(f"before: {trees[0]}\nafter:  {ROOT}")
     print("| write (CPU µs per write)   | path  | before µs | after µs | change |")
     print("|----------------------------|-------|----------:|---------:|-------:|")
-    for kind in (*KINDS, ALL, ALL_GC):
+    for kind in (*KINDS, ALL, ALL_GC, ALL_GC_NODE):
         for path in PATHS:
             b, a = _best(base, path, kind), _best(new, path, kind)
             print(f"| {kind:<26} | {path:<5} | {b:>9.1f} | {a:>8.1f} | {(a - b) / b:>+6.0%} |")

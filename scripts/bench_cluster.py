@@ -58,6 +58,20 @@ with one grpc.aio channel per node, every call carrying its agent's bearer token
    three replicas report the same applied index and the same state digest
    (``Status(include_digest)``, which serializes the whole state: it can take seconds).
 
+7. beside etcd (issue #20; ``--etcd auto``, the default, when Debian's ``etcd-server`` and
+   ``golang-etcd-server-dev`` are installed; ``--etcd only`` runs this alone, ``--etcd off``
+   skips it): ``--rounds`` rounds, each a fresh durable waitgraph cluster and a fresh durable
+   3-member etcd cluster (``scripts/etcd_bench.py``), alternating which goes first, on the same
+   shapes: one writer's p50/p99 (``--versus-samples``), 64 unary writers (RegisterWait vs Put),
+   64 writers through the SDK vs etcd Put and vs a Txn (compare mod_revision, put 2 keys), CPU
+   per write of every process, failover; then one not-durable pair (``--no-fsync`` /
+   ``--unsafe-no-fsync``). Round 1's waitgraph cluster also runs the single writer and the SDK
+   shape again under ``bench_raw_raft.py``'s huge-length attack on all three Raft ports (issue
+   #15). Prints the issue's table with waitgraph / etcd ratios; ``--json-out`` saves the figures.
+
+``--smoke`` shrinks every phase to a tiny size (tests/test_bench_smoke.py); its figures mean
+nothing.
+
 ``--profile`` runs py-spy (``--gil``: what each process's one Python core is spent on) on the
 leader, a follower and the client during figure 2 and prints the top frames; ``--profile native``
 adds C/Cython frames (py-spy then pauses the processes per sample). ``--node-switch-interval-ms``
@@ -100,6 +114,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -1144,10 +1159,7 @@ def summarize_profile(path: Path, top: int = 12) -> list[str]:
 
 
 def run_raw(samples: int, seconds: float) -> dict[str, Any]:
-    spec = importlib.util.spec_from_file_location("bench_raw_raft", REPO / "scripts" / "bench_raw_raft.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _load_script("bench_raw_raft")
     ns = argparse.Namespace(samples=samples, concurrency=AGENTS, seconds=seconds)
     out: dict[str, Any] = {}
     for variant in ("raw", *mod.WRAPPERS):  # the anchor, durable (default), --no-fsync, under attack
@@ -1194,6 +1206,16 @@ class Settings:
     unary: bool = True
 
 
+async def _recovery_bootstrapped(cluster: Cluster, leader: Node) -> None:
+    """Recovery bootstrap (ConfigureRecovery + SetMode auto) is proposed by the first leader."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        s = await cluster.status(leader)
+        if s.recovery_configured and s.mode == types_pb2.ROLLOUT_MODE_AUTO:
+            break
+        await asyncio.sleep(0.1)
+
+
 async def run(st: Settings, root: Path, results: dict[str, Any], errors: dict[str, str]) -> None:
     names = [f"t{i:02d}" for i in range(AGENTS)] + ["lat", "ra", "rb", "fo"]
     node_args = ["--initial-mode", "auto", "--rate-limit-per-s", "0", *([] if st.fsync else ["--no-fsync"])]
@@ -1217,13 +1239,7 @@ async def run(st: Settings, root: Path, results: dict[str, Any], errors: dict[st
         await cluster.start()
         leader = await cluster.leader()
         results["leader_at_start"] = leader.name
-        # Recovery bootstrap (ConfigureRecovery + SetMode auto) is proposed by the first leader.
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            s = await cluster.status(leader)
-            if s.recovery_configured and s.mode == types_pb2.ROLLOUT_MODE_AUTO:
-                break
-            await asyncio.sleep(0.1)
+        await _recovery_bootstrapped(cluster, leader)
         lat = cluster.agents["lat"]
         await setup_ring(cluster, leader, [*agents, lat])
         lat.wait_on = lat.own  # its own H holds it
@@ -1284,6 +1300,379 @@ async def run(st: Settings, root: Path, results: dict[str, Any], errors: dict[st
             print(f"--- {n.name} log tail\n{n.log_tail(3000)}", file=sys.stderr)
     finally:
         await cluster.close()
+
+
+# -- waitgraph beside etcd, same run, alternating (issue #20; #15's durable vs --no-fsync) ----------
+
+
+def _load_script(name: str) -> Any:
+    """A sibling script imported as a module (scripts/ is not a package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@dataclass
+class VersusSettings:
+    rounds: int
+    samples: int
+    seconds: float
+    failover_trials: int
+    procs: int
+
+
+def _busy_cores(cpu: dict[str, float]) -> float:
+    """Cores used by the processes this run started (not ``others``, not ``steal``)."""
+    return sum(v for k, v in cpu.items() if k not in ("others", "steal"))
+
+
+def _shape(rate_per_s: float, n: int, cpu: dict[str, float], latencies: list[float], failed: int) -> dict[str, Any]:
+    return {
+        "rate": rate_per_s,
+        "n": n,
+        "failed": failed,
+        "cpu_ms_per_write": 1000 * _busy_cores(cpu) / rate_per_s if rate_per_s else float("nan"),
+        "cpu": {k: round(v, 3) for k, v in cpu.items()},
+        "p50": statistics.median(latencies) if latencies else float("nan"),
+        "p99": pct(latencies, 0.99),
+    }
+
+
+async def versus_waitgraph(
+    vs: VersusSettings, root: Path, durable: bool, failover: bool, attack: bool
+) -> dict[str, Any]:
+    """One fresh 3-node waitgraph cluster: the versus shapes; with ``attack``, latency and the SDK
+    shape again while bench_raw_raft.py's huge-length attacker streams at every node's Raft port."""
+    names = [f"t{i:02d}" for i in range(AGENTS)] + ["lat", "fo"]
+    node_args = ["--initial-mode", "auto", "--rate-limit-per-s", "0", *([] if durable else ["--no-fsync"])]
+    root.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster(root, names, node_args)
+    agents = [cluster.agents[f"t{i:02d}"] for i in range(AGENTS)]
+    out: dict[str, Any] = {"command": cluster.example_command}
+    try:
+        await cluster.start()
+        leader = await cluster.leader()
+        await _recovery_bootstrapped(cluster, leader)
+        lat = cluster.agents["lat"]
+        await setup_ring(cluster, leader, [*agents, lat])
+        lat.wait_on = lat.own
+        await drive(cluster, agents, leader, 1.0, close=False)  # warm-up, untimed
+
+        def meter(client: bool) -> CpuMeter:
+            own = {"client": os.getpid()} if client else {}
+            return CpuMeter({n.name: n.pid for n in cluster.nodes} | own)
+
+        out["latency"] = await phase_latency(cluster, lat, vs.samples)
+        leader = await cluster.leader()
+        r = await drive(cluster, agents, leader, vs.seconds, close=False, cpu=meter(True))
+        out["unary64"] = _shape(r.reg_per_s, r.registrations, r.cpu, r.latencies, sum(r.other.values()))
+        out["unary64"]["writes_per_entry"] = r.registrations / r.entries if r.entries else float("nan")
+        if vs.procs > 0:
+            r = await drive_sdk(cluster, agents, leader, vs.seconds, vs.procs, close=False, cpu=meter(False))
+            out["sdk64"] = _shape(r.reg_per_s, r.registrations, r.cpu, r.latencies, sum(r.other.values()))
+            out["sdk64"]["writes_per_call"] = r.batch_items / r.batches if r.batches else float("nan")
+        if attack:
+            raw_raft = _load_script("bench_raw_raft")
+            stop = threading.Event()
+            attackers = [
+                threading.Thread(target=raw_raft._huge_length, args=(n.raft, stop), daemon=True) for n in cluster.nodes
+            ]
+            for t in attackers:
+                t.start()
+            try:
+                await asyncio.sleep(0.5)
+                term0 = {n.name: (await cluster.status(n)).term for n in cluster.nodes}
+                out["attack_latency"] = await phase_latency(cluster, lat, vs.samples)
+                if vs.procs > 0:
+                    r = await drive_sdk(cluster, agents, leader, vs.seconds, vs.procs, close=False, cpu=meter(False))
+                    out["attack_sdk64"] = _shape(
+                        r.reg_per_s, r.registrations, r.cpu, r.latencies, sum(r.other.values())
+                    )
+                term1 = {n.name: (await cluster.status(n)).term for n in cluster.nodes}
+                out["attack_term_changed"] = term0 != term1
+            finally:
+                stop.set()
+                for t in attackers:
+                    t.join(5)
+        if failover and vs.failover_trials > 0:
+            out["failover"] = await phase_failover(cluster, cluster.agents["fo"], vs.failover_trials)
+    except Exception:
+        for n in cluster.nodes:
+            print(f"--- {n.name} log tail\n{n.log_tail(1500)}", file=sys.stderr)
+        raise
+    finally:
+        await cluster.close()
+    return out
+
+
+async def versus_etcd(vs: VersusSettings, root: Path, stubs: Any, durable: bool, failover: bool) -> dict[str, Any]:
+    """One fresh 3-member etcd cluster: the same shapes (scripts/etcd_bench.py)."""
+    E = _load_script("etcd_bench")
+    cluster = E.EtcdCluster(root, *stubs, durable=durable)
+    out: dict[str, Any] = {"command": cluster.example_command}
+    procs = max(1, vs.procs)
+    try:
+        await cluster.start()
+
+        def meter() -> CpuMeter:
+            return CpuMeter({m.name: m.pid for m in cluster.members})
+
+        await E.drive(cluster, AGENTS, 1.0, procs, "put", meter())  # warm-up, untimed
+        out["latency"] = await E.latency(cluster, vs.samples)
+        for mode in ("put", "txn"):
+            r = await E.drive(cluster, AGENTS, vs.seconds, procs, mode, meter())
+            out[f"{mode}64"] = _shape(r.writes_per_s, r.writes, r.cpu, r.latencies, r.failed)
+        if failover and vs.failover_trials > 0:
+            out["failover"] = await E.failover(cluster, vs.failover_trials)
+    except Exception:
+        for m in cluster.members:
+            print(f"--- etcd {m.name} log tail\n{m.log_tail(1500)}", file=sys.stderr)
+        raise
+    finally:
+        await cluster.close()
+    return out
+
+
+async def run_versus(vs: VersusSettings, root: Path, results: dict[str, Any], errors: dict[str, str]) -> None:
+    """Alternating: round r runs waitgraph then etcd (r even) or etcd then waitgraph (r odd), each
+    on a fresh durable cluster; then the not-durable pair (wg ``--no-fsync``, etcd
+    ``--unsafe-no-fsync``); the attack figures come from round 0's waitgraph cluster."""
+    E = _load_script("etcd_bench")
+    out: dict[str, Any] = {"wg": [], "etcd": [], "etcd_version": E.etcd_version()}
+    results["versus"] = out
+    stubs = E.generate_stubs(root / "etcd-stubs")
+
+    out["retried"] = []
+
+    async def step(
+        label: str, fn: Callable[[int], Awaitable[dict[str, Any]]], into: list[Any] | None, key: str
+    ) -> None:
+        """One system's run; a run that fails (on this shared machine: an election under load in
+        the middle of a shape) is done again on a fresh cluster, up to twice, and the report says so."""
+        for attempt in range(3):
+            print(f"... versus: {label}", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            try:
+                got = await fn(attempt)
+                if into is not None:
+                    into.append(got)
+                else:
+                    out[key] = got
+                return
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {str(exc)[:300]}"
+                traceback.print_exc(file=sys.stderr)
+                if attempt < 2:
+                    out["retried"].append(f"{label}: {why}")
+                else:
+                    errors[f"versus {label}"] = why
+            finally:
+                print(f"    {label}: {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
+
+    for r in range(vs.rounds):
+        wg = (
+            f"round {r + 1} waitgraph, durable",
+            lambda a, r=r: versus_waitgraph(vs, root / f"vs-wg-{r}-{a}", True, failover=True, attack=r == 0),
+            out["wg"],
+            "",
+        )
+        et = (
+            f"round {r + 1} etcd, durable",
+            lambda a, r=r: versus_etcd(vs, root / f"vs-etcd-{r}-{a}", stubs, True, failover=True),
+            out["etcd"],
+            "",
+        )
+        for label, fn, into, key in (wg, et) if r % 2 == 0 else (et, wg):
+            await step(label, fn, into, key)
+    nofsync = VersusSettings(1, vs.samples, vs.seconds, 0, vs.procs)
+    await step(
+        "waitgraph --no-fsync",
+        lambda a: versus_waitgraph(nofsync, root / f"vs-wg-nf-{a}", False, False, False),
+        None,
+        "wg_nf",
+    )
+    await step(
+        "etcd --unsafe-no-fsync",
+        lambda a: versus_etcd(nofsync, root / f"vs-etcd-nf-{a}", stubs, False, False),
+        None,
+        "etcd_nf",
+    )
+
+
+def _vals(runs: list[dict[str, Any]], shape: str, key: str) -> list[float]:
+    return [run[shape][key] for run in runs if shape in run and key in run[shape]]
+
+
+def _med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | None) -> None:
+    print("\n## waitgraph beside etcd, same run (issue #20)\n")
+    if skipped:
+        print(f"- not measured: {skipped}")
+        return
+    v = results.get("versus")
+    if not v:
+        print("- not measured: the section did not run (see errors)")
+        return
+    wg, et = v["wg"], v["etcd"]
+    print(
+        f"- {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average before the run "
+        f"{results.get('loadavg_before', '?')}, after {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores, shared with "
+        "whatever else runs: read the ratios, measured minutes apart on the same machine)"
+    )
+    print(
+        f"- etcd {v['etcd_version']} (Debian `etcd-server`), 3 members on loopback, client = Python gRPC stubs "
+        "generated at run time from Debian's `golang-etcd-server-dev` protos (scripts/etcd_bench.py); "
+        f"{vs.rounds} round(s), alternating which system goes first, a fresh cluster per system per round"
+    )
+    print(
+        f"- shapes: {vs.samples} single-writer samples after 50 warm-ups; {AGENTS} writers for {vs.seconds:g}s "
+        f"(closed loops; waitgraph: RegisterWait re-registering its open edge, no CloseWait; etcd: Put of a 64-byte "
+        f"value, or Txn comparing the writer's key's mod_revision and putting 2 keys); SDK and etcd clients in "
+        f"{max(1, vs.procs)} processes, waitgraph unary in this one asyncio process; failover {vs.failover_trials} "
+        "kill(s) per durable round"
+    )
+    print("- several values = one per round, in round order; the ratio is of their medians\n")
+    print("| figure | waitgraph | etcd | waitgraph / etcd |")
+    print("|---|---|---|---|")
+
+    def fmt(xs: list[float], kind: str) -> str:
+        if not xs:
+            return "—"
+        if kind == "ms":
+            return ", ".join(f"{x * 1000:.2f}" for x in xs) + " ms"
+        if kind == "cpu":
+            return ", ".join(f"{x:.2f}" for x in xs) + " ms"
+        return ", ".join(f"{rate(x)}/s" for x in xs)
+
+    def ratio(a: list[float], b: list[float], kind: str) -> str:
+        if not a or not b or not _med(b):
+            return "—"
+        x = _med(a) / _med(b)
+        if kind == "rate":
+            return f"{x:.2f}x"
+        return (
+            f"{x:.2f}x ({'slower' if x > 1 else 'faster'})"
+            if kind == "ms"
+            else f"{x:.2f}x ({'more' if x > 1 else 'less'})"
+        )
+
+    def row(label: str, a: list[float], b: list[float], kind: str) -> None:
+        print(f"| {label} | {fmt(a, kind)} | {fmt(b, kind)} | {ratio(a, b, kind)} |")
+
+    lat_wg = [r["latency"] for r in wg if "latency" in r]
+    lat_et = [r["latency"] for r in et if "latency" in r]
+    row(
+        "unary write p50, durable (wg default, etcd default)",
+        [x["p50"] for x in lat_wg],
+        [x["p50"] for x in lat_et],
+        "ms",
+    )
+    row("unary write p99, durable", [x["p99"] for x in lat_wg], [x["p99"] for x in lat_et], "ms")
+    nf_wg = [v["wg_nf"]] if "wg_nf" in v else []
+    nf_et = [v["etcd_nf"]] if "etcd_nf" in v else []
+    row(
+        "unary write p50, not durable (wg `--no-fsync`, etcd `--unsafe-no-fsync`)",
+        _vals(nf_wg, "latency", "p50"),
+        _vals(nf_et, "latency", "p50"),
+        "ms",
+    )
+    row(
+        f"{AGENTS} writers, one unary call per write (wg RegisterWait vs etcd put), durable",
+        _vals(wg, "unary64", "rate"),
+        _vals(et, "put64", "rate"),
+        "rate",
+    )
+    row(
+        f"{AGENTS} writers through the SDK's `WriteBatch` (RegisterWait) vs etcd put, durable",
+        _vals(wg, "sdk64", "rate"),
+        _vals(et, "put64", "rate"),
+        "rate",
+    )
+    row(
+        "the same vs etcd's txn (compare mod_revision, put 2 keys), durable",
+        _vals(wg, "sdk64", "rate"),
+        _vals(et, "txn64", "rate"),
+        "rate",
+    )
+    row(
+        "CPU per write, all processes: wg SDK vs etcd put",
+        _vals(wg, "sdk64", "cpu_ms_per_write"),
+        _vals(et, "put64", "cpu_ms_per_write"),
+        "cpu",
+    )
+    row(
+        "CPU per write, all processes: wg unary vs etcd put",
+        _vals(wg, "unary64", "cpu_ms_per_write"),
+        _vals(et, "put64", "cpu_ms_per_write"),
+        "cpu",
+    )
+    row(
+        "failover, kill -9 leader → first write, p50",
+        [r["failover"]["p50"] for r in wg if "failover" in r],
+        [r["failover"]["p50"] for r in et if "failover" in r],
+        "ms",
+    )
+    print()
+    print("### waitgraph: durable (default) vs `--no-fsync`, and under the stalling attack (issue #15)\n")
+    print("| figure | durable (default) | `--no-fsync` | durable, huge-length attack on all 3 Raft ports |")
+    print("|---|---|---|---|")
+    w0 = wg[0] if wg else {}
+
+    def cell(run: dict[str, Any], shape: str, key: str, kind: str) -> str:
+        if shape not in run:
+            return "—"
+        return fmt([run[shape][key]], kind)
+
+    nf = v.get("wg_nf", {})
+    print(
+        f"| unary write p50 / p99 | {cell(w0, 'latency', 'p50', 'ms')} / {cell(w0, 'latency', 'p99', 'ms')} | "
+        f"{cell(nf, 'latency', 'p50', 'ms')} / {cell(nf, 'latency', 'p99', 'ms')} | "
+        f"{cell(w0, 'attack_latency', 'p50', 'ms')} / {cell(w0, 'attack_latency', 'p99', 'ms')} |"
+    )
+    print(
+        f"| registrations/s, {AGENTS} writers, SDK | {cell(w0, 'sdk64', 'rate', 'rate')} | "
+        f"{cell(nf, 'sdk64', 'rate', 'rate')} | {cell(w0, 'attack_sdk64', 'rate', 'rate')} |"
+    )
+    print(
+        f"| write p99 under that load, SDK | {cell(w0, 'sdk64', 'p99', 'ms')} | {cell(nf, 'sdk64', 'p99', 'ms')} | "
+        f"{cell(w0, 'attack_sdk64', 'p99', 'ms')} |"
+    )
+    print(
+        f"| registrations/s, {AGENTS} writers, unary | {cell(w0, 'unary64', 'rate', 'rate')} | "
+        f"{cell(nf, 'unary64', 'rate', 'rate')} | — |"
+    )
+    if "attack_term_changed" in w0:
+        failed = w0.get("attack_sdk64", {}).get("failed", "?")
+        print(
+            f"\n- under the attack: Raft term changed: {'**yes**' if w0['attack_term_changed'] else 'no'}; "
+            f"writes refused: {failed}"
+        )
+    if v.get("retried"):
+        print(f"\n- runs done again on a fresh cluster after a failure: {v['retried']}")
+    print("\n### versus details\n")
+    for side, runs in (("waitgraph", wg), ("etcd", et)):
+        for i, r in enumerate(runs):
+            shapes = {
+                k: {kk: (round(vv, 6) if isinstance(vv, float) else vv) for kk, vv in s.items() if kk != "samples"}
+                for k, s in r.items()
+                if isinstance(s, dict)
+            }
+            print(f"- {side} round {i + 1}: {json.dumps(shapes)}")
+    for key in ("wg_nf", "etcd_nf"):
+        if key in v:
+            print(f"- {key}: {json.dumps({k: s for k, s in v[key].items() if isinstance(s, dict)})}")
+    if wg:
+        print(f"- waitgraph node: `{wg[0]['command']}`")
+    if et:
+        print(f"- etcd member: `{et[0]['command']}`")
 
 
 def met(ok: bool | None) -> str:
@@ -1516,11 +1905,7 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
             + ", ".join(f"{k} {v:.2f}" for k, v in d.cpu.items())
             + f"; one Status(include_digest) took up to {soak['converged']['read_s']:.2f}s"
         )
-    if errors:
-        print()
-        print("### errors (phases that produced no figure)\n")
-        for k, v in errors.items():
-            print(f"- {k}: {v}")
+    print_errors(errors)
     profiles = results.get("profiles")
     if profiles:
         print()
@@ -1532,6 +1917,14 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
             print(f"**{name}**\n")
             print("\n".join(lines))
             print()
+
+
+def print_errors(errors: dict[str, str]) -> None:
+    if errors:
+        print()
+        print("### errors (phases that produced no figure)\n")
+        for k, v in errors.items():
+            print(f"- {k}: {v}")
 
 
 def _version(dist: str) -> str:
@@ -1575,6 +1968,21 @@ def main() -> int:
     )
     p.add_argument("--sdk-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
+        "--etcd",
+        choices=["auto", "off", "only"],
+        default="auto",
+        help="the waitgraph-beside-etcd section (issue #20; needs Debian's etcd-server and golang-etcd-server-dev): "
+        "auto = after the other figures when etcd is installed, only = that section alone, off = skip it",
+    )
+    p.add_argument("--rounds", type=int, help="etcd section: alternating rounds (default 2; --quick 1)")
+    p.add_argument("--versus-samples", type=int, help="etcd section: single-writer samples (default 1000; --quick 300)")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes everywhere (the smoke test: checks the benchmark runs, its figures mean nothing)",
+    )
+    p.add_argument("--json-out", type=Path, help="also write the etcd section's results as JSON here")
+    p.add_argument(
         "--no-fsync",
         dest="fsync",
         action="store_false",
@@ -1591,13 +1999,14 @@ def main() -> int:
     global NODE_SWITCH_INTERVAL_S
     if args.node_switch_interval_ms is not None:
         NODE_SWITCH_INTERVAL_S = args.node_switch_interval_ms / 1000
-    q = args.quick
+    q = args.quick or args.smoke
+    tiny = args.smoke
     st = Settings(
-        samples=args.samples or (2000 if q else 3000),
-        seconds=args.seconds or (5.0 if q else 10.0),
-        recovery_trials=args.recovery_trials if args.recovery_trials is not None else (20 if q else 40),
-        failover_trials=args.failover_trials if args.failover_trials is not None else (3 if q else 7),
-        soak_s=args.soak_s if args.soak_s is not None else (10.0 if q else 60.0),
+        samples=args.samples or (20 if tiny else 2000 if q else 3000),
+        seconds=args.seconds or (1.0 if tiny else 5.0 if q else 10.0),
+        recovery_trials=args.recovery_trials if args.recovery_trials is not None else (2 if tiny else 20 if q else 40),
+        failover_trials=args.failover_trials if args.failover_trials is not None else (1 if tiny else 3 if q else 7),
+        soak_s=args.soak_s if args.soak_s is not None else (2.0 if tiny else 10.0 if q else 60.0),
         register_only=args.register_only if args.register_only is not None else not q,
         profile=args.profile,
         keep=args.keep,
@@ -1605,6 +2014,18 @@ def main() -> int:
         sdk_procs=args.sdk_procs,
         unary=not args.no_unary,
     )
+
+    vs = VersusSettings(
+        rounds=args.rounds or (1 if q else 2),
+        samples=args.versus_samples or (20 if tiny else 300 if q else 1000),
+        seconds=st.seconds,
+        failover_trials=1 if tiny else 2 if q else 3,
+        procs=st.sdk_procs,
+    )
+    etcd_missing = None if args.etcd == "off" else _load_script("etcd_bench").available()
+    if args.etcd == "only" and etcd_missing:
+        print(f"--etcd only: {etcd_missing}", file=sys.stderr)
+        return 2
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -1618,21 +2039,33 @@ def main() -> int:
     results["loadavg_before"] = f"{os.getloadavg()[0]:.2f}"
     try:
         results["fsync"] = fsync_probe(root) | {"fs": fs_type(root)}
-        if not args.no_raw:
-            print("... raw pysyncobj and RaftNode wrapper (scripts/bench_raw_raft.py)", file=sys.stderr, flush=True)
-            results["raw"] = run_raw(st.samples, st.seconds)
-        asyncio.run(run(st, root, results, errors))
+        if args.etcd != "only":
+            if not args.no_raw:
+                print("... raw pysyncobj and RaftNode wrapper (scripts/bench_raw_raft.py)", file=sys.stderr, flush=True)
+                results["raw"] = run_raw(st.samples, st.seconds)
+            asyncio.run(run(st, root, results, errors))
+        if args.etcd != "off" and not etcd_missing:
+            asyncio.run(run_versus(vs, root, results, errors))
     except KeyboardInterrupt:
         print("interrupted; every node process is being killed", file=sys.stderr)
         _kill_all()
         return 130
     finally:
         _kill_all()
+        if "etcd_bench" in sys.modules:
+            sys.modules["etcd_bench"].kill_all()
         if st.keep:
             print(f"kept {root}", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
-    report(st, args, results, errors)
+    if args.etcd != "only":
+        report(st, args, results, errors)
+    else:
+        print_errors(errors)
+    if args.etcd != "off":
+        report_versus(vs, results, etcd_missing)
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(results.get("versus", {}), default=str))
     print(f"\n(total run time {time.perf_counter() - t0:.0f}s)")
     return 1 if errors else 0
 

@@ -305,6 +305,26 @@ def encode_envelope(env: Envelope) -> bytes:
     return pack(envelope_to_plain(env))
 
 
+def encode_checked_envelope(env: Envelope) -> bytes:
+    """The envelope's canonical bytes (those of :func:`encode_envelope`), or the CodecError
+    :func:`decode_envelope` would raise on them: a leader checks what it is about to propose
+    without unpacking the bytes it has just packed. The checks run on the plain map the bytes are
+    packed from, which is what unpacking them gives back (enum members are their values there,
+    tuples pack as lists, and every field checker accepts both), so they accept exactly what a
+    replica's decoder accepts; the msgpack limits of :func:`_unpack` are looser than the field
+    checks, except the payload's size, which is checked here too. A refusal is the decoder's own,
+    word for word (a message may name the type a value arrives as: list, not tuple)."""
+    plain = envelope_to_plain(env)
+    data = pack(plain)
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise CodecError(f"the command is {len(data)} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}")
+    try:
+        envelope_from_plain(plain)
+    except CodecError:
+        decode_envelope(data)  # raises what a replica raises; the replicas decide what applies
+    return data
+
+
 def decode_envelope(data: bytes) -> Envelope:
     global _DECODED
     raw = _unpack(data)

@@ -6,6 +6,8 @@ Benchmarks assert nothing about speed; this only keeps them from rotting when co
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +39,75 @@ def test_benchmark_script_runs(script: str, args: list[str], expect: str) -> Non
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert expect in done.stdout, done.stdout[-2000:]
+
+
+def _etcd_missing() -> str | None:
+    spec = importlib.util.spec_from_file_location("etcd_bench_probe", ROOT / "scripts" / "etcd_bench.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    missing: str | None = mod.available()
+    return missing
+
+
+VERSUS_ROWS = (
+    "| unary write p50, durable (wg default, etcd default) |",
+    "| unary write p99, durable |",
+    "| unary write p50, not durable (wg `--no-fsync`, etcd `--unsafe-no-fsync`) |",
+    "| 64 writers, one unary call per write (wg RegisterWait vs etcd put), durable |",
+    "| 64 writers through the SDK's `WriteBatch` (RegisterWait) vs etcd put, durable |",
+    "| the same vs etcd's txn (compare mod_revision, put 2 keys), durable |",
+    "| CPU per write, all processes: wg SDK vs etcd put |",
+    "| failover, kill -9 leader → first write, p50 |",
+    "| unary write p50 / p99 |",
+    "| registrations/s, 64 writers, SDK |",
+)
+
+
+@pytest.mark.timeout(420)
+def test_cluster_benchmark_beside_etcd_runs(tmp_path: Path) -> None:
+    """``scripts/bench cluster --etcd only --smoke``: both systems measured, every row printed,
+    every shape counted something (no timing is asserted). .ci/run installs etcd for this."""
+    missing = _etcd_missing()
+    if missing:
+        pytest.skip(missing)
+    out = tmp_path / "versus.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_cluster.py"),
+            "--etcd",
+            "only",
+            "--smoke",
+            "--json-out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    for row in VERSUS_ROWS:
+        assert row in done.stdout, (row, done.stdout[-3000:])
+    got = json.loads(out.read_text())
+    (wg,), (etcd,) = got["wg"], got["etcd"]
+    counts = {
+        "wg latency": wg["latency"]["n"],
+        "wg unary64": wg["unary64"]["n"],
+        "wg sdk64": wg["sdk64"]["n"],
+        "wg failover": wg["failover"]["n"],
+        "wg attack latency": wg["attack_latency"]["n"],
+        "wg attack sdk64": wg["attack_sdk64"]["n"],
+        "etcd latency": etcd["latency"]["n"],
+        "etcd put64": etcd["put64"]["n"],
+        "etcd txn64": etcd["txn64"]["n"],
+        "etcd failover": etcd["failover"]["n"],
+        "wg --no-fsync latency": got["wg_nf"]["latency"]["n"],
+        "wg --no-fsync sdk64": got["wg_nf"]["sdk64"]["n"],
+        "etcd --unsafe-no-fsync put64": got["etcd_nf"]["put64"]["n"],
+    }
+    assert all(n > 0 for n in counts.values()), counts
+    # Every txn's compare held: each writer tracks its key's mod_revision right (a wrong one fails them all).
+    assert etcd["txn64"]["failed"] == 0, etcd["txn64"]

@@ -45,6 +45,7 @@ from waitgraph.statemachine.codec import (
     decode_command,
     decode_envelope,
     decode_outcome,
+    encode_checked_envelope,
     encode_command,
     encode_envelope,
     encode_outcome,
@@ -177,6 +178,51 @@ def test_envelope_round_trip_is_canonical(env: Any) -> None:
     data = encode_envelope(env)
     assert decode_envelope(data) == env
     assert encode_envelope(decode_envelope(data)) == data
+
+
+_JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**64), max_value=2**64),
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.integers(min_value=1020, max_value=1030).map(lambda n: "x" * n),
+    st.lists(st.one_of(st.text(max_size=8), st.integers(), st.none()), max_size=3),
+    st.lists(st.one_of(st.text(max_size=8), st.integers()), max_size=3).map(tuple),
+    st.integers(min_value=1020, max_value=1030).map(lambda n: ("x",) * n),
+    st.sampled_from([e for enum in (Status, Result) for e in enum]),
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(env=any_envelope(), data=st.data())
+def test_checked_envelope_refuses_what_the_decoder_refuses(env: Any, data: st.DataObject) -> None:
+    """``encode_checked_envelope`` (the leader's check before it proposes, without unpacking
+    again) gives the bytes of ``encode_envelope`` when ``decode_envelope`` accepts those bytes,
+    and the same CodecError message when it refuses them, for any field set to any junk."""
+    names = [f.name for f in dataclasses.fields(env.command)]
+    if names and data.draw(st.booleans()):
+        name = data.draw(st.sampled_from(names))
+        # Frozen dataclasses: build the broken value as a converter bug or a hostile client would.
+        env = dataclasses.replace(env, command=dataclasses.replace(env.command, **{name: data.draw(_JUNK)}))
+    try:
+        expected: bytes | str = encode_envelope(env)
+        assert isinstance(expected, bytes)
+        if len(expected) > MAX_PAYLOAD_BYTES:
+            expected = f"the command is {len(expected)} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}"
+        else:
+            decode_envelope(expected)
+    except CodecError as exc:
+        expected = exc.message
+    except (OverflowError, TypeError, ValueError) as exc:  # not packable at all: both raise it
+        with pytest.raises(type(exc)):
+            encode_checked_envelope(env)
+        return
+    try:
+        got: bytes | str = encode_checked_envelope(env)
+    except CodecError as exc:
+        got = exc.message
+    assert got == expected
 
 
 @settings(max_examples=examples(200), deadline=None)

@@ -38,7 +38,7 @@ from waitgraph.node.history import HistoryStore
 from waitgraph.node.raft import RaftNode, Read
 from waitgraph.node.ratelimit import RateLimiter
 from waitgraph.proto.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc, types_pb2
-from waitgraph.statemachine import Envelope, StateMachine, decode_envelope, encode_envelope
+from waitgraph.statemachine import Envelope, StateMachine
 from waitgraph.statemachine.cancel import (
     EXPORT_FORMAT,
     EXPORT_VERSION,
@@ -48,7 +48,7 @@ from waitgraph.statemachine.cancel import (
     metrics,
     victim_scope_id,
 )
-from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES
+from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES, encode_checked_envelope
 from waitgraph.statemachine.detect import full_pass
 from waitgraph.statemachine.effects import EFFECTS
 from waitgraph.statemachine.enums import ExecStatus
@@ -173,14 +173,10 @@ class Gateway:
             request.agent_id = principal.agent_id  # the token names the agent already
         command = convert.command_from_request(rpc, request)
         envelope = Envelope(actor=principal.actor, at_ms=at_ms, request_id=request.request_id or None, command=command)
-        data = encode_envelope(envelope)
         try:
-            if len(data) > MAX_PAYLOAD_BYTES:
-                raise CodecError(f"the command is {len(data)} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}")
-            decode_envelope(data)
+            return encode_checked_envelope(envelope)  # packed once, checked as a replica decodes it
         except CodecError as exc:
             raise convert.WireError(exc.message, **exc.fields) from None
-        return data
 
     def check_forwarding(self) -> None:
         if not self.cfg.forward_writes and not self.node.is_leader():
