@@ -1358,3 +1358,23 @@ def history_blocks(reply: Any) -> list[Block]:
     if not rows:
         return [Text(title), Text("nothing retired matches (retired records older than the bounds are deleted)")]
     return [Table(["retired", "kind", "id", "run", "what"], rows, title)]
+
+
+def members_blocks(members: Any, voters: Sequence[str], quorum: int, pending: int = 0) -> list[Block]:
+    """``waitgraph member list|add|remove``: one row per Raft member, then recovery's voter set."""
+    rows = [
+        [
+            m.node_id,
+            m.raft_address,
+            m.grpc_address or None,
+            "leader" if m.leader else "follower",
+            m.connected,
+            m.this_node,
+        ]
+        for m in members
+    ]
+    title = f"MEMBERS ({len(rows)})" + (f", a change at log index {pending} not committed yet" if pending else "")
+    return [
+        Table(["id", "raft", "grpc", "role", "connected", "answering"], rows, title=title),
+        Fields([("voters", list(voters)), ("quorum", quorum)], title="RECOVERY"),
+    ]
