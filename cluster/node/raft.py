@@ -798,41 +798,14 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             )
         me = self.selfNode.address
         others = {n.address: n for n in self.otherNodes}
-        members = {me, *others}
         horizon = time.monotonic() - float(self._SyncObj__conf.waitgraph_quorum_window_s)
         answered = self._SyncObj__lastResponseTime
         healthy = {me} | {a for a, n in others.items() if answered.get(n, 0.0) > horizon}
-        if kind == "add":
-            if address in members:
-                raise self._refused("already_member", f"{address} is already a member", address=address)
-            ids = {self.directory.get(a, (a, ""))[0]: a for a in members}
-            if node_id in ids:
-                raise self._refused("id_in_use", f"{node_id} is already the member at {ids[node_id]}", node_id=node_id)
-            after = len(members) + 1
-            counted = healthy  # the new member has no log yet: it is not counted (etcd's strict check)
-        elif kind == "rem":
-            if address == me:
-                raise self._refused(
-                    "member_is_leader",
-                    f"{address} is the leader; pysyncobj cannot remove its own leader: hand leadership over first",
-                    address=address,
-                )
-            if address not in others:
-                raise self._refused("not_member", f"{address} is not a member", address=address)
-            after = len(members) - 1
-            counted = healthy - {address}
-        else:
-            raise ValueError(f"unknown membership change {kind!r}")
-        need = after // 2 + 1
-        if len(counted) < need:
-            raise self._refused(
-                "quorum_at_risk",
-                f"after this change {after} members need {need} to commit; only {len(counted)} answer now "
-                f"({', '.join(sorted(counted))}): bring the others back first",
-                members_after=after,
-                needed=need,
-                healthy=len(counted),
-            )
+        ids = {a: self.directory.get(a, (a, ""))[0] for a in {me, *others}}
+        refusal = membership_refusal(kind, address, node_id, me=me, members=ids, healthy=healthy)
+        if refusal is not None:
+            self.counters["membership_refused"] += 1
+            raise refusal
         if callback is None:
             return
         meta = {"grpc": grpc_address, "id": node_id} if kind == "add" else {}
@@ -1208,6 +1181,56 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
         guarded["prevLogTerm"] = log[keep_idx - first_idx][2]
         guarded["entries"] = rest
         return guarded
+
+
+def membership_refusal(
+    kind: str, address: str, node_id: str, *, me: str, members: dict[str, str], healthy: set[str]
+) -> MembershipRefused | None:
+    """Why the leader ``me`` must not propose this change now, or None (module docstring, "Membership").
+
+    ``members``: Raft address -> node id of every member, the leader included; ``healthy``: the
+    members that answered within the quorum window (the leader included). The quorum the
+    membership will need *after* the change must answer now, counting neither a new member (it
+    has no log yet) nor a leaving one (etcd's strict reconfiguration check); a one-member
+    cluster may grow to two (it cannot do better).
+    """
+    if kind == "add":
+        if address in members:
+            return MembershipRefused("already_member", f"{address} is already a member", address=address)
+        named = {n: a for a, n in members.items()}
+        if node_id in named:
+            return MembershipRefused(
+                "id_in_use", f"{node_id} is already the member at {named[node_id]}", node_id=node_id
+            )
+        after = len(members) + 1
+        counted = healthy & set(members)
+        if len(members) == 1:
+            return None
+    elif kind == "rem":
+        if address == me:
+            return MembershipRefused(
+                "member_is_leader",
+                f"{address} is the leader; pysyncobj cannot remove its own leader: stop it first (another "
+                "member takes over), then remove it",
+                address=address,
+            )
+        if address not in members:
+            return MembershipRefused("not_member", f"{address} is not a member", address=address)
+        after = len(members) - 1
+        counted = (healthy & set(members)) - {address}
+    else:
+        raise ValueError(f"unknown membership change {kind!r}")
+    need = after // 2 + 1
+    if len(counted) < need:
+        return MembershipRefused(
+            "quorum_at_risk",
+            f"after this change {after} members need {need} to commit; only {len(counted)} answer now "
+            f"({', '.join(sorted(counted))}): bring the others back first",
+            members_after=after,
+            needed=need,
+            healthy=len(counted),
+        )
+    return None
 
 
 _MEMBERSHIP_TAG = bytes([_COMMAND_TYPE.MEMBERSHIP])
