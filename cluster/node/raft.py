@@ -75,7 +75,7 @@ pysyncobj's Fernet, ``WaitgraphSyncObj._SyncObj__encryptor``; the transport is
 :class:`~waitgraph.node.raft_wire.WaitgraphTransport`, whose frame is cheaper: ``cluster/node/raft_wire.py``), tuned
 timers (``leaderFallbackTimeout`` 1.5 s instead of 30 s, ``connectionRetryTime`` 0.5 s instead of
 5 s, ``appendEntriesUseBatch=False``: about 0.5 ms instead of ~100 ms per write at the leader),
-``dynamicMembershipChange`` off, bound to the given Raft address, ``commandsWaitLeader=False``
+``dynamicMembershipChange`` on but guarded (below), bound to the given Raft address, ``commandsWaitLeader=False``
 (without a leader a command fails at once as :class:`~waitgraph.node.errors.NotLeader`, instead of
 waiting in a queue and being proposed after its caller gave up), and
 ``appendEntriesBatchSizeBytes`` far above the largest entry we propose, so pysyncobj's
@@ -146,6 +146,48 @@ the truncation guard's rewrites keep them answered), failures and resets, answer
 index, and any answer when the last one is older than :data:`REPEATED_ACK_S`, so a leader still
 hears from every live follower at least once per heartbeat (``quorum_window_s`` and
 ``leaderFallbackTimeout`` are ten times longer).
+
+**Membership** (:meth:`RaftNode.change_membership`, ``waitgraph member``, docs/deploy.md section 6).
+pysyncobj applies a change when the entry is *appended* (Raft's single-server change: the leader
+at ``_checkCommandsToApply``, a follower in its ``append_entries`` handler, both through
+``__doChangeCluster``; a truncated change is undone), and again, as a no-op, when it is applied.
+What it gets wrong, and what is done about it:
+
+- Its "previous change not committed yet" test (``__changeCluster``) reads ``__changeClusterIDx``,
+  which nothing ever sets: it never refuses a second change. :meth:`WaitgraphSyncObj.pending_membership`
+  finds a membership entry after the commit index in the log; the leader refuses a change while
+  there is one (and before the no-op of its term is applied, which pysyncobj does check), both in
+  the guards and in ``__changeCluster`` itself.
+- Its entries pickle a ``TCPNode`` (``addNodeToCluster``: ``['add', id, node]``), which the
+  restricted unpickler refuses. Ours are ``['add'|'rem', address, address, {"id", "grpc"}]``:
+  pysyncobj builds the node from the address string itself, and the last item (ignored by it) is
+  the directory entry that tells every replica the new member's node id and gRPC address
+  (:attr:`WaitgraphSyncObj.directory`, also saved in every dump). ``__parseChangeClusterRequest``
+  (called on every entry appended or applied; an exception there escapes ``_onTick`` on every
+  tick) returns None for anything else: an undecodable or foreign membership entry is a no-op
+  everywhere. ``addNodeToCluster``/``removeNodeFromCluster`` (and ``syncobj_admin``'s utility
+  messages) are refused.
+- Its dump holds the membership of *now*, with changes after the dump's last entry already in
+  effect; ours holds the membership as of that entry (``_membership_at`` undoes the later ones).
+  On load it compares each address string of the dump with its own ``Node``, which never match,
+  and would count itself as one of its peers: :meth:`WaitgraphSyncObj._read_dump` drops it.
+- It cannot remove its own leader (``__doChangeCluster`` returns False): refused up front
+  (``member_is_leader``).
+- Issue #89 (a node added by address before it is bound there): the leader probes the new Raft
+  address first (:func:`~waitgraph.node.raft_wire.probe_member`: a handshake sealed with the
+  cluster secret must come back).
+- :func:`membership_refusal`: the quorum of the membership *after* the change must answer the
+  leader now, not counting the new member (no log yet) nor the leaving one.
+- pysyncobj keeps the response times of removed members; :meth:`RaftNode.has_quorum` counts only
+  current ones. The compaction slots follow the membership.
+
+The guards run on the tick thread (:meth:`WaitgraphSyncObj.call_on_tick`), twice: once before the
+caller's ``before`` step (the voters leaving recovery's configuration, cluster/node/membership.py),
+then again with the append, so nothing changes between the last check and the entry. A node that
+is not a member yet (started with the members as its peers) is not connected to: the members
+drop connections from addresses they do not know (``TCPTransport``), so it neither campaigns nor
+disturbs a term until it is added; a removed node is dropped the same way once the change is
+appended.
 
 **asyncio bridge, group commit, backpressure** (:class:`RaftNode`): see there.
 """
