@@ -1,6 +1,6 @@
 """Mutation testing of the chaos run: realistic bugs, planted one at a time, each must be caught.
 
-    scripts/mutants [--duration 90] [--seed 7] [--only name,name] [--nemeses a,b] [--no-unit] [--list]
+    scripts/mutants [--duration 120] [--seed 7] [--only name,name] [--nemeses a,b] [--no-unit] [--list]
 
 Rules kept here:
 - A mutant is a small patch (exact text replacements, each of which must match exactly once, so
@@ -445,7 +445,7 @@ def table(rows: Sequence[Row], duration_s: float, seed: int) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/mutants", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--duration", type=float, default=90.0, help="seconds of the chaos run (CI's is 90)")
+    p.add_argument("--duration", type=float, default=120.0, help="seconds of the chaos run (CI's is 120)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--only", default="", help="comma-separated mutant names (default: the whole catalogue)")
     p.add_argument("--nemeses", default="", help="comma-separated nemeses of the chaos runs (default: every one)")
