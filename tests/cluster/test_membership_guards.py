@@ -212,3 +212,31 @@ def test_recovery_voters_follow_the_membership_and_the_quorum_rule_is_checked_ag
     assert fixed is not None and (fixed.quorum, fixed.max_rollback) == (1, 1)
     refusal = recovery_refusal(fixed, "operator:admin")
     assert refusal is not None and "quorum_no_margin" in refusal
+
+
+def test_a_voter_that_left_with_its_node_no_longer_counts_towards_a_commit() -> None:
+    """The order of cluster/node/membership.py: node:n3 leaves recovery's voters (following the
+    membership) while a proposal it approved is open. The commit counts the voters in force: n3's
+    approval no longer counts, and the commit waits for a vote of a remaining voter."""
+    from tests.world import World
+    from waitgraph.node.membership import following_config
+    from waitgraph.statemachine.commands import VoteRecovery
+
+    w = World()
+    w.configure(voters=("node:n1", "node:n2", "node:n3", "node:n4"), quorum=3, max_rollback=2)
+    a, b = w.execution("A"), w.execution("B")
+    w.hold(a, "resource:browser")
+    w.produces(b, "artifact:review")
+    w.wait(a, "artifact:review")
+    w.wait(b, "resource:browser")
+    (c,) = w.candidates()
+    assert w.propose(c).ok
+    for voter in ("node:n3", "node:n1"):
+        w.ok(voter, VoteRecovery(digest=c.digest))
+    follow = following_config(w.st.recovery.config, ["n1", "n2", "n4"])  # n3 leaves
+    assert follow is not None and follow.voters == ("node:n1", "node:n2", "node:n4") and follow.quorum == 2
+    w.ok("operator:admin", follow)
+    refused = w.commit(c)
+    assert not refused.ok and refused.code == "no_quorum", refused  # 1 of 2: n3's approval is gone
+    w.ok("node:n4", VoteRecovery(digest=c.digest))
+    assert w.commit(c).ok
