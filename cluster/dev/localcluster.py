@@ -193,11 +193,7 @@ class LocalCluster:
             self.members = [LocalNode(n["id"], n["raft"], n["grpc"], root / n["id"]) for n in saved]
         else:
             self.members = self._new_members(root)
-            doc = {
-                "version": 1,
-                "nodes": [{"id": m.node_id, "raft": m.raft_address, "grpc": m.grpc_address} for m in self.members],
-            }
-            layout.write_text(json.dumps(doc, indent=2) + "\n")
+            self._save_layout()
         secret = root / "secret"
         if not secret.exists():
             _write_private(secret, secrets.token_urlsafe(32) + "\n")
@@ -216,6 +212,48 @@ class LocalCluster:
         if self.http:
             for m, port in zip(self.members, free_ports(len(self.members)), strict=True):
                 m.http_address = f"{m.raft_address.rpartition(':')[0]}:{port}"
+
+    def _save_layout(self) -> None:
+        assert self.root is not None
+        doc = {
+            "version": 1,
+            "nodes": [{"id": m.node_id, "raft": m.raft_address, "grpc": m.grpc_address} for m in self.members],
+        }
+        (self.root / CLUSTER_FILE).write_text(json.dumps(doc, indent=2) + "\n")
+
+    def new_member(self, node_id: str, host: str = "127.0.0.1") -> LocalNode:
+        """A node at new free ports, listed from now on in every node's --peers (its own included)
+        and in the layout file; not started, and no Raft member until ``waitgraph member add``
+        (docs/deploy.md, "Membership changes")."""
+        self.prepare()
+        assert self.root is not None
+        if any(m.node_id == node_id for m in self.members):
+            raise ValueError(f"{node_id} is already a node of this cluster")
+        grpc_port, raft_port = free_ports(2)
+        m = LocalNode(node_id, f"{host}:{raft_port}", f"{host}:{grpc_port}", self.root / node_id)
+        m.directory.mkdir(exist_ok=True)
+        if self.http:
+            m.http_address = f"{host}:{free_ports(1)[0]}"
+        self.members.append(m)
+        self.nodes = len(self.members)
+        self._save_layout()
+        return m
+
+    def forget_member(self, node_id: str) -> LocalNode:
+        """Stop a node removed from the membership and drop it from the layout and every --peers."""
+        m = self.node(node_id)
+        if m.alive():
+            assert m.proc is not None
+            m.proc.terminate()
+            try:
+                m.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                m.proc.kill()
+                m.proc.wait(10)
+        self.members.remove(m)
+        self.nodes = len(self.members)
+        self._save_layout()
+        return m
 
     def _new_members(self, root: Path) -> list[LocalNode]:
         n = self.nodes

@@ -128,6 +128,8 @@ POLICY: dict[str, frozenset[Role]] = {
         for rpc in ("SignatureHistory", "Convergence", "ListDecisions", "History")
     },
     "/waitgraph.v1.OperatorService/CancelRun": OPERATORS,
+    "/waitgraph.v1.OperatorService/ListMembers": OPERATORS,
+    **{f"/waitgraph.v1.OperatorService/{rpc}": ADMINS for rpc in ("AddMember", "RemoveMember")},
     **{
         f"/waitgraph.v1.OperatorService/{rpc}": ADMINS
         for rpc in ("SetMode", "ConfigureRecovery", "ConfigureCancellation", "ReleaseQuarantine", "ExportState")

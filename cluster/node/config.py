@@ -185,6 +185,15 @@ class ServeConfig:
         )
 
 
+def recovery_refusal(cmd: ConfigureRecovery, actor: str) -> str | None:
+    """Why the core would refuse ``cmd`` ("message (code)"), or None: ``cmd`` dry-applied to a
+    scratch state machine, so the quorum rule lives in one place (statemachine/recovery.py)."""
+    probe = StateMachine().apply(Envelope(actor=actor, at_ms=0, request_id=None, command=cmd))
+    if probe.result is Result.REJECTED:
+        return f"{probe.message} ({probe.code})"
+    return None
+
+
 def _default(name: str) -> Any:
     """A setting's default: the one written on ServeConfig, so parsing cannot drift from it."""
     return ServeConfig.__dataclass_fields__[name].default
@@ -488,18 +497,12 @@ def resolve(
         bootstrap = False
     cfg_voters, cfg_quorum, cfg_rollback = voters, quorum, max_rollback
     if bootstrap:
-        probe = StateMachine().apply(
-            Envelope(
-                actor=f"node:{node_id}",
-                at_ms=0,
-                request_id=None,
-                command=ConfigureRecovery(
-                    voters=voters, quorum=quorum, max_rollback=max_rollback, confirmation_window_ms=window
-                ),
-            )
+        refusal = recovery_refusal(
+            ConfigureRecovery(voters=voters, quorum=quorum, max_rollback=max_rollback, confirmation_window_ms=window),
+            f"node:{node_id}",
         )
-        if probe.result is Result.REJECTED:
-            problems.append(f"recovery: {probe.message} ({probe.code})")
+        if refusal is not None:
+            problems.append(f"recovery: {refusal}")
 
     def setting(name: str) -> Any:
         return get(name, _default(name))

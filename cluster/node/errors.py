@@ -62,3 +62,17 @@ class Stopped(ClusterError):
     """The node is stopping or was never started."""
 
     code = "stopped"
+
+
+class MembershipRefused(ClusterError):
+    """A membership change was refused before it was proposed; the membership is unchanged.
+
+    ``code`` says which guard refused (cluster/node/raft.py, "Membership"): ``change_pending``,
+    ``already_member``, ``id_in_use``, ``not_member``, ``member_is_leader``, ``quorum_at_risk``,
+    ``not_listening``, ``recovery_rule``."""
+
+    status = Status.FAILED_PRECONDITION
+
+    def __init__(self, code: str, message: str, **fields: Any) -> None:
+        super().__init__(f"{code}: {message}", **fields)  # the code in the details, as for a rejection
+        self.code = code

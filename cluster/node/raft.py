@@ -75,7 +75,7 @@ pysyncobj's Fernet, ``WaitgraphSyncObj._SyncObj__encryptor``; the transport is
 :class:`~waitgraph.node.raft_wire.WaitgraphTransport`, whose frame is cheaper: ``cluster/node/raft_wire.py``), tuned
 timers (``leaderFallbackTimeout`` 1.5 s instead of 30 s, ``connectionRetryTime`` 0.5 s instead of
 5 s, ``appendEntriesUseBatch=False``: about 0.5 ms instead of ~100 ms per write at the leader),
-``dynamicMembershipChange`` off, bound to the given Raft address, ``commandsWaitLeader=False``
+``dynamicMembershipChange`` on but guarded (below), bound to the given Raft address, ``commandsWaitLeader=False``
 (without a leader a command fails at once as :class:`~waitgraph.node.errors.NotLeader`, instead of
 waiting in a queue and being proposed after its caller gave up), and
 ``appendEntriesBatchSizeBytes`` far above the largest entry we propose, so pysyncobj's
@@ -147,31 +147,85 @@ index, and any answer when the last one is older than :data:`REPEATED_ACK_S`, so
 hears from every live follower at least once per heartbeat (``quorum_window_s`` and
 ``leaderFallbackTimeout`` are ten times longer).
 
+**Membership** (:meth:`RaftNode.change_membership`, ``waitgraph member``, docs/deploy.md section 6).
+pysyncobj applies a change when the entry is *appended* (Raft's single-server change: the leader
+at ``_checkCommandsToApply``, a follower in its ``append_entries`` handler, both through
+``__doChangeCluster``; a truncated change is undone), and again, as a no-op, when it is applied.
+What it gets wrong, and what is done about it:
+
+- Its "previous change not committed yet" test (``__changeCluster``) reads ``__changeClusterIDx``,
+  which nothing ever sets: it never refuses a second change. :meth:`WaitgraphSyncObj.pending_membership`
+  finds a membership entry after the commit index in the log; the leader refuses a change while
+  there is one (and before the no-op of its term is applied, which pysyncobj does check), both in
+  the guards and in ``__changeCluster`` itself.
+- Its entries pickle a ``TCPNode`` (``addNodeToCluster``: ``['add', id, node]``), which the
+  restricted unpickler refuses. Ours are ``['add'|'rem', address, address, {"id", "grpc"}]``:
+  pysyncobj builds the node from the address string itself, and the last item (ignored by it) is
+  the directory entry that tells every replica the new member's node id and gRPC address
+  (:attr:`WaitgraphSyncObj.directory`, also saved in every dump). ``__parseChangeClusterRequest``
+  (called on every entry appended or applied; an exception there escapes ``_onTick`` on every
+  tick) returns None for anything else: an undecodable or foreign membership entry is a no-op
+  everywhere. ``addNodeToCluster``/``removeNodeFromCluster`` (and ``syncobj_admin``'s utility
+  messages) are refused.
+- Its dump holds the membership of *now*, with changes after the dump's last entry already in
+  effect; ours holds the membership as of that entry (``_membership_at`` undoes the later ones).
+  On load it compares each address string of the dump with its own ``Node``, which never match,
+  and would count itself as one of its peers: :meth:`WaitgraphSyncObj._read_dump` drops it.
+- It cannot remove its own leader (``__doChangeCluster`` returns False): refused up front
+  (``member_is_leader``).
+- Issue #89 (a node added by address before it is bound there): the leader probes the new Raft
+  address first (:func:`~waitgraph.node.raft_wire.probe_member`: a handshake sealed with the
+  cluster secret must come back).
+- :func:`membership_refusal`: the quorum of the membership *after* the change must answer the
+  leader now, not counting the new member (no log yet) nor the leaving one.
+- pysyncobj keeps the response times of removed members; :meth:`RaftNode.has_quorum` counts only
+  current ones. The compaction slots follow the membership.
+
+The guards run on the tick thread (:meth:`WaitgraphSyncObj.call_on_tick`), twice: once before the
+caller's ``before`` step (the voters leaving recovery's configuration, cluster/node/membership.py),
+then again with the append, so nothing changes between the last check and the entry. A node that
+is not a member yet (started with the members as its peers) is not connected to: the members
+drop connections from addresses they do not know (``TCPTransport``), so it neither campaigns nor
+disturbs a term until it is added; a removed node is dropped the same way once the change is
+appended.
+
 **asyncio bridge, group commit, backpressure** (:class:`RaftNode`): see there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import contextlib
 import logging
 import os
+import pickle
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import msgpack
 from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj.config import FAIL_REASON, SERIALIZER_STATE
 from pysyncobj.journal import MemoryJournal
-from pysyncobj.syncobj import SyncObjExceptionWrongVer
+from pysyncobj.syncobj import _COMMAND_TYPE, SyncObjExceptionWrongVer
 
 from waitgraph.node import safe_pickle
-from waitgraph.node.errors import ClusterError, Exhausted, NotLeader, OutcomeUnknown, ReadFailed, Stopped
+from waitgraph.node.errors import (
+    ClusterError,
+    Exhausted,
+    MembershipRefused,
+    NotLeader,
+    OutcomeUnknown,
+    ReadFailed,
+    Stopped,
+)
 from waitgraph.node.journal import (
     ChecksummedJournal,
     fsync_directory,
@@ -179,7 +233,7 @@ from waitgraph.node.journal import (
     open_dump,
     seal_dump,
 )
-from waitgraph.node.raft_wire import FrameCodec, WaitgraphTransport
+from waitgraph.node.raft_wire import PICKLE_PROTOCOL, FrameCodec, WaitgraphTransport, probe_member
 from waitgraph.statemachine import Outcome, StateMachine
 from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES
 from waitgraph.statemachine.errors import InvariantViolation, Rejection, Status
@@ -237,6 +291,11 @@ class RaftConfig:
     default; False (``--no-fsync``) is not durable across a power cut: tests and benchmarks only."""
     fork_dumps: bool = True
     """Write log-compaction dumps in a forked child (module docstring, "Log compaction")."""
+    directory: tuple[tuple[str, str, str], ...] = ()
+    """(Raft address, node id, gRPC address or "") of the members this node's configuration names;
+    members added at runtime are learned from their log entries (module docstring, "Membership")."""
+    probe_timeout_s: float = 2.0
+    """How long :meth:`RaftNode.change_membership` waits for a new member's Raft port to answer."""
 
     def __post_init__(self) -> None:
         if not self.password:
@@ -278,7 +337,7 @@ def build_conf(cfg: RaftConfig, **overrides: Any) -> SyncObjConf:
         connectionRetryTime=cfg.connection_retry_s,
         commandsQueueSize=cfg.max_outstanding,
         commandsWaitLeader=False,
-        dynamicMembershipChange=False,
+        dynamicMembershipChange=True,  # guarded: module docstring, "Membership"
         logCompactionMinEntries=cfg.log_compaction_min_entries,
         logCompactionMinTime=cfg.log_compaction_min_time_s,
     )
@@ -286,6 +345,7 @@ def build_conf(cfg: RaftConfig, **overrides: Any) -> SyncObjConf:
     conf = SyncObjConf(**kwargs)
     conf.waitgraph_journal_file = str(cfg.journal_file)
     conf.waitgraph_legacy_journal_file = str(cfg.legacy_journal_file)
+    conf.waitgraph_quorum_window_s = cfg.quorum_window_s
     return conf
 
 
@@ -508,8 +568,14 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
         on_restored: Callable[[], None] | None = None,
         fsync: bool = False,
         fork_dumps: bool = False,
+        directory: dict[str, tuple[str, str]] | None = None,
     ) -> None:
         self._fsync = fsync
+        self.directory: dict[str, tuple[str, str]] = dict(directory or {})
+        """Raft address -> (node id, gRPC address) of every member this node has heard of."""
+        self._tick_calls: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = (
+            collections.deque()
+        )
         self._held_replies: list[tuple[Any, bool, int, bool]] = []
         self._dump_unsynced = False
         self._machine = machine
@@ -540,6 +606,9 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             "tick_stalls": 0,
             "tick_gap_ms_max": 0,
             "acks_skipped": 0,
+            "membership_changes": 0,
+            "membership_refused": 0,
+            "membership_undecodable": 0,
         }
         self._answering_entryless = False
         self._last_ack: dict[Any, tuple[int, int, float]] = {}
@@ -685,6 +754,7 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
         self._tick_started_at = started
         if self._fsync:
             self.sync_journal()
+        self._run_tick_calls()
         super()._onTick(timeToWait)
 
     def _SyncObj__sendNextNodeIdx(
@@ -723,6 +793,165 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
         if self._fsync:
             # The no-op it appended may be counted by this very tick's commit loop.
             self.sync_journal()
+
+    # -- membership (module docstring, "Membership"); everything here runs on the tick thread ------
+
+    def call_on_tick(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """Run ``fn`` on the tick thread at the start of its next tick (any thread may call this):
+        pysyncobj's state and transport belong to that thread."""
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._tick_calls.append((fn, fut))
+        with contextlib.suppress(Exception):
+            self._SyncObj__pipeNotifier.notify()  # wake the poll now rather than at its timeout
+        return fut
+
+    def _run_tick_calls(self) -> None:
+        while self._tick_calls:
+            fn, fut = self._tick_calls.popleft()
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:
+                fut.set_exception(exc)
+
+    def members_now(self) -> list[tuple[str, str, str]]:
+        """(Raft address, node id, gRPC address) of every member as this replica has it, by address."""
+        for _ in range(3):
+            try:
+                others = [n.address for n in self.otherNodes]
+                break
+            except RuntimeError:  # the set changed size under us (tick thread); try again
+                continue
+        else:
+            others = []
+        addresses = sorted({self.selfNode.address, *others})
+        return [(a, *self.directory.get(a, (a, ""))) for a in addresses]
+
+    def pending_membership(self) -> int | None:
+        """The log index of a membership change appended and not committed yet, if any."""
+        log = self._SyncObj__raftLog
+        if not len(log):
+            return None
+        first = log[0][1]
+        for pos in range(max(0, int(self._SyncObj__raftCommitIndex) + 1 - first), len(log)):
+            entry = log[pos]
+            if entry[0][:1] == _MEMBERSHIP_TAG:
+                return int(entry[1])
+        return None
+
+    def propose_membership_change(
+        self, kind: str, address: str, node_id: str, grpc_address: str, callback: Callable[[Any, Any], None] | None
+    ) -> None:
+        """Check the guards, then queue the change for this tick's ``_checkCommandsToApply``.
+
+        Tick thread (:meth:`call_on_tick`), so that nothing changes between the checks and the
+        append. Raises :class:`NotLeader` or :class:`MembershipRefused`; ``callback(result, error)``
+        is pysyncobj's, called when the entry commits (or is refused or discarded). Without a
+        callback only the guards run (nothing is proposed)."""
+        if not self._isLeader():
+            leader = self._getLeader()
+            raise NotLeader(
+                "membership changes are made by the leader", leader=None if leader is None else str(leader.address)
+            )
+        noop = self._SyncObj__noopIDx
+        if noop is None or self.raftLastApplied < noop:
+            raise self._refused("change_pending", "the leader has not committed the first entry of its term yet")
+        pending = self.pending_membership()
+        if pending is not None:
+            raise self._refused(
+                "change_pending",
+                f"the membership change at log index {pending} is not committed yet: one change at a time",
+                log_index=pending,
+            )
+        me = self.selfNode.address
+        others = {n.address: n for n in self.otherNodes}
+        horizon = time.monotonic() - float(self._SyncObj__conf.waitgraph_quorum_window_s)
+        answered = self._SyncObj__lastResponseTime
+        healthy = {me} | {a for a, n in others.items() if answered.get(n, 0.0) > horizon}
+        ids = {a: self.directory.get(a, (a, ""))[0] for a in {me, *others}}
+        refusal = membership_refusal(kind, address, node_id, me=me, members=ids, healthy=healthy)
+        if refusal is not None:
+            self.counters["membership_refused"] += 1
+            raise refusal
+        if callback is None:
+            return
+        meta = {"grpc": grpc_address, "id": node_id} if kind == "add" else {}
+        # [kind, id, node, meta]: pysyncobj's own shape but with the node as its address string (it
+        # builds the TCPNode itself) and our directory entry appended, so the entry unpickles
+        # without a single global (cluster/node/safe_pickle.py keeps refusing TCPNode).
+        command = pickle.dumps([kind, address, address, meta], PICKLE_PROTOCOL)
+        self._applyCommand(command, callback, _COMMAND_TYPE.MEMBERSHIP)
+
+    def _refused(self, code: str, message: str, **fields: Any) -> MembershipRefused:
+        self.counters["membership_refused"] += 1
+        return MembershipRefused(code, message, **fields)
+
+    # pysyncobj's own entry points (``addNodeToCluster``, ``removeNodeFromCluster``, and the
+    # ``add``/``remove`` utility messages of ``syncobj_admin`` that call them) pickle a TCPNode and
+    # skip every guard above: refused. The transport answers a utility message with the error text.
+    def addNodeToCluster(self, node: Any, callback: Any = None) -> None:
+        raise RuntimeError("membership changes go through `waitgraph member add` (the leader's guards)")
+
+    def removeNodeFromCluster(self, node: Any, callback: Any = None) -> None:
+        raise RuntimeError("membership changes go through `waitgraph member remove` (the leader's guards)")
+
+    def _SyncObj__parseChangeClusterRequest(self, command: bytes) -> list[Any] | None:
+        # pysyncobj calls this on every entry it appends or applies; an exception there escapes
+        # ``_onTick`` (and would be raised again on every tick). An entry that is not a change of
+        # ours (:func:`_valid_change`) is none at all: appended and applied as a no-op everywhere.
+        if command[:1] != _MEMBERSHIP_TAG:
+            return None
+        try:
+            request = pysyncobj_pickle.loads(command[1:])
+        except Exception:
+            request = None
+        if not _valid_change(request):
+            self.counters["membership_undecodable"] += 1
+            logger.error("ignoring a membership entry that is not a waitgraph membership change")
+            return None
+        return request  # type: ignore[no-any-return]
+
+    def _SyncObj__changeCluster(self, request: list[Any]) -> bool:
+        # The leader, before appending a change. pysyncobj's "previous change not committed yet"
+        # test reads ``__changeClusterIDx``, which nothing in pysyncobj ever sets: it never refuses.
+        if self.pending_membership() is not None:
+            self.counters["membership_refused"] += 1
+            return False
+        return bool(super()._SyncObj__changeCluster(request))
+
+    def _SyncObj__doChangeCluster(self, request: list[Any], reverse: bool = False) -> bool:
+        changed = bool(super()._SyncObj__doChangeCluster(request, reverse))
+        if changed:
+            if request[0] == "add" and not reverse and len(request) >= 4 and type(request[3]) is dict:
+                meta = request[3]
+                self.directory[request[1]] = (str(meta.get("id") or request[1]), str(meta.get("grpc") or ""))
+            self.counters["membership_changes"] += 1
+            logger.info("membership: %s %s%s", request[0], request[1], " (rolled back)" if reverse else "")
+            self._membership_changed()
+        return changed
+
+    def _SyncObj__updateClusterConfiguration(self, newNodes: Any) -> None:
+        super()._SyncObj__updateClusterConfiguration(newNodes)  # a dump loaded: its membership
+        self._membership_changed()
+
+    def _membership_changed(self) -> None:
+        members = sorted({self.selfNode.address, *(n.address for n in self.otherNodes)})
+        self._compaction_rank = members.index(self.selfNode.address)
+        self._compaction_members = len(members)
+
+    def _membership_at(self, index: int, members: set[str]) -> list[str]:
+        """The members as of log ``index``: changes take effect when appended (Raft's single-server
+        rule, as pysyncobj does it), so those after ``index`` are undone on a copy."""
+        log = self._SyncObj__raftLog
+        out = set(members)
+        if len(log):
+            first = log[0][1]
+            for pos in range(len(log) - 1, max(index + 1 - first, 0) - 1, -1):
+                request = self._SyncObj__parseChangeClusterRequest(log[pos][0])
+                if request is not None:
+                    (out.discard if request[0] == "add" else out.add)(request[1])
+        return sorted(out)
 
     def sync_journal(self) -> None:
         """Flush what was appended since the last call, then send the replies that waited for it.
@@ -796,8 +1025,12 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
 
     def _write_dump(self, file_name: str, data: tuple[Any, ...]) -> None:
         last, prev, cluster = data
+        # pysyncobj hands the membership as it is now, with the changes appended after the dump's
+        # last entry already in effect; the dump must hold it as of that entry.
+        members = self._membership_at(int(last[1]), {str(getattr(node, "address", node)) for node in cluster})
         head = {
-            "cluster": sorted(str(getattr(node, "address", node)) for node in cluster),
+            "cluster": members,
+            "directory": {a: list(self.directory[a]) for a in sorted(self.directory)},
             "format": DUMP_FORMAT,
             "last": [bytes(last[0]), int(last[1]), int(last[2])],
             "prev": [bytes(prev[0]), int(prev[1]), int(prev[2])],
@@ -899,7 +1132,10 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
                 raise ValueError(f"{file_name} is not a {DUMP_FORMAT} v{DUMP_VERSION}")
             last = (bytes(doc["last"][0]), int(doc["last"][1]), int(doc["last"][2]))
             prev = (bytes(doc["prev"][0]), int(doc["prev"][1]), int(doc["prev"][2]))
-            cluster = [str(a) for a in doc["cluster"]]
+            # pysyncobj drops this node from the list by comparing each item with its own Node
+            # object, which a string never equals: drop it here, or it would count itself twice.
+            cluster = [str(a) for a in doc["cluster"] if str(a) != self.selfNode.address]
+            directory = {str(a): (str(v[0]), str(v[1])) for a, v in (doc.get("directory") or {}).items() if len(v) == 2}
             fresh = StateMachine()
             fresh.restore(doc["state"])
         except Exception as exc:
@@ -912,6 +1148,7 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             self.writes += 1
             self._machine.state = fresh.state
             self.writes += 1
+        self.directory.update(directory)
         # Loading took the tick thread a while (seconds for a large state): pysyncobj checks the
         # election deadline right after this, in the same tick, before reading a single heartbeat;
         # a node that just restarted would otherwise depose a healthy leader.
@@ -1020,6 +1257,78 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
         return guarded
 
 
+def membership_refusal(
+    kind: str, address: str, node_id: str, *, me: str, members: dict[str, str], healthy: set[str]
+) -> MembershipRefused | None:
+    """Why the leader ``me`` must not propose this change now, or None (module docstring, "Membership").
+
+    ``members``: Raft address -> node id of every member, the leader included; ``healthy``: the
+    members that answered within the quorum window (the leader included). The quorum the
+    membership will need *after* the change must answer now, counting neither a new member (it
+    has no log yet) nor a leaving one (etcd's strict reconfiguration check); a one-member
+    cluster may grow to two (it cannot do better).
+    """
+    if kind == "add":
+        if address in members:
+            return MembershipRefused("already_member", f"{address} is already a member", address=address)
+        named = {n: a for a, n in members.items()}
+        if node_id in named:
+            return MembershipRefused(
+                "id_in_use", f"{node_id} is already the member at {named[node_id]}", node_id=node_id
+            )
+        after = len(members) + 1
+        counted = healthy & set(members)
+        if len(members) == 1:
+            return None
+    elif kind == "rem":
+        if address == me:
+            return MembershipRefused(
+                "member_is_leader",
+                f"{address} is the leader; pysyncobj cannot remove its own leader: stop it first (another "
+                "member takes over), then remove it",
+                address=address,
+            )
+        if address not in members:
+            return MembershipRefused("not_member", f"{address} is not a member", address=address)
+        after = len(members) - 1
+        counted = (healthy & set(members)) - {address}
+    else:
+        raise ValueError(f"unknown membership change {kind!r}")
+    need = after // 2 + 1
+    if len(counted) < need:
+        return MembershipRefused(
+            "quorum_at_risk",
+            f"after this change {after} members need {need} to commit; only {len(counted)} answer now "
+            f"({', '.join(sorted(counted))}): bring the others back first",
+            members_after=after,
+            needed=need,
+            healthy=len(counted),
+        )
+    return None
+
+
+_MEMBERSHIP_TAG = bytes([_COMMAND_TYPE.MEMBERSHIP])
+
+
+def _valid_change(request: Any) -> bool:
+    """The one shape of membership entry this node writes: ``[kind, address, address, meta]``."""
+    return (
+        type(request) is list
+        and len(request) == 4
+        and request[0] in ("add", "rem")
+        and type(request[1]) is str
+        and request[1] == request[2]
+        and _is_address(request[1])
+        and type(request[3]) is dict
+        and all(type(k) is str and type(v) is str for k, v in request[3].items())
+    )
+
+
+def _is_address(text: str) -> bool:
+    host, sep, port = text.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+
+
 def _batch_items(payload: bytes) -> list[bytes] | None:
     """The envelopes of a group payload, or None when the payload is a single envelope (or junk)."""
     try:
@@ -1070,6 +1379,17 @@ class RaftStatus:
     """Connections closed on the Raft port, by reason (``raft_wire.REFUSAL_REASONS``)."""
     durable: bool
     """Whether every acknowledgment waits for the journal to be on disk (``RaftConfig.fsync``)."""
+    members: tuple[Member, ...] = ()
+    """Every member, this node included, as this replica has it (module docstring, "Membership")."""
+    membership_pending: int | None = None
+    """The log index of a membership change not committed yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    node_id: str
+    raft_address: str
+    grpc_address: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -1134,6 +1454,7 @@ class RaftNode:
         self._ready = threading.Event()
         self._stopped = False
         self._image_readers = asyncio.Semaphore(MAX_IMAGE_READERS)
+        self._membership_lock = asyncio.Lock()
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -1156,6 +1477,7 @@ class RaftNode:
             on_restored=self._on_restored_threadsafe,
             fsync=self.cfg.fsync,
             fork_dumps=self.cfg.fork_dumps,
+            directory={a: (node_id, grpc) for a, node_id, grpc in self.cfg.directory},
         )
 
     async def stop(self) -> None:
@@ -1511,7 +1833,8 @@ class RaftNode:
                 if obj._isLeader():
                     horizon = time.monotonic() - self.cfg.quorum_window_s
                     answered = obj._SyncObj__lastResponseTime.copy()
-                    recent = 1 + sum(1 for t in answered.values() if t > horizon)
+                    others = obj.otherNodes  # pysyncobj keeps the times of removed members too
+                    recent = 1 + sum(1 for n, t in answered.items() if t > horizon and n in others)
                     return recent > members / 2
                 return obj._getLeader() is not None and bool(obj.hasQuorum)
             except RuntimeError:  # a set or dict changed size under us (tick thread); try again
@@ -1547,7 +1870,91 @@ class RaftNode:
             counters=dict(obj.counters),
             refused={} if refusals is None else refusals.snapshot(),
             durable=self.cfg.fsync,
+            members=tuple(self.members()),
+            membership_pending=obj.pending_membership(),
         )
+
+    # -- membership (module docstring, "Membership") ----------------------------------------------
+
+    def members(self) -> list[Member]:
+        """Every member, this node included, sorted by node id."""
+        found = [Member(node_id, address, grpc) for address, node_id, grpc in self.obj.members_now()]
+        return sorted(found, key=lambda m: (m.node_id, m.raft_address))
+
+    def member_named(self, name: str) -> Member | None:
+        """The member whose node id (or Raft address) is ``name``."""
+        return next((m for m in self.members() if name in (m.node_id, m.raft_address)), None)
+
+    def membership_busy(self) -> bool:
+        """A change is being made through :meth:`change_membership` on this node right now."""
+        return self._membership_lock.locked()
+
+    async def change_membership(
+        self,
+        kind: str,
+        node_id: str,
+        raft_address: str = "",
+        grpc_address: str = "",
+        before: Callable[[], Awaitable[None]] | None = None,
+    ) -> list[Member]:
+        """Add (``kind="add"``) or remove (``"rem"``) one member, on the leader; return the new members.
+
+        ``before`` runs once every guard passed and just before the change is proposed (the
+        guards run again then, on the tick thread, with the append). Raises
+        :class:`MembershipRefused` (a guard refused; nothing was proposed), :class:`NotLeader`
+        or :class:`OutcomeUnknown` (proposed; ``members()`` shows whether it committed)."""
+        obj = self.obj
+        loop = asyncio.get_running_loop()
+        async with self._membership_lock:
+            if kind == "add":
+                # pysyncobj issue #89: never add an address before a member is known to listen there.
+                codec = obj._SyncObj__encryptor
+                problem = await loop.run_in_executor(None, probe_member, raft_address, codec, self.cfg.probe_timeout_s)
+                if problem is not None:
+                    obj.counters["membership_refused"] += 1
+                    raise MembershipRefused(
+                        "not_listening",
+                        f"{problem}: start the new node first (it binds its Raft port), then add it",
+                        address=raft_address,
+                    )
+            else:
+                member = self.member_named(node_id)
+                if member is None:
+                    obj.counters["membership_refused"] += 1
+                    raise MembershipRefused("not_member", f"{node_id} is not a member", node_id=node_id)
+                raft_address = member.raft_address
+            done: asyncio.Future[Any] = loop.create_future()
+
+            def settle(error: Any) -> None:
+                if not done.done():
+                    done.set_result(error)
+
+            def callback(result: Any, error: Any) -> None:
+                with contextlib.suppress(Exception):  # the tick thread: never raise here
+                    loop.call_soon_threadsafe(settle, error)
+
+            def check() -> None:
+                obj.propose_membership_change(kind, raft_address, node_id, grpc_address, None)
+
+            def propose() -> None:
+                obj.propose_membership_change(kind, raft_address, node_id, grpc_address, callback)
+
+            await asyncio.wrap_future(obj.call_on_tick(check))
+            if before is not None:
+                await before()
+            await asyncio.wrap_future(obj.call_on_tick(propose))
+            try:
+                error = await asyncio.wait_for(done, self.cfg.submit_timeout_s)
+            except TimeoutError:
+                raise OutcomeUnknown(
+                    f"the membership change did not commit within {self.cfg.submit_timeout_s}s; "
+                    "`waitgraph member list` shows whether it took effect"
+                ) from None
+            if error == FAIL_REASON.REQUEST_DENIED:
+                raise MembershipRefused("change_pending", "the leader refused the change: another one is pending")
+            if error != FAIL_REASON.SUCCESS:
+                raise self._error_for(error)
+            return self.members()
 
     def force_compaction(self) -> None:
         """Ask pysyncobj to write a full dump and cut the log at its next tick (tests, operators)."""

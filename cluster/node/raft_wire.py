@@ -554,3 +554,37 @@ class WaitgraphTransport(TCPTransport):  # type: ignore[misc]
             if conn.stalled(now):
                 self._unknownConnections.discard(conn)
                 conn.refuse("stalled", f"a frame not complete {FRAME_TIMEOUT_S:g} s after its first byte")
+
+
+def probe_member(address: str, codec: FrameCodec, timeout_s: float = 2.0) -> str | None:
+    """Whether a node holding the cluster secret listens on the Raft ``address``: None if so, else why not.
+
+    pysyncobj's issue #89: a node is added by address before it is known to be bound there, so
+    the port may belong to another process (or to nothing) and the cluster waits on a member that
+    never answers. The probe opens a connection and sends the first frame of pysyncobj's
+    handshake (a random key); a member answers with its own key, wrapped with ours, in a frame
+    sealed under the cluster secret. Anything else (nothing listening, a stranger, a wrong
+    secret) is refused before the change is proposed. The probed node then closes the
+    connection, which never named a member (counted there as ``handshake_timeout`` or not at all).
+    Blocking: call it off the event loop.
+    """
+    host, _, port = address.rpartition(":")
+    key = os.urandom(32)
+    reader = FrameReader(codec, direction=_DIRECTION_ACCEPTOR)
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(codec.seal(encode_payload(key), sequence=0, direction=_DIRECTION_CONNECTOR))
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    return f"{address} closed the connection without answering (not a member of this cluster?)"
+                for payload in reader.feed(data):
+                    answer = decode_payload(payload)
+                    if type(answer) is tuple and len(answer) == 2 and answer[0] == key:
+                        return None
+                    return f"{address} answered with something other than a Raft handshake"
+    except FrameRefused as exc:
+        return f"{address} does not speak this cluster's Raft frames ({exc.reason}: {exc.detail})"
+    except (OSError, ValueError, pickle.UnpicklingError) as exc:
+        return f"nothing answered on {address} ({type(exc).__name__}: {exc})"

@@ -25,9 +25,11 @@ entries; our peers send messages in protocol 5, ``cluster/node/raft_wire.py``, w
 writes a non-empty ``bytes`` as ``_codecs.encode(<latin-1 str>, 'latin1')`` and an empty one as
 ``bytes()``: those are the only two globals a pysyncobj peer ever needs. ``_codecs.encode`` is not
 handed out as is: the allowed callable only accepts ``(str, 'latin1')``. Every other global (``os.system``,
-``builtins.eval``, ``pysyncobj.node.TCPNode`` used only by dynamic membership, which is off) is
+``builtins.eval``, ``pysyncobj.node.TCPNode``, which pysyncobj's own membership entries pickle) is
 refused with :class:`pickle.UnpicklingError`; the connection is dropped by pysyncobj's own error
-handling, and the refusal is counted in :data:`REFUSED`.
+handling, and the refusal is counted in :data:`REFUSED`. Membership changes need no global: their
+entries carry addresses and ids as strings (``cluster/node/raft.py``, "Membership"), and a
+membership entry that does not decode is skipped as a no-op there.
 """
 
 from __future__ import annotations

@@ -144,6 +144,7 @@ class NodeProcess:
                 submit_timeout_s=cfg.submit_timeout_s,
                 fsync=cfg.fsync,
                 log_compaction_min_entries=cfg.log_compaction_min_entries,
+                directory=tuple((p.raft_address, p.node_id, p.grpc_address or "") for p in cfg.peers),
             ),
             machine=self.machine,
         )
@@ -266,7 +267,7 @@ class NodeProcess:
         set without the machine lock: one tuple attribute, replaced whole by ConfigureRecovery."""
         config = self.machine.state.recovery.config
         status = self.node.status()
-        by_raft = {p.raft_address: p.node_id for p in self.cfg.peers}
+        by_raft = {m.raft_address: m.node_id for m in status.members}  # the membership, as it changes
         up = {self.cfg.node_id, *(by_raft.get(a, a) for a, ok in status.peers_connected.items() if ok)}
         return readiness(config.voters, config.quorum, bool(config.voters), up)
 

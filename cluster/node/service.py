@@ -31,11 +31,12 @@ from google.protobuf.message import Message
 
 from waitgraph.node import grpc_status
 from waitgraph.node.auth import Principal, Role, authorize
-from waitgraph.node.config import ServeConfig
-from waitgraph.node.errors import ClusterError, NotLeader
+from waitgraph.node.config import ServeConfig, recovery_refusal
+from waitgraph.node.errors import ClusterError, MembershipRefused, NotLeader
 from waitgraph.node.events import CursorExpired, EventJournal
 from waitgraph.node.history import HistoryStore
-from waitgraph.node.raft import RaftNode, Read
+from waitgraph.node.membership import following_config
+from waitgraph.node.raft import Member, RaftNode, RaftStatus, Read
 from waitgraph.node.ratelimit import RateLimiter
 from waitgraph.proto.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc, types_pb2
 from waitgraph.statemachine import Envelope, StateMachine
@@ -53,6 +54,7 @@ from waitgraph.statemachine.detect import full_pass
 from waitgraph.statemachine.effects import EFFECTS
 from waitgraph.statemachine.enums import ExecStatus
 from waitgraph.statemachine.errors import CodecError, Rejection, Status, WaitgraphError, not_found
+from waitgraph.statemachine.ids import validate_name
 from waitgraph.statemachine.outcome import Outcome, Result
 from waitgraph.statemachine.recovery import livelock_reason
 from waitgraph.statemachine.recovery_state import Decision, DecisionKind, ProposalStatus
@@ -73,6 +75,7 @@ PROGRESS_INTERVAL_S = 1.0
 """A watcher whose filter matched nothing for this long gets a ``progress`` with its position."""
 _EFFECT_KINDS = frozenset(cls.KIND for cls in EFFECTS)
 _SIGNATURE = re.compile(r"[0-9a-f]{16}")
+_ADDRESS = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}")
 MAX_SIGNATURE_DECISIONS = 1000
 _SESSION_RPCS = frozenset({"JoinSession", "Heartbeat", "LeaveSession"})
 WRITE_BATCH_METHOD = "/waitgraph.v1.AgentService/WriteBatch"
@@ -126,10 +129,12 @@ class Gateway:
             address = self.node.leader_address()
         except Exception:
             return None
-        peer = self.cfg.peer_by_raft(address)
-        if peer is None:
+        if address is None:
             return None
-        return grpc_status.LeaderHint(peer.node_id, peer.grpc_address)
+        member = self.node.member_named(address)  # the membership as it is now, not as configured
+        if member is None:
+            return None
+        return grpc_status.LeaderHint(member.node_id, member.grpc_address or None)
 
     async def abort(self, context: grpc.aio.ServicerContext, exc: BaseException, request_id: str | None = None) -> None:
         if isinstance(exc, WaitgraphError):
@@ -492,6 +497,9 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             "ExportState",
             "ListDecisions",
             "History",
+            "ListMembers",
+            "AddMember",
+            "RemoveMember",
         ):
             setattr(self, rpc, gateway.unary(f"/waitgraph.v1.OperatorService/{rpc}", getattr(self, f"_{rpc.lower()}")))
 
@@ -537,18 +545,16 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
         hint = gw.leader_hint()
         head, horizon = gw.journal.position()
         mode = values.pop("mode")
-        peers = []
-        for p in gw.cfg.peers:
-            if p.node_id == gw.cfg.node_id:
-                continue
-            peers.append(
-                operator_pb2.PeerStatus(
-                    node_id=p.node_id,
-                    raft_address=p.raft_address,
-                    grpc_address=p.grpc_address or "",
-                    connected=raft.peers_connected.get(p.raft_address, False),
-                )
+        peers = [
+            operator_pb2.PeerStatus(
+                node_id=m.node_id,
+                raft_address=m.raft_address,
+                grpc_address=m.grpc_address,
+                connected=raft.peers_connected.get(m.raft_address, False),
             )
+            for m in raft.members
+            if m.raft_address != gw.cfg.raft_address
+        ]
         return operator_pb2.StatusResponse(
             node_id=gw.cfg.node_id,
             raft_address=gw.cfg.raft_address,
@@ -719,6 +725,95 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             state_digest=hashlib.sha256(snapshot).hexdigest(),
             stale=got.stale,
             applied_index=got.applied_index,
+        )
+
+    # -- membership (cluster/node/raft.py "Membership", cluster/node/membership.py) -------------------
+
+    def _member_views(self, raft: RaftStatus, members: Iterable[Member]) -> list[operator_pb2.MemberView]:
+        me = self.gw.cfg.raft_address
+        return [
+            operator_pb2.MemberView(
+                node_id=m.node_id,
+                raft_address=m.raft_address,
+                grpc_address=m.grpc_address,
+                leader=m.raft_address == raft.leader,
+                connected=m.raft_address == me or raft.peers_connected.get(m.raft_address, False),
+                this_node=m.raft_address == me,
+            )
+            for m in members
+        ]
+
+    async def _listmembers(
+        self, principal: Principal, request: operator_pb2.ListMembersRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.ListMembersResponse:
+        config = (await self.gw.read(lambda m: m.state.recovery.config, False)).value
+        raft = self.gw.node.status()
+        return operator_pb2.ListMembersResponse(
+            members=self._member_views(raft, raft.members),
+            node_id=self.gw.cfg.node_id,
+            pending_change_index=raft.membership_pending or 0,
+            voters=list(config.voters),
+            quorum=config.quorum,
+            max_rollback=config.max_rollback,
+        )
+
+    async def _addmember(
+        self, principal: Principal, request: operator_pb2.AddMemberRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.MemberChangeResponse:
+        try:
+            validate_name(request.node_id, "node id")
+        except Rejection as exc:
+            raise convert.WireError(f"AddMemberRequest.node_id: {exc.message}", field="node_id") from None
+        for name, value in (("raft_address", request.raft_address), ("grpc_address", request.grpc_address)):
+            if (value or name == "raft_address") and not _ADDRESS.fullmatch(value):
+                raise convert.WireError(f"AddMemberRequest.{name}: {value!r} is not host:port", field=name)
+        return await self._change_members(principal, "add", request.node_id, request.raft_address, request.grpc_address)
+
+    async def _removemember(
+        self, principal: Principal, request: operator_pb2.RemoveMemberRequest, context: grpc.aio.ServicerContext
+    ) -> operator_pb2.MemberChangeResponse:
+        if not request.node_id:
+            raise convert.WireError("RemoveMemberRequest.node_id: required", field="node_id")
+        return await self._change_members(principal, "rem", request.node_id, "", "")
+
+    async def _change_members(
+        self, principal: Principal, kind: str, node_id: str, raft_address: str, grpc_address: str
+    ) -> operator_pb2.MemberChangeResponse:
+        gw = self.gw
+        node = gw.node
+        if not node.is_leader():
+            raise NotLeader("membership changes are made by the leader", leader=node.leader_address())
+        config = (await gw.read(lambda m: m.state.recovery.config, True)).value
+        ids = [m.node_id for m in node.members()]
+        after = [*ids, node_id] if kind == "add" else [i for i in ids if i != node_id]
+        follow = following_config(config, after)
+        if follow is not None and (refusal := recovery_refusal(follow, principal.actor)) is not None:
+            raise MembershipRefused(
+                "recovery_rule",
+                f"recovery's voters would follow to {', '.join(follow.voters)} with quorum {follow.quorum} and "
+                f"max_rollback {follow.max_rollback}, which the core refuses: {refusal}. Configure recovery "
+                "(ConfigureRecovery) so that the change leaves it valid, then try again",
+            )
+        rid = f"member:{kind}:{node_id}:{int(time.time() * 1000)}"
+
+        async def configure() -> None:
+            if follow is None:
+                return
+            env = Envelope(actor=principal.actor, at_ms=gw.stamp(), request_id=f"{rid}:voters", command=follow)
+            gw.answer(await node.submit(encode_envelope(env)))
+
+        # Added to Raft first and to the voters after; out of the voters first and Raft after.
+        members = await node.change_membership(
+            kind, node_id, raft_address, grpc_address, before=configure if kind == "rem" else None
+        )
+        if kind == "add":
+            await configure()
+        config = (await gw.read(lambda m: m.state.recovery.config, True)).value
+        return operator_pb2.MemberChangeResponse(
+            members=self._member_views(node.status(), members),
+            voters=list(config.voters),
+            quorum=config.quorum,
+            max_rollback=config.max_rollback,
         )
 
 

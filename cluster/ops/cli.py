@@ -244,7 +244,9 @@ def _operator_verb(outputs: tuple[str, ...] = ("table", "json")) -> Any:
             try:
                 return fn(session, **kwargs)
             except OpsError as exc:
-                click.echo(f"waitgraph {ctx.info_name}: {exc.one_line()}", err=True)
+                group = ctx.parent is not None and ctx.parent.parent is not None  # `waitgraph member add`
+                name = f"{ctx.parent.info_name} {ctx.info_name}" if group and ctx.parent else ctx.info_name
+                click.echo(f"waitgraph {name}: {exc.one_line()}", err=True)
                 raise SystemExit(EXIT_TIMED_OUT if exc.code_name == "DEADLINE_EXCEEDED" else EXIT_REFUSED) from None
             finally:
                 session.close()
@@ -625,6 +627,56 @@ def decisions(s: _Session, run_id: str, kind: str | None, since: str | None, lim
                 render.read_note(read.endpoint, read.stale, read.reply.applied_index, read.fallback_reason),
             ]
         )
+
+
+@main.group()
+def member() -> None:
+    """The Raft membership: list it, add a node at a new address, remove one (admin). One change at
+    a time; recovery's voter set follows (docs/deploy.md, "Membership changes")."""
+
+
+@member.command("list")
+@_operator_verb()
+def member_list(s: _Session) -> None:
+    """Every member (id, Raft and gRPC address, role, connected) and recovery's voters, as the
+    first node that answers has them."""
+    from waitgraph.ops import render
+
+    endpoint, reply = s.client().list_members()
+    if s.output == "json":
+        s.json({"endpoint": endpoint, **render.message_json(reply)})
+    else:
+        s.emit(render.members_blocks(reply.members, reply.voters, reply.quorum, reply.pending_change_index))
+
+
+@member.command("add")
+@click.argument("node_id")
+@click.option("--raft-addr", required=True, help="host:port the new node's Raft port is bound to (start it first)")
+@click.option("--grpc-addr", default="", help="host:port of its gRPC API (leader hints, status discovery)")
+@_operator_verb()
+def member_add(s: _Session, node_id: str, raft_addr: str, grpc_addr: str) -> None:
+    """Add NODE_ID at --raft-addr (admin). Start the new node first, with every current member in
+    its --peers: the leader refuses an address where no node of this cluster answers."""
+    _emit_members(s, s.client().add_member(node_id, raft_addr, grpc_addr))
+
+
+@member.command("remove")
+@click.argument("node_id")
+@_operator_verb()
+def member_remove(s: _Session, node_id: str) -> None:
+    """Remove NODE_ID (admin); stop its process afterwards. The leader itself cannot be removed:
+    stop it first (another node takes over), then remove it."""
+    _emit_members(s, s.client().remove_member(node_id))
+
+
+def _emit_members(s: _Session, answered: Any) -> None:
+    from waitgraph.ops import render
+
+    endpoint, reply = answered
+    if s.output == "json":
+        s.json({"endpoint": endpoint, **render.message_json(reply)})
+    else:
+        s.emit(render.members_blocks(reply.members, reply.voters, reply.quorum))
 
 
 def _since_ms(since: str | None) -> int:

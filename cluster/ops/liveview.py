@@ -509,7 +509,9 @@ class NodeInfo:
                 "is unavailable"
             )
             return out
-        leader = self.peers_by_raft.get(st.leader, st.leader) if st.leader else None
+        # The membership as the node has it now (members added at runtime too), else the configured peers.
+        names = {**self.peers_by_raft, **{m.raft_address: m.node_id for m in getattr(st, "members", ())}}
+        leader = names.get(st.leader, st.leader) if st.leader else None
         lag = max(0, st.commit_index - applied_index)
         out.update(
             role=st.role,

@@ -434,6 +434,19 @@ class OperatorClient:
         """Send a write until a node answers; retries keep the request id, so they are safe."""
         rid = request_id or getattr(request, "request_id", "") or f"cli-{uuid.uuid4().hex}"
         request.request_id = rid  # every <Rpc>Request of a write has one (commands.proto)
+        try:
+            endpoint, reply, hops = self._to_leader(rpc, request)
+        except OpsError as err:
+            if err.code is grpc.StatusCode.DEADLINE_EXCEEDED:
+                err.message = (
+                    f"no answer within {self.timeout_s:g}s: the write may have been applied; repeat it with "
+                    f"--request-id {rid} to get its recorded outcome"
+                )
+            raise
+        return Write(endpoint, rid, convert.outcome_from_proto(reply), hops)
+
+    def _to_leader(self, rpc: str, request: Any) -> tuple[str, Any, tuple[str, ...]]:
+        """Send ``request`` until a node answers (following leader hints): (endpoint, reply, hops)."""
         hops: list[str] = []
         last: OpsError | None = None
         failures: list[OpsError] = []
@@ -470,14 +483,36 @@ class OperatorClient:
                     elif exc.leader and exc.leader not in tried:
                         pending.insert(0, exc.leader)  # the leader hint
                     continue
-                return Write(endpoint, rid, convert.outcome_from_proto(reply), tuple(hops))
-        err = most_telling(failures)
-        if err.code is grpc.StatusCode.DEADLINE_EXCEEDED:
-            err.message = (
-                f"no answer within {self.timeout_s:g}s: the write may have been applied; repeat it with "
-                f"--request-id {rid} to get its recorded outcome"
-            )
-        raise err
+                return endpoint, reply, tuple(hops)
+        raise most_telling(failures)
+
+    # -- membership -----------------------------------------------------------------------------------
+
+    def list_members(self) -> tuple[str, operator_pb2.ListMembersResponse]:
+        """The membership as the first node that answers has it (the leader's, when it is given first)."""
+        errors: list[OpsError] = []
+        for endpoint in self.endpoints:
+            try:
+                return endpoint, self.call(endpoint, "ListMembers", operator_pb2.ListMembersRequest())
+            except OpsError as exc:
+                if exc.code not in _RETRYABLE:
+                    raise
+                errors.append(exc)
+        raise most_telling(errors)
+
+    def add_member(
+        self, node_id: str, raft_address: str, grpc_address: str = ""
+    ) -> tuple[str, operator_pb2.MemberChangeResponse]:
+        """One membership change on the leader (leader hints followed). A change has no request id:
+        a retry after an unknown outcome is refused by the leader's guards (``already_member``,
+        ``change_pending``), never applied twice; ``waitgraph member list`` shows where it stands."""
+        request = operator_pb2.AddMemberRequest(node_id=node_id, raft_address=raft_address, grpc_address=grpc_address)
+        endpoint, reply, _ = self._to_leader("AddMember", request)
+        return endpoint, reply
+
+    def remove_member(self, node_id: str) -> tuple[str, operator_pb2.MemberChangeResponse]:
+        endpoint, reply, _ = self._to_leader("RemoveMember", operator_pb2.RemoveMemberRequest(node_id=node_id))
+        return endpoint, reply
 
     def vote(self, digest: str, approve: bool = True, request_id: str | None = None) -> Write:
         return self.write("Vote", commands_pb2.VoteRequest(digest=digest, approve=approve), request_id)

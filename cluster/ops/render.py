@@ -1361,3 +1361,20 @@ def history_blocks(reply: Any) -> list[Block]:
     if not rows:
         return [Text(title), Text("nothing retired matches (retired records older than the bounds are deleted)")]
     return [Table(["retired", "kind", "id", "run", "what"], rows, title)]
+
+
+def members_blocks(members: Any, voters: Sequence[str], quorum: int, pending: int = 0) -> list[Block]:
+    """``waitgraph member list|add|remove``: one row per Raft member (role and connection as the
+    node that answered sees them), then recovery's voter set."""
+    rows = [
+        [m.node_id, m.raft_address, m.grpc_address or None, "leader" if m.leader else "follower", m.connected]
+        for m in members
+    ]
+    seen_by = next((m.node_id for m in members if m.this_node), None)
+    title = f"MEMBERS ({len(rows)}" + (f", as {seen_by} sees them" if seen_by else "") + ")"
+    if pending:
+        title += f": a change at log index {pending} is not committed yet"
+    return [
+        Table(["id", "raft", "grpc", "role", "connected"], rows, title=title),
+        Fields([("voters", list(voters)), ("quorum", quorum)], title="RECOVERY"),
+    ]

@@ -681,8 +681,32 @@ class _Check:
                                 expected=f"epoch >= {known}",
                             )
 
+    def _configs_at(self, commit_index: int | None, final: tuple[set[str], int]) -> list[tuple[set[str], int]]:
+        """The recovery configurations a commit at ``commit_index`` may have been counted under.
+
+        The voter set changes at runtime (``replace-node``: a member joins the voters, another
+        leaves), so a proposal committed earlier is judged by the configuration in force at its
+        commit: the last ``RecoveryConfigured`` of the stream before that log index (the runner
+        puts the configuration the run started with at index 0). Without its commit's index, or
+        with no configuration known before it (a gap in the stream), every configuration the run
+        is known to have had, the final one first."""
+        configs = sorted(
+            (ob.log_index, set(ob.fields.get("voters") or ()), int(ob.fields.get("quorum") or 0))
+            for ob in self.h.observed
+            if ob.kind == "RecoveryConfigured"
+        )
+        if commit_index is not None:
+            before = [(v, q) for at, v, q in configs if at < commit_index]
+            if before:
+                return [before[-1]]
+        return [final, *((v, q) for _, v, q in configs)]
+
     def decisions(self) -> None:
         """One victim decision per digest; no commit without its votes; nothing released before the epoch."""
+        commits: dict[str, int] = {}
+        for ob in self.h.observed:
+            if ob.kind in ("EpochCommitted", "VictimChosen") and "digest" in ob.fields:
+                commits.setdefault(ob.fields["digest"], ob.log_index)
         for f in self.finals:
             st = f.state
             if st is None:
@@ -697,11 +721,13 @@ class _Check:
                         f"{f.node_id}: digest {digest[:16]} has {n} decisions {ids}",
                         expected="exactly one",
                     )
-            voters, quorum = set(rb.config.voters), rb.config.quorum
+            final = (set(rb.config.voters), rb.config.quorum)
             for p in rb.proposals.values():
                 if p.status is ProposalStatus.COMMITTED:
-                    yes = sorted(set(p.approvals) & voters)
-                    if len(yes) < quorum:
+                    candidates = self._configs_at(commits.get(p.digest), final)
+                    if not any(len(set(p.approvals) & v) >= q for v, q in candidates):
+                        voters, quorum = candidates[0]
+                        yes = sorted(set(p.approvals) & voters)
                         self.fail(
                             "recovery_committed_with_votes",
                             f"{f.node_id}: proposal {p.digest[:16]} committed with approvals {yes} (quorum {quorum})",

@@ -1,6 +1,6 @@
 """Mutation testing of the chaos run: realistic bugs, planted one at a time, each must be caught.
 
-    scripts/mutants [--duration 90] [--seed 7] [--only name,name] [--no-unit] [--list]
+    scripts/mutants [--duration 120] [--seed 7] [--only name,name] [--nemeses a,b] [--no-unit] [--list]
 
 Rules kept here:
 - A mutant is a small patch (exact text replacements, each of which must match exactly once, so
@@ -189,6 +189,19 @@ CATALOGUE: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "joiner-ignores-snapshot",
+        "node",
+        "a node brought up by the leader's dump (a member added at runtime) keeps its own empty state",
+        "cluster/node/raft.py",
+        (
+            (
+                "        with self._machine_lock:\n            self._machine.state = fresh.state\n"
+                "        self.directory.update(directory)\n",
+                "        self.directory.update(directory)\n",
+            ),
+        ),
+    ),
+    Mutant(
         "journal-repeats-duplicates",
         "node",
         "the event journal records the effects of a duplicate answered from the idempotency table again",
@@ -347,7 +360,9 @@ class Row:
     wall_s: float
 
 
-def chaos_run(dest: Path, duration_s: float, seed: int, log: Path) -> tuple[dict[str, object] | None, float]:
+def chaos_run(
+    dest: Path, duration_s: float, seed: int, log: Path, nemeses: str = ""
+) -> tuple[dict[str, object] | None, float]:
     report = dest / "chaos-report.json"
     began = time.monotonic()
     with open(log, "w") as out:
@@ -356,6 +371,7 @@ def chaos_run(dest: Path, duration_s: float, seed: int, log: Path) -> tuple[dict
                 sys.executable,
                 *("-m", "tests.chaos.runner", "--nodes", "3", "--duration", f"{duration_s:g}"),
                 *("--seed", str(seed), "--report-json", str(report)),
+                *(("--nemeses", nemeses) if nemeses else ()),
             ],
             cwd=dest,
             env=copy_env(dest),
@@ -393,7 +409,7 @@ def run_one(m: Mutant | None, args: argparse.Namespace, logs: Path) -> Row:
         plant(m, dest)
         imports_from_copy(dest, m)
         stem = m.name if m is not None else "control"
-        doc, wall = chaos_run(dest, args.duration, args.seed, logs / f"{stem}.chaos.log")
+        doc, wall = chaos_run(dest, args.duration, args.seed, logs / f"{stem}.chaos.log", args.nemeses)
         unit = "-" if args.no_unit else unit_run(dest, logs / f"{stem}.unit.log")
     layer = m.layer if m is not None else "-"
     if doc is None:
@@ -429,9 +445,10 @@ def table(rows: Sequence[Row], duration_s: float, seed: int) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/mutants", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--duration", type=float, default=90.0, help="seconds of the chaos run (CI's is 90)")
+    p.add_argument("--duration", type=float, default=120.0, help="seconds of the chaos run (CI's is 120)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--only", default="", help="comma-separated mutant names (default: the whole catalogue)")
+    p.add_argument("--nemeses", default="", help="comma-separated nemeses of the chaos runs (default: every one)")
     p.add_argument("--no-unit", action="store_true", help="skip the checker unit tests")
     p.add_argument("--no-control", action="store_true", help="skip the unmutated control run")
     p.add_argument("--list", action="store_true", help="print the catalogue and exit")

@@ -30,6 +30,10 @@ Beyond one fault at a time: ``kill-after-compaction`` watches every node's log-c
 (``raft.dump``, renamed into place by each compaction) and SIGKILLs the first node whose dump
 changes, at once (its journal may not be cut yet), restarting it on heal so that it restores
 from that dump; ``kill-all`` SIGKILLs every node at once and restarts them all on heal;
+``replace-node`` starts a new node (a new id, new ports) beside a follower, adds it with
+``AddMember`` while the workload writes, and on heal removes the old member with ``RemoveMember``
+and stops it for good (docs/deploy.md, "Membership changes"): from then on the run has one member
+fewer of the old ones, and the final read covers the new node;
 ``pause+partition`` pauses a node and, while it is paused, partitions the network;
 ``kill+clock-skew`` restarts a node under a skewed clock and, while it runs so, SIGKILLs
 another. :attr:`ChaosEnv.dump_restores` counts the restarts that found a dump to restore from.
@@ -53,7 +57,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from waitgraph.dev.localcluster import LocalCluster
 
@@ -72,7 +76,7 @@ NETWORK_KINDS = (
 PROCESS_KINDS = ("pause", "kill")
 FAKETIME_KINDS = ("clock-skew-faketime", "clock-rate-faketime")
 CLOCK_KINDS = ("wallclock-step", "wallclock-drift", *FAKETIME_KINDS)
-CLUSTER_KINDS = ("kill-after-compaction", "kill-all")
+CLUSTER_KINDS = ("kill-after-compaction", "kill-all", "replace-node")
 OVERLAP_KINDS = ("pause+partition", "kill+clock-skew")
 """Two faults at once: a node paused while the network is partitioned; a node killed while
 another runs under a skewed clock (libfaketime)."""
@@ -180,6 +184,11 @@ class Clocks:
                 for n, (t0, base, rate) in self._drift.items():
                     self._write(n, base + (time.monotonic() - t0) * (rate - 1.0))
 
+    def add(self, node_id: str) -> None:
+        """A clock file for a node started during the run (``replace-node``)."""
+        with self._lock:
+            self._write(node_id, 0.0)
+
     def reset(self, node_id: str | None = None) -> None:
         for n in [node_id] if node_id else list(self.offsets_s):
             self.step(n, 0.0)
@@ -205,6 +214,10 @@ class ChaosEnv:
     dump_restores: list[str] = field(default_factory=list)
     """Every restart of a node that found a log-compaction dump in its data directory (so it
     restored its state from the dump, then replayed the journal after it)."""
+    on_member: Callable[[str, str], None] | None = None
+    """Told (node id, gRPC address) of every node a nemesis adds (the runner's Status monitor)."""
+    replaced: list[tuple[str, str]] = field(default_factory=list)
+    """(old, new) node ids of every replacement made by ``replace-node``."""
 
     def dump_stamp(self, node_id: str) -> tuple[int, int] | None:
         """(inode, mtime) of the node's dump: a compaction renames a new one into place."""
@@ -246,6 +259,11 @@ class ChaosEnv:
             m.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.cluster.kill(node_id)
+
+    def next_node_id(self) -> str:
+        """An id no node of this run ever had."""
+        used = {m.node_id for m in self.cluster.members} | {n for pair in self.replaced for n in pair}
+        return next(f"n{i}" for i in range(len(used) + 1, 10_000) if f"n{i}" not in used)
 
     def restart_under(self, node_id: str, spec: str | None, sig: signal.Signals) -> None:
         """Stop the node with ``sig`` and start it again on its data directory, under libfaketime
@@ -611,6 +629,69 @@ class KillAll(Nemesis):
             self.env.killed.discard(n)
 
 
+class ReplaceNode(Nemesis):
+    """A follower replaced by a new node at a new address while the workload writes.
+
+    Inject: a new node (an id no node had, new ports; in the lab, in the old node's namespace,
+    at its address) is started with every member in its --peers (it binds its Raft port first:
+    pysyncobj issue #89), then ``AddMember``: four members. Heal: ``RemoveMember`` of the old
+    node, which is then stopped and dropped from the cluster for good. A member that meanwhile
+    became leader cannot remove itself: it is stopped first (another member takes over), then
+    removed. A refused change (``change_pending``, no quorum yet during an election) is retried.
+    """
+
+    kind = "replace-node"
+    RETRY_S: ClassVar[float] = 45.0
+
+    def _inject(self, leader: str | None) -> tuple[list[str], str, bool]:
+        env = self.env
+        quiet = [n for n in env.node_ids if n != leader and n not in env.killed and n not in env.paused]
+        self.old = self.rng.choice(quiet or env.node_ids)
+        self.new = env.next_node_id()
+        env.replaced.append((self.old, self.new))
+        env.lab.alias(self.new, self.old)
+        env.clocks.add(self.new)
+        host = env.cluster.node(self.old).raft_address.rpartition(":")[0]
+        m = env.cluster.new_member(self.new, host=host)
+        env.cluster.spawn(self.new)
+        env.cluster.wait_ready(self.new, 60.0)
+        if env.on_member is not None:
+            env.on_member(self.new, m.grpc_address)
+        self._change(lambda ops: ops.add_member(self.new, m.raft_address, m.grpc_address), done_code="already_member")
+        return (
+            [self.old, self.new],
+            f"{self.new} at {m.raft_address} added beside {self.old}; {self.old} removed and stopped on heal",
+            False,
+        )
+
+    def _heal(self) -> None:
+        env = self.env
+        self._change(lambda ops: ops.remove_member(self.old), done_code="not_member")
+        env.cluster.forget_member(self.old)
+        env.killed.discard(self.old)
+        env.paused.discard(self.old)
+
+    def _change(self, call: Callable[[Any], Any], done_code: str) -> None:
+        from waitgraph.ops.opsclient import OpsError
+
+        deadline = time.monotonic() + self.RETRY_S
+        last = ""
+        with self.env.cluster.client(timeout_s=10) as ops:
+            while time.monotonic() < deadline:
+                try:
+                    call(ops)
+                    return
+                except OpsError as exc:
+                    code = exc.waitgraph_code or exc.code_name
+                    if code == done_code:  # an earlier attempt whose answer was lost took effect
+                        return
+                    if code == "member_is_leader":
+                        self.env.stop(self.old, signal.SIGTERM)  # a new leader is elected without it
+                    last = exc.one_line()
+                time.sleep(0.5)
+        raise RuntimeError(f"the membership change did not go through in {self.RETRY_S:.0f} s: {last}")
+
+
 class PausePartition(Nemesis):
     """A node paused (SIGSTOP) and, while it is, the network partitioned (one node isolated, the
     leader isolated, or a majority/minority split); heal both."""
@@ -669,6 +750,7 @@ NEMESES: dict[str, type[Nemesis]] = {
         FaketimeRate,
         KillAfterCompaction,
         KillAll,
+        ReplaceNode,
         PausePartition,
         KillDuringSkew,
     )

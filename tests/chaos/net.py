@@ -467,6 +467,16 @@ class Lab:
                 return m
         raise KeyError(node_id)
 
+    def alias(self, node_id: str, host_node: str) -> LabNode:
+        """A node started later in ``host_node``'s namespace, at its address and new ports (the
+        ``replace-node`` nemesis): faults that name it act on that namespace and address. Links
+        to its new Raft port bypass the delay proxies (those were installed for the ports known
+        at start); DROP rules match addresses, so partitions and losses reach it."""
+        host = self.node(host_node)
+        added = LabNode(node_id, host.ip, host.ns)
+        self.members.append(added)
+        return added
+
     def build(self) -> None:
         _install_handlers()
         _live_labs.append(self)

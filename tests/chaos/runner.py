@@ -102,10 +102,17 @@ class Monitor:
             return None
         return Sample(time.monotonic_ns(), node_id, s.role, s.term, s.has_quorum, s.applied_index)
 
+    def watch(self, node_id: str, endpoint: str) -> None:
+        """Poll a node started during the run too (``replace-node``)."""
+        with self._lock:
+            self.endpoints = {**self.endpoints, node_id: endpoint}
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
-            futures = [self._pool.submit(self._poll, n, e) for n, e in self.endpoints.items()]
+            with self._lock:
+                endpoints = self.endpoints
+            futures = [self._pool.submit(self._poll, n, e) for n, e in endpoints.items()]
             for f in futures:
                 sample = f.result()
                 if sample is not None:
@@ -149,10 +156,10 @@ class DumpWatch:
 
     def _loop(self) -> None:
         while not self._stop.wait(0.1):
-            for n in self.env.node_ids:
+            for n in self.env.node_ids:  # nodes come and go (replace-node)
                 stamp = self.env.dump_stamp(n)
-                if stamp is not None and stamp != self._last[n]:
-                    self.dumps[n] += 1
+                if stamp is not None and stamp != self._last.get(n):
+                    self.dumps[n] = self.dumps.get(n, 0) + 1
                 self._last[n] = stamp
 
     def stop(self) -> None:
@@ -306,10 +313,10 @@ def run_chaos(
             stack.callback(cluster.stop)
             log(f"chaos: lab {lab.mode} {lab.prefix}; starting {cfg.nodes} nodes in {root}")
             cluster.start(60)
-            cluster.wait_for_leader(60)
+            first = cluster.wait_for_leader(60)
             monitor = Monitor({m.node_id: m.grpc_address for m in cluster.members}, cluster.credentials.admin).start()
             stack.callback(monitor.stop)
-            env = ChaosEnv(lab, cluster, clocks, monitor.leader)
+            env = ChaosEnv(lab, cluster, clocks, monitor.leader, on_member=monitor.watch)
             stack.callback(lambda: heal_everything(env))
             dumps = DumpWatch(env).start()
             stack.callback(dumps.stop)
@@ -319,6 +326,11 @@ def run_chaos(
                 log(f"chaos: nemesis {k} UNAVAILABLE here: {why}")
             schedule = Schedule(env, kinds, cfg.seed, cfg.duration_s)
             history = history_cls()
+            if hasattr(history, "observe"):
+                # The recovery configuration the run starts with (bootstrapped before the observer
+                # subscribed): the checker judges each commit by the one in force at it.
+                config = {"voters": list(first.voters), "quorum": first.quorum, "max_rollback": first.max_rollback}
+                history.observe(0, 0, "RecoveryConfigured", config, first.node_id)
             workload = workload_cls(cluster.endpoints, cluster.credentials, cfg.seed, history)
             deadline = time.monotonic() + cfg.duration_s
             nemeses = threading.Thread(target=schedule.run, args=(deadline,), name="chaos-nemeses")

@@ -808,3 +808,24 @@ def test_a_ring_that_keeps_re_forming_ends_in_a_tie_break_the_workload_plays_out
     completed = [str(op.key) for op in history.ops if op.f == "complete" and op.type == OK]
     assert sorted(completed) == ["exec:ll-x0", "exec:ll-x1"]
     assert report.ok, report.excerpt
+
+
+def test_a_commit_is_judged_by_the_voters_in_force_when_it_committed() -> None:
+    """replace-node changes the voter set: a recovery committed by n1..n3 before node:n1 left the
+    voters is no violation in the final state; one committed with too few votes still is."""
+    w = world_with_recovery()
+    p = next(iter(w.st.recovery.proposals.values()))
+    old = w.st.recovery.config
+    assert len(p.approvals) >= old.quorum
+    w.configure(voters=("node:n2", "node:n3", "node:n4"), quorum=3, max_rollback=2)  # n1 replaced by n4
+    assert "node:n1" in p.approvals  # under the final voters alone this commit looks short
+    h = History()
+    h.observe(0, 0, "RecoveryConfigured", {"voters": list(old.voters), "quorum": old.quorum}, "n1")
+    h.observe(5, 5, "EpochCommitted", {"digest": p.digest, "epoch": 1}, "n1")
+    h.observe(9, 9, "RecoveryConfigured", {"voters": ["node:n2", "node:n3", "node:n4"], "quorum": 3}, "n1")
+    assert violations(check(h, finals_of(w.st)), "recovery_committed_with_votes") == []
+    without_history = violations(check(History(), finals_of(w.st)), "recovery_committed_with_votes")
+    assert len(without_history) == 1 and "node:n1" not in without_history[0]
+    p.approvals = p.approvals[:1]  # planted: committed with one vote of a quorum of three
+    found = violations(check(h, finals_of(w.st)), "recovery_committed_with_votes")
+    assert len(found) == 1 and f"(quorum {old.quorum})" in found[0], found

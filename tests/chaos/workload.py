@@ -95,6 +95,7 @@ STOP_GRACE_S = OP_BUDGET_S + 4.0
 """After the deadline, how long scenarios in flight may take to finish before they are cancelled."""
 
 OBSERVED_KINDS = (
+    "RecoveryConfigured",  # the voter set follows the membership (replace-node)
     "EpochCommitted",
     "VictimChosen",
     "VoteRecorded",

@@ -8,6 +8,70 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class MemberView(_message.Message):
+    __slots__ = ("node_id", "raft_address", "grpc_address", "leader", "connected", "this_node")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    THIS_NODE_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    raft_address: str
+    grpc_address: str
+    leader: bool
+    connected: bool
+    this_node: bool
+    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., leader: _Optional[bool] = ..., connected: _Optional[bool] = ..., this_node: _Optional[bool] = ...) -> None: ...
+
+class ListMembersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListMembersResponse(_message.Message):
+    __slots__ = ("members", "node_id", "pending_change_index", "voters", "quorum", "max_rollback")
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PENDING_CHANGE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    QUORUM_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROLLBACK_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedCompositeFieldContainer[MemberView]
+    node_id: str
+    pending_change_index: int
+    voters: _containers.RepeatedScalarFieldContainer[str]
+    quorum: int
+    max_rollback: int
+    def __init__(self, members: _Optional[_Iterable[_Union[MemberView, _Mapping]]] = ..., node_id: _Optional[str] = ..., pending_change_index: _Optional[int] = ..., voters: _Optional[_Iterable[str]] = ..., quorum: _Optional[int] = ..., max_rollback: _Optional[int] = ...) -> None: ...
+
+class AddMemberRequest(_message.Message):
+    __slots__ = ("node_id", "raft_address", "grpc_address")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    raft_address: str
+    grpc_address: str
+    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ...) -> None: ...
+
+class RemoveMemberRequest(_message.Message):
+    __slots__ = ("node_id",)
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    def __init__(self, node_id: _Optional[str] = ...) -> None: ...
+
+class MemberChangeResponse(_message.Message):
+    __slots__ = ("members", "voters", "quorum", "max_rollback")
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    QUORUM_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROLLBACK_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedCompositeFieldContainer[MemberView]
+    voters: _containers.RepeatedScalarFieldContainer[str]
+    quorum: int
+    max_rollback: int
+    def __init__(self, members: _Optional[_Iterable[_Union[MemberView, _Mapping]]] = ..., voters: _Optional[_Iterable[str]] = ..., quorum: _Optional[int] = ..., max_rollback: _Optional[int] = ...) -> None: ...
+
 class StatusRequest(_message.Message):
     __slots__ = ("include_digest", "fresh")
     INCLUDE_DIGEST_FIELD_NUMBER: _ClassVar[int]

@@ -126,6 +126,21 @@ class OperatorServiceStub:
                 request_serializer=waitgraph_dot_v1_dot_commands__pb2.ConfigureCancellationRequest.SerializeToString,
                 response_deserializer=waitgraph_dot_v1_dot_types__pb2.Outcome.FromString,
                 _registered_method=True)
+        self.ListMembers = channel.unary_unary(
+                '/waitgraph.v1.OperatorService/ListMembers',
+                request_serializer=waitgraph_dot_v1_dot_operator__pb2.ListMembersRequest.SerializeToString,
+                response_deserializer=waitgraph_dot_v1_dot_operator__pb2.ListMembersResponse.FromString,
+                _registered_method=True)
+        self.AddMember = channel.unary_unary(
+                '/waitgraph.v1.OperatorService/AddMember',
+                request_serializer=waitgraph_dot_v1_dot_operator__pb2.AddMemberRequest.SerializeToString,
+                response_deserializer=waitgraph_dot_v1_dot_operator__pb2.MemberChangeResponse.FromString,
+                _registered_method=True)
+        self.RemoveMember = channel.unary_unary(
+                '/waitgraph.v1.OperatorService/RemoveMember',
+                request_serializer=waitgraph_dot_v1_dot_operator__pb2.RemoveMemberRequest.SerializeToString,
+                response_deserializer=waitgraph_dot_v1_dot_operator__pb2.MemberChangeResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServiceServicer:
@@ -256,6 +271,30 @@ class OperatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListMembers(self, request, context):
+        """The Raft membership as this node has it, and recovery's voter set (`waitgraph member list`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddMember(self, request, context):
+        """Admin only, answered by the leader (elsewhere UNAVAILABLE with a leader hint): one membership
+        change, checked first by the guards of cluster/node/raft.py ("Membership"): one change at a
+        time, the new node must already listen on its Raft address, the quorum after the change must
+        answer now, and recovery's voter set must still satisfy the quorum rule once it follows the
+        membership. A refusal is FAILED_PRECONDITION with the guard's code and changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveMember(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -348,6 +387,21 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     servicer.ConfigureCancellation,
                     request_deserializer=waitgraph_dot_v1_dot_commands__pb2.ConfigureCancellationRequest.FromString,
                     response_serializer=waitgraph_dot_v1_dot_types__pb2.Outcome.SerializeToString,
+            ),
+            'ListMembers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMembers,
+                    request_deserializer=waitgraph_dot_v1_dot_operator__pb2.ListMembersRequest.FromString,
+                    response_serializer=waitgraph_dot_v1_dot_operator__pb2.ListMembersResponse.SerializeToString,
+            ),
+            'AddMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddMember,
+                    request_deserializer=waitgraph_dot_v1_dot_operator__pb2.AddMemberRequest.FromString,
+                    response_serializer=waitgraph_dot_v1_dot_operator__pb2.MemberChangeResponse.SerializeToString,
+            ),
+            'RemoveMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveMember,
+                    request_deserializer=waitgraph_dot_v1_dot_operator__pb2.RemoveMemberRequest.FromString,
+                    response_serializer=waitgraph_dot_v1_dot_operator__pb2.MemberChangeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -836,6 +890,87 @@ class OperatorService:
             '/waitgraph.v1.OperatorService/ConfigureCancellation',
             waitgraph_dot_v1_dot_commands__pb2.ConfigureCancellationRequest.SerializeToString,
             waitgraph_dot_v1_dot_types__pb2.Outcome.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMembers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/waitgraph.v1.OperatorService/ListMembers',
+            waitgraph_dot_v1_dot_operator__pb2.ListMembersRequest.SerializeToString,
+            waitgraph_dot_v1_dot_operator__pb2.ListMembersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/waitgraph.v1.OperatorService/AddMember',
+            waitgraph_dot_v1_dot_operator__pb2.AddMemberRequest.SerializeToString,
+            waitgraph_dot_v1_dot_operator__pb2.MemberChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/waitgraph.v1.OperatorService/RemoveMember',
+            waitgraph_dot_v1_dot_operator__pb2.RemoveMemberRequest.SerializeToString,
+            waitgraph_dot_v1_dot_operator__pb2.MemberChangeResponse.FromString,
             options,
             channel_credentials,
             insecure,
