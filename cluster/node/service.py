@@ -39,7 +39,7 @@ from waitgraph.node.membership import following_config
 from waitgraph.node.raft import Member, RaftNode, RaftStatus, Read
 from waitgraph.node.ratelimit import RateLimiter
 from waitgraph.proto.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc, types_pb2
-from waitgraph.statemachine import Envelope, StateMachine
+from waitgraph.statemachine import Envelope, StateMachine, encode_envelope
 from waitgraph.statemachine.cancel import (
     EXPORT_FORMAT,
     EXPORT_VERSION,
