@@ -351,9 +351,13 @@ class CheckReport:
 
 
 READ_OF_RETIRED = "read_cancel_retired"
-"""A ``read_cancel`` that found no run, of a run that retired: a retired run is not in the graph
-any more, so the read says nothing about its cancel generation (it would read as 0). Such reads
-are renamed to this, out of every cancel-generation check, and counted."""
+"""A ``read_cancel`` that found no run, of a run that retired, and that cannot be told to have
+come after the retirement (a stale read, one invoked before any create in the run was
+acknowledged, a run whose RunRetired no store has): it would read as 0 and says nothing about
+the run's cancel generation. Such reads are renamed to this, out of every cancel-generation
+check, and counted. A fresh read that found no run, invoked after a create in the run was
+acknowledged, came after the retirement (a live run is in the graph); once retired a run's
+cancel generation never changes, so it reads the RunRetired's and is checked as such."""
 
 
 @dataclass
@@ -405,15 +409,31 @@ class _Check:
         self.counts = Counter[str]()
         self.lin: dict[str, tuple[int, int]] = {}
         self.retired = Retired.of(self.finals)
+        self._reads_of_retired_runs()
+
+    def _reads_of_retired_runs(self) -> None:
+        """See :data:`READ_OF_RETIRED`."""
         gone = set(self.retired.runs).union(*(st.retired_runs for st in self.states))
+        created: dict[str, float] = {}
+        """run -> when the first acknowledged create in it returned."""
         for lo in self.ops:
-            if (
+            if lo.f == "create" and lo.ok and isinstance(lo.value, dict) and lo.value.get("run"):
+                run = str(lo.value["run"])
+                created[run] = min(created.get(run, lin.INF), lo.ret_ns)
+        for lo in self.ops:
+            if not (
                 lo.f == "read_cancel"
                 and lo.ok
                 and isinstance(lo.result, dict)
                 and not lo.result.get("exists", True)
                 and lo.key in gone
             ):
+                continue
+            record = self.retired.runs.get(lo.key or "")
+            if record is not None and not lo.stale and created.get(lo.key or "", lin.INF) < lo.call_ns:
+                lo.result = {**lo.result, "generation": record.cancel_generation}
+                self.counts["cancel_reads_of_retired_runs_checked"] += 1
+            else:
                 lo.f = READ_OF_RETIRED
                 self.counts["cancel_reads_of_retired_runs"] += 1
 
@@ -1490,6 +1510,7 @@ class _Check:
             "creates_found_retired": self.counts.get("creates_found_retired", 0),
             "cancels_found_retired": self.counts.get("cancels_found_retired", 0),
             "cancel_reads_of_retired_runs": self.counts.get("cancel_reads_of_retired_runs", 0),
+            "cancel_reads_of_retired_runs_checked": self.counts.get("cancel_reads_of_retired_runs_checked", 0),
             "fences_of_retired_executions": self.counts.get("fences_of_retired_executions", 0),
             "history_records_min": min((f.history_total for f in self.finals), default=0),
             "history_records_max": max((f.history_total for f in self.finals), default=0),

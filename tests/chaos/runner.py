@@ -515,6 +515,8 @@ def render(
             f"{st.get('history_records_min', 0):>10} / {st.get('history_records_max', 0)}",
             f"  {'acked creates found retired (per replica)':<44}{st.get('creates_found_retired', 0):>10}",
             f"  {'acked cancels found retired (per replica)':<44}{st.get('cancels_found_retired', 0):>10}",
+            f"  {'cancel reads of retired runs, as retired':<44}"
+            f"{st.get('cancel_reads_of_retired_runs_checked', 0):>10}",
             f"  {'cancel reads of retired runs (not checked)':<44}{st.get('cancel_reads_of_retired_runs', 0):>10}",
             f"  {'fences of retired executions (not checked)':<44}{st.get('fences_of_retired_executions', 0):>10}",
         ]

@@ -768,6 +768,16 @@ def cancelled_run_history() -> tuple[World, History]:
     cancel_in(w, "run-x", "X", "cancel-x")
     w.ok("agent:X", AckCancel(execution_id=eid, generation=1, cancel_generation=1, side_effects=EffectOutcome.NONE))
     h = History()
+    # A stale read that found no run (the replica may not have had the run yet): not checked.
+    done(
+        h,
+        "r",
+        "read_cancel",
+        "run-x",
+        {"fresh": False},
+        {"generation": 0, "exists": False, "applied_index": 1, "stale": True},
+        stale=True,
+    )
     done(h, "X", "create", eid, {"run": "run-x", "parent": None}, {"result": "APPLIED", "duplicate": False})
     cancel_op(h, "X", "run-x", "cancel-x", 1)
     done(h, "r", "read_cancel", "run-x", {"fresh": True}, {"generation": 0, "exists": False, "applied_index": 9})
@@ -788,7 +798,10 @@ def test_a_write_that_retired_is_found_in_the_tombstones_and_the_history() -> No
     report = check(h, with_history(w, records))
     assert report.ok, report.excerpt
     assert report.stats["creates_found_retired"] == 1 and report.stats["cancels_found_retired"] == 1
-    assert report.stats["cancel_reads_of_retired_runs"] == 1  # the read of the retired run: no information
+    # The fresh read that found no run came after the create was acknowledged, so after the
+    # retirement: it reads the RunRetired's generation (1), linearizable after the cancel.
+    assert report.stats["cancel_reads_of_retired_runs_checked"] == 1
+    assert report.stats["cancel_reads_of_retired_runs"] == 1  # the stale one
     assert report.stats["retired_runs"] == 1 and report.stats["retired_executions"] == 1
     # The tombstones forgotten a retention later: the history store alone still answers.
     retire_pass(w, RETENTION_MS + 10)
@@ -796,6 +809,19 @@ def test_a_write_that_retired_is_found_in_the_tombstones_and_the_history() -> No
     report = check(h, with_history(w, records))
     assert report.ok, report.excerpt
     assert report.linearizability["cancel_generation"] == (1, 1)  # the final read is the RunRetired's
+
+
+def test_a_live_run_missing_from_a_fresh_read_is_caught_though_it_retired_later() -> None:
+    """A fresh read that finds no run after its create was acknowledged reads the retired run's
+    final generation; found before the cancel that raised it, no linearization exists."""
+    w, _ = cancelled_run_history()
+    h = History()
+    done(h, "X", "create", "exec:X", {"run": "run-x", "parent": None}, {"result": "APPLIED", "duplicate": False})
+    done(h, "r", "read_cancel", "run-x", {"fresh": True}, {"generation": 0, "exists": False, "applied_index": 5})
+    cancel_op(h, "X", "run-x", "cancel-x", 1)
+    report = check(h, with_history(w, retire_pass(w, RETENTION_MS + 10)))
+    assert report.stats["cancel_reads_of_retired_runs_checked"] == 1
+    assert report.linearizability["cancel_generation"] == (1, 0), report.excerpt
 
 
 def test_a_retired_write_missing_from_every_history_store_is_lost() -> None:
