@@ -39,9 +39,11 @@ from waitgraph.ops.opsclient import OperatorClient, OpsError
 from waitgraph.proto.v1 import operator_pb2
 from waitgraph.statemachine import invariants as core_invariants
 from waitgraph.statemachine.cancel import cancel_state
-from waitgraph.statemachine.effects import Acquired
+from waitgraph.statemachine.codec import effect_from_plain
+from waitgraph.statemachine.effects import Acquired, DecisionRetired, ExecutionRetired, ProposalRetired, RunRetired
 from waitgraph.statemachine.enums import SETTLED, CancelState, ExecStatus
-from waitgraph.statemachine.recovery_state import ProposalStatus
+from waitgraph.statemachine.recovery_state import Decision, ProposalStatus
+from waitgraph.statemachine.retire import decision_from_retired
 from waitgraph.statemachine.state import State
 
 from . import linearizability as lin
@@ -65,6 +67,9 @@ INVARIANTS = (
 )
 """Every invariant the report lists, in this order (an empty list: no violation)."""
 
+RETIRE_COUNTERS = ("runs", "executions", "targets", "proposals", "decisions", "sessions", "tombstones_forgotten")
+"""The final state's ``retire.<name>`` counters the report shows (statemachine/retire.py)."""
+
 _STOPPED = {ExecStatus.CANCEL_REQUESTED.value, ExecStatus.CANCELLING.value, ExecStatus.CANCELLED.value}
 _WRITE_READS = ("read_epoch", "read_cancel")
 
@@ -86,6 +91,12 @@ class ReplicaFinal:
     agreed: tuple[int, str] | None = None
     """(applied index, digest) this replica reported in the one round of concurrent Status reads in
     which every replica had applied the same index (see :func:`collect_final`)."""
+    history: list[Any] = field(default_factory=list)
+    """The retirement effects this node's history store holds (``RunRetired``, ``ExecutionRetired``...),
+    read with the History RPC after heal."""
+    history_total: int = 0
+    """How many records the store said it holds (more than ``history`` only if a lookup failed)."""
+    history_error: str | None = None
 
     @property
     def epoch(self) -> int:
@@ -99,11 +110,18 @@ class ReplicaFinal:
 
 
 def collect_final(
-    endpoints: Sequence[str], credentials: Credentials, timeout_s: float = 60.0, rounds: int = 30
+    endpoints: Sequence[str],
+    credentials: Credentials,
+    timeout_s: float = 60.0,
+    rounds: int = 30,
+    runs: Iterable[str] = (),
 ) -> list[ReplicaFinal]:
     """After heal: wait (at most ``timeout_s``) until every replica has applied the leader's commit
     index, then read each one's whole state. Replicas are read until they report the same applied
-    index (background loops may still append an entry now and then; at most ``rounds`` tries)."""
+    index (background loops may still append an entry now and then; at most ``rounds`` tries).
+    Then each node's history store (what retired from the live state): its newest
+    :data:`HISTORY_LIMIT` records, and when it holds more, every record of each of ``runs`` (the
+    runs the workload named) looked up by id."""
     ops = OperatorClient(list(endpoints), credentials.admin, timeout_s=10.0)
     try:
         deadline = time.monotonic() + timeout_s
@@ -125,9 +143,40 @@ def collect_final(
             time.sleep(0.25)
         for f in finals:
             f.agreed = agreed.get(f.endpoint)
+        wanted = sorted(set(runs))
+        for f in finals:
+            _history(ops, f, wanted)
         return finals
     finally:
         ops.close()
+
+
+HISTORY_LIMIT = 10_000
+"""The most records one History RPC returns (cluster/node/history.py ``MAX_LIMIT``)."""
+
+
+def _history(ops: OperatorClient, final: ReplicaFinal, runs: Sequence[str]) -> None:
+    """Fill ``final.history`` from the node's store: the whole listing when it fits in one
+    answer, else the records of each named run (RunRetired and its ExecutionRetired) on top of
+    the newest :data:`HISTORY_LIMIT` (decisions and proposals beyond those are not looked up)."""
+    seen: dict[tuple[str, str, int], Any] = {}
+
+    def fetch(**by: str) -> operator_pb2.HistoryResponse:
+        request = operator_pb2.HistoryRequest(limit=HISTORY_LIMIT, **by)
+        reply: operator_pb2.HistoryResponse = ops.call(final.endpoint, "History", request)
+        for r in reply.records:
+            seen.setdefault((r.kind, r.key, r.retired_at_ms), effect_from_plain(json.loads(r.record_json)))
+        return reply
+
+    try:
+        reply = fetch()
+        final.history_total = int(reply.records_total)
+        if len(reply.records) < final.history_total:
+            for run_id in runs:
+                fetch(run_id=run_id)
+    except OpsError as exc:
+        final.history_error = exc.one_line()
+    final.history = [seen[k] for k in sorted(seen)]
 
 
 def _agree(ops: OperatorClient, endpoints: Sequence[str], deadline: float) -> dict[str, tuple[int, str]]:
@@ -301,6 +350,51 @@ class CheckReport:
         return "\n".join(lines)
 
 
+READ_OF_RETIRED = "read_cancel_retired"
+"""A ``read_cancel`` that found no run, of a run that retired, and that cannot be told to have
+come after the retirement (a stale read, one invoked before any create in the run was
+acknowledged, a run whose RunRetired no store has): it would read as 0 and says nothing about
+the run's cancel generation. Such reads are renamed to this, out of every cancel-generation
+check, and counted. A fresh read that found no run, invoked after a create in the run was
+acknowledged, came after the retirement (a live run is in the graph); once retired a run's
+cancel generation never changes, so it reads the RunRetired's and is checked as such."""
+
+
+@dataclass
+class Retired:
+    """What retired, from every node's history store together: a record one node lacks (it
+    caught up by a snapshot that covered the pass) another one has, since every pass is applied
+    by the log on a quorum and each of those writes it to its store in the apply."""
+
+    runs: dict[str, RunRetired] = field(default_factory=dict)
+    executions: dict[str, ExecutionRetired] = field(default_factory=dict)
+    decisions: dict[str, DecisionRetired] = field(default_factory=dict)
+    proposals: dict[str, ProposalRetired] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, finals: Sequence[ReplicaFinal]) -> Retired:
+        out = cls()
+        for f in finals:
+            for fx in f.history:
+                book: dict[str, Any] | None
+                key: str
+                match fx:
+                    case RunRetired():
+                        book, key = out.runs, fx.run_id
+                    case ExecutionRetired():
+                        book, key = out.executions, fx.execution_id
+                    case DecisionRetired():
+                        book, key = out.decisions, fx.decision_id
+                    case ProposalRetired():
+                        book, key = out.proposals, fx.digest
+                    case _:
+                        book, key = None, ""
+                # An id retired twice (re-used after its tombstone was forgotten): the latest.
+                if book is not None and (key not in book or book[key].retired_at_ms < fx.retired_at_ms):
+                    book[key] = fx
+        return out
+
+
 class _Check:
     def __init__(self, history: History, finals: Sequence[ReplicaFinal], budget: int = lin.DEFAULT_BUDGET) -> None:
         self.budget = budget
@@ -314,6 +408,66 @@ class _Check:
         self.t_end = max([op.time_ns for op in history.ops] + [ob.time_ns for ob in history.observed] + [0]) + 1
         self.counts = Counter[str]()
         self.lin: dict[str, tuple[int, int]] = {}
+        self.retired = Retired.of(self.finals)
+        self._reads_of_retired_runs()
+
+    def _reads_of_retired_runs(self) -> None:
+        """See :data:`READ_OF_RETIRED`."""
+        gone = set(self.retired.runs).union(*(st.retired_runs for st in self.states))
+        created: dict[str, float] = {}
+        """run -> when the first acknowledged create in it returned."""
+        for lo in self.ops:
+            if lo.f == "create" and lo.ok and isinstance(lo.value, dict) and lo.value.get("run"):
+                run = str(lo.value["run"])
+                created[run] = min(created.get(run, lin.INF), lo.ret_ns)
+        for lo in self.ops:
+            if not (
+                lo.f == "read_cancel"
+                and lo.ok
+                and isinstance(lo.result, dict)
+                and not lo.result.get("exists", True)
+                and lo.key in gone
+            ):
+                continue
+            record = self.retired.runs.get(lo.key or "")
+            if record is not None and not lo.stale and created.get(lo.key or "", lin.INF) < lo.call_ns:
+                lo.result = {**lo.result, "generation": record.cancel_generation}
+                self.counts["cancel_reads_of_retired_runs_checked"] += 1
+            else:
+                lo.f = READ_OF_RETIRED
+                self.counts["cancel_reads_of_retired_runs"] += 1
+
+    def run_retired(self, f: ReplicaFinal, run_id: str) -> bool:
+        """The run is not in this replica's live state because it retired (its tombstone is
+        there, or some node's history has its record)."""
+        st = f.state
+        return st is not None and run_id not in st.runs and (run_id in st.retired_runs or run_id in self.retired.runs)
+
+    def execution_retired(self, f: ReplicaFinal, execution_id: str) -> bool:
+        st = f.state
+        return (
+            st is not None
+            and execution_id not in st.executions
+            and (execution_id in st.retired_executions or execution_id in self.retired.executions)
+        )
+
+    def final_cancel_generation(self, f: ReplicaFinal, run_id: str) -> int | None:
+        """The run's cancel generation on this replica after heal: live, or as it retired (its
+        RunRetired record); None when it retired and no node's history has the record (the loss
+        is reported by ``no_acknowledged_write_lost`` when a cancel of it was acknowledged)."""
+        if self.run_retired(f, run_id):
+            record = self.retired.runs.get(run_id)
+            return record.cancel_generation if record is not None else None
+        return f.cancel_generation(run_id)
+
+    def all_decisions(self, st: State) -> list[Decision]:
+        """The replica's live decisions, then every retired one no live one shadows, in log order."""
+        live = list(st.recovery.decisions.values())
+        ids = {d.decision_id for d in live}
+        retired = sorted(
+            (fx for fx in self.retired.decisions.values() if fx.decision_id not in ids), key=lambda fx: fx.at_ms
+        )
+        return [decision_from_retired(fx) for fx in retired] + live
 
     def fail(
         self,
@@ -461,17 +615,10 @@ class _Check:
                     )
                 )
             for f in self.finals:
-                if f.state is not None:
+                final = self.final_cancel_generation(f, run_id) if f.state is not None else None
+                if final is not None:
                     ops.append(
-                        lin.Operation(
-                            len(ops),
-                            f"final:{f.node_id}",
-                            self.t_end + 1,
-                            lin.INF,
-                            ("read",),
-                            f.cancel_generation(run_id),
-                            None,
-                        )
+                        lin.Operation(len(ops), f"final:{f.node_id}", self.t_end + 1, lin.INF, ("read",), final, None)
                     )
             self._run_lin("cancel_generation", lin.CancelGenerationModel(), ops, run_id)
 
@@ -712,10 +859,11 @@ class _Check:
             if st is None:
                 continue
             rb = st.recovery
-            per_digest = Counter(d.digest for d in rb.decisions.values())
+            every = self.all_decisions(st)
+            per_digest = Counter(d.digest for d in every)
             for digest, n in sorted(per_digest.items()):
                 if n > 1:
-                    ids = [d.decision_id for d in rb.decisions.values() if d.digest == digest]
+                    ids = [d.decision_id for d in every if d.digest == digest]
                     self.fail(
                         "one_decision_per_digest",
                         f"{f.node_id}: digest {digest[:16]} has {n} decisions {ids}",
@@ -733,6 +881,20 @@ class _Check:
                             f"{f.node_id}: proposal {p.digest[:16]} committed with approvals {yes} (quorum {quorum})",
                             expected=f"at least {quorum} approvals from {sorted(voters)}",
                         )
+            # A retired committed proposal: its votes are in its decision's record.
+            for digest, pr in sorted(self.retired.proposals.items()):
+                if digest in rb.proposals or pr.proposal_status != ProposalStatus.COMMITTED.value:
+                    continue
+                dr = self.retired.decisions.get(pr.decision_id or "")
+                if dr is None:
+                    continue
+                yes = sorted({v for v, ok in zip(dr.voters, dr.vote_approvals, strict=True) if ok} & voters)
+                if len(yes) < quorum:
+                    self.fail(
+                        "recovery_committed_with_votes",
+                        f"{f.node_id}: retired proposal {digest[:16]} committed with approvals {yes} (quorum {quorum})",
+                        expected=f"at least {quorum} approvals from {sorted(voters)}",
+                    )
         # The stream: votes reach the quorum before the commit; one VictimChosen per digest.
         votes: dict[str, tuple[int, int]] = {}
         proposed: set[str] = set()
@@ -823,7 +985,7 @@ class _Check:
                 (ob.fields["target_id"], ob.fields["execution_id"]): ob.cursor for ob in seg if ob.kind == "Released"
             }
             st = self.states[0] if self.states else None
-            for d in st.recovery.decisions.values() if st is not None else ():
+            for d in self.all_decisions(st) if st is not None else ():
                 commit = dec.committed.get(d.digest)
                 if commit is None or d.decision_id not in dec.decisions:
                     continue
@@ -841,7 +1003,7 @@ class _Check:
         for f in self.finals:
             if f.state is None:
                 continue
-            for d in f.state.recovery.decisions.values():
+            for d in self.all_decisions(f.state):
                 if d.released and d.epoch is None:
                     self.fail(
                         "no_release_before_epoch_commit",
@@ -886,6 +1048,10 @@ class _Check:
         for execution_id, seen in sorted(fences.items()):
             epoch = max(e for _, e in seen)
             for f in self.finals:
+                if self.execution_retired(f, execution_id):
+                    # Its fence left with it: a retired execution acquires nothing any more.
+                    self.counts["fences_of_retired_executions"] += 1
+                    continue
                 if f.state is not None and f.state.recovery.fence.get(execution_id, 0) < epoch:
                     self.fail(
                         "no_stale_epoch_acknowledged",
@@ -1131,14 +1297,17 @@ class _Check:
             if st is None:
                 continue
             for eid, los in sorted(costs.items()):
-                ex = st.executions.get(eid)
+                live = st.executions.get(eid)
+                gone = self.retired.executions.get(eid) if self.execution_retired(f, eid) else None
+                ex = live or gone
                 if ex is None:
                     continue
                 want = sum(int(lo.value["cost"]) for lo in los if recorded(st, lo) is not None)
                 if ex.cost_consumed != want:
                     self.fail(
                         "every_write_applied_once",
-                        f"{f.node_id}: {eid} has cost_consumed {ex.cost_consumed}; "
+                        f"{f.node_id}: {eid}{' (retired)' if live is None else ''} has cost_consumed "
+                        f"{ex.cost_consumed}; "
                         f"the RecordCost it applied add to {want}",
                         [lo.first.index for lo in los],
                         eid,
@@ -1205,6 +1374,12 @@ class _Check:
             return
         retained = self.retained_from()
         final_epoch = min(st.recovery.epoch for st in self.states)
+        for f in self.finals:
+            if f.history_error is not None:
+                self.fail(
+                    "no_acknowledged_write_lost",
+                    f"{f.endpoint}: history store not read ({f.history_error}): a retired write cannot be told lost",
+                )
         for lo in self.ops:
             if not lo.ok:
                 continue
@@ -1223,7 +1398,9 @@ class _Check:
                         break
             if lo.f == "cancel_run" and isinstance(lo.result, dict) and "generation" in lo.result and lo.key:
                 for f in self.finals:
-                    if f.state is not None and f.cancel_generation(lo.key) < lo.result["generation"]:
+                    if f.state is not None and self.run_retired(f, lo.key):
+                        self._retired_cancel(f, lo)
+                    elif f.state is not None and f.cancel_generation(lo.key) < lo.result["generation"]:
                         self.fail(
                             "no_acknowledged_write_lost",
                             f"{f.node_id}: {lo.key} ends at cancel generation {f.cancel_generation(lo.key)}, "
@@ -1234,7 +1411,9 @@ class _Check:
                         )
             if lo.f == "create" and lo.key:
                 for f in self.finals:
-                    if f.state is not None and lo.key not in f.state.executions:
+                    if self.execution_retired(f, lo.key):
+                        self._retired_create(f, lo)
+                    elif f.state is not None and lo.key not in f.state.executions:
                         self.fail(
                             "no_acknowledged_write_lost",
                             f"{f.node_id}: acknowledged execution {lo.key} does not exist",
@@ -1254,6 +1433,51 @@ class _Check:
             self.fail(
                 "no_acknowledged_write_lost", f"epoch {max(seen)} was committed, but the final epoch is {final_epoch}"
             )
+
+    def _retired_create(self, f: ReplicaFinal, lo: Logical) -> None:
+        """An acknowledged execution that retired: some node's history has its record, of its run."""
+        record = self.retired.executions.get(lo.key or "")
+        run = lo.value.get("run") if isinstance(lo.value, dict) else None
+        if record is None:
+            self.fail(
+                "no_acknowledged_write_lost",
+                f"{f.node_id}: acknowledged execution {lo.key} retired, "
+                "but no node's history has its ExecutionRetired record",
+                [lo.first.index],
+                lo.key,
+                expected="a retired execution's record in the history store",
+            )
+        elif run is not None and record.run_id != run:
+            self.fail(
+                "no_acknowledged_write_lost",
+                f"{f.node_id}: {lo.key} was created in {run}, but its ExecutionRetired record names {record.run_id}",
+                [lo.first.index],
+                lo.key,
+                expected=f"run {run}",
+            )
+        else:
+            self.counts["creates_found_retired"] += 1
+
+    def _retired_cancel(self, f: ReplicaFinal, lo: Logical) -> None:
+        """An acknowledged CancelRun of a run that retired: its RunRetired record keeps a cancel
+        generation at least the acknowledged one."""
+        record = self.retired.runs.get(lo.key or "")
+        acked = int(lo.result["generation"])
+        if record is None or record.cancel_generation < acked:
+            found = (
+                "no node's history has its RunRetired record"
+                if record is None
+                else (f"its RunRetired record has cancel generation {record.cancel_generation}")
+            )
+            self.fail(
+                "no_acknowledged_write_lost",
+                f"{f.node_id}: {lo.key} retired and {found}, but CancelRun acknowledged {acked}",
+                [lo.first.index],
+                lo.key,
+                expected=f"a RunRetired record with cancel generation >= {acked}",
+            )
+        else:
+            self.counts["cancels_found_retired"] += 1
 
     def leaks(self) -> None:
         for ob in self.h.observed:
@@ -1308,12 +1532,24 @@ class _Check:
             # Unknown writes never answered, decided from the replicas' idempotency tables alone.
             "unknown_applied_from_state": self.counts.get("unknown_applied_from_state", 0),
             "unknown_not_applied_from_state": self.counts.get("unknown_not_applied_from_state", 0),
+            # Retirement: acknowledged writes found retired (counted per replica), reads and fences of retired work.
+            "creates_found_retired": self.counts.get("creates_found_retired", 0),
+            "cancels_found_retired": self.counts.get("cancels_found_retired", 0),
+            "cancel_reads_of_retired_runs": self.counts.get("cancel_reads_of_retired_runs", 0),
+            "cancel_reads_of_retired_runs_checked": self.counts.get("cancel_reads_of_retired_runs_checked", 0),
+            "fences_of_retired_executions": self.counts.get("fences_of_retired_executions", 0),
+            "history_records_min": min((f.history_total for f in self.finals), default=0),
+            "history_records_max": max((f.history_total for f in self.finals), default=0),
         }
         if st is not None:
             rb = st.recovery
             out["final_epoch"] = rb.epoch
-            out["recoveries_committed"] = sum(1 for d in rb.decisions.values() if d.epoch is not None)
-            out["decisions"] = len(rb.decisions)
+            every = self.all_decisions(st)
+            out["recoveries_committed"] = sum(1 for d in every if d.epoch is not None)
+            out["decisions"] = len(every)
+            for name in RETIRE_COUNTERS:
+                out[f"retired_{name}"] = st.counters.get(f"retire.{name}", 0)
+            out["tombstones"] = len(st.retired_runs) + len(st.retired_executions) + len(st.retired_targets)
             out["runs_cancelled_stable"] = sum(
                 1
                 for r in st.runs
@@ -1374,6 +1610,9 @@ class _Check:
                 )
             if key in st.runs:
                 bits.append(f"{key} cancel generation {st.runs[key].cancel_generation}")
+            for name, table in (("execution", st.retired_executions), ("run", st.retired_runs)):
+                if waiter in table:
+                    bits.append(f"{name} {waiter} retired at {table[waiter]} ms")
             t = st.targets.get(target or key)
             if t is not None:
                 bits.append(f"{t.target_id} version {t.version} holders {dict(t.holders)}")
@@ -1586,7 +1825,10 @@ def check(history: History, finals: Sequence[ReplicaFinal], budget: int = lin.DE
 
 __all__ = [
     "INVARIANTS",
+    "READ_OF_RETIRED",
+    "RETIRE_COUNTERS",
     "CheckReport",
+    "Retired",
     "ReplicaFinal",
     "Violation",
     "check",

@@ -272,6 +272,28 @@ CATALOGUE: tuple[Mutant, ...] = (
             ),
         ),
     ),
+    # Retirement (the chaos run retires settled runs 5 s after they settle, runner.LAB_RETENTION_MS):
+    # an acknowledged write that left the live state must still be found in the history stores.
+    Mutant(
+        "history-drops-executions",
+        "node",
+        "the history store does not record retired executions: once the tombstone is forgotten, the execution is gone",
+        "cluster/node/history.py",
+        (
+            (
+                "            self.record(fx for fx in out.effects if type(fx) in RETIREMENT_EFFECTS)\n",
+                "            self.record(fx for fx in out.effects if type(fx) in RETIREMENT_EFFECTS"
+                " and type(fx) is not ExecutionRetired)\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "retire-forgets-cancel",
+        "apply",
+        "a run retires with cancel generation 0 in its RunRetired record: the acknowledged cancel is lost",
+        "statemachine/retire.py",
+        (("            cancel_generation=run.cancel_generation,\n", "            cancel_generation=0,\n"),),
+    ),
 )
 
 

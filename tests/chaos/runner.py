@@ -37,6 +37,7 @@ from typing import Any
 
 from waitgraph.dev.localcluster import Credentials, LocalCluster
 from waitgraph.ops.opsclient import OperatorClient, OpsError
+from waitgraph.statemachine.retire import MIN_RETENTION_MS
 
 from .nemesis import (
     ALL_KINDS,
@@ -62,6 +63,11 @@ LAB_COMPACTION_ENTRIES = 100
 """The lab's ``log_compaction_min_entries`` (the default is 5000): a 60 s run appends a few
 thousand entries, so with the default no node ever compacted and no restart restored from a
 dump. At 100 followers compact every few seconds and every restart restores from a dump."""
+LAB_RETENTION_MS = 5_000
+"""The lab's ``--retention-ms`` (the default is 300000): settled runs retire 5 s after they
+settle and their tombstones are forgotten 5 s later, so in a 60-90 s run most runs retire, and
+many tombstones are forgotten, while the nemeses act (issue #14). The checker then finds their
+acknowledged writes in the history stores (tests/chaos/checker.py)."""
 
 
 # -- Status monitor ----------------------------------------------------------------------------------
@@ -242,6 +248,8 @@ class RunConfig:
     """Keep the run's directory (node logs, data) even when it passed."""
     report_json: Path | None = None
     """Write the verdict, the first anomaly and the lab's figures here (scripts/mutants reads it)."""
+    retention_ms: int = LAB_RETENTION_MS
+    """The nodes' ``--retention-ms``: how long settled work stays live before it retires."""
 
 
 @dataclass
@@ -305,6 +313,8 @@ def run_chaos(
                     *(["--insecure"] if lab.network_faults else []),
                     "--log-compaction-min-entries",
                     str(LAB_COMPACTION_ENTRIES),
+                    "--retention-ms",
+                    str(cfg.retention_ms),
                 ],
             )
             cluster.prepare()
@@ -334,7 +344,10 @@ def run_chaos(
             workload = workload_cls(cluster.endpoints, cluster.credentials, cfg.seed, history)
             deadline = time.monotonic() + cfg.duration_s
             nemeses = threading.Thread(target=schedule.run, args=(deadline,), name="chaos-nemeses")
-            log(f"chaos: running {cfg.duration_s:.0f} s, seed {cfg.seed}, nemeses {', '.join(kinds)}")
+            log(
+                f"chaos: running {cfg.duration_s:.0f} s, seed {cfg.seed}, retention {cfg.retention_ms} ms, "
+                f"nemeses {', '.join(kinds)}"
+            )
             nemeses.start()
             try:
                 asyncio.run(_run_workload(workload, deadline))
@@ -350,7 +363,7 @@ def run_chaos(
             converge_error = _converge(cluster, monitor)
             if converge_error:
                 harness_errors.append(converge_error)
-            finals = collect_final(cluster.endpoints, cluster.credentials)
+            finals = collect_final(cluster.endpoints, cluster.credentials, runs=_runs_named(history))
             monitor.stop()
             dumps.stop()
             if cfg.history_out is not None:
@@ -382,6 +395,18 @@ def run_chaos(
     finally:
         if passed and not cfg.keep:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _runs_named(history: Any) -> list[str]:
+    """Every run the workload named (created an execution in, cancelled or read): the ids the
+    checker looks up in the history stores when a store holds more than one listing."""
+    runs: set[str] = set()
+    for op in getattr(history, "ops", ()):
+        if op.f in ("cancel_run", "read_cancel") and op.key:
+            runs.add(op.key)
+        elif op.f == "create" and isinstance(op.value, dict) and op.value.get("run"):
+            runs.add(str(op.value["run"]))
+    return sorted(runs)
 
 
 async def _run_workload(workload: Any, deadline: float) -> None:
@@ -487,6 +512,26 @@ def render(
     ]
     for name, violations in report.invariants.items():
         lines.append(f"  {name:<44}{len(violations):>10}")
+    st = report.stats
+    if "retired_runs" in st:
+        lines += [
+            "",
+            f"{f'retirement (retention {cfg.retention_ms} ms)':<46}{'count':>10}",
+            *(
+                f"  {k.replace('_', ' '):<44}{v:>10}"
+                for k, v in st.items()
+                if k.startswith("retired_")  # the final state's retire.* counters, in the checker's order
+            ),
+            f"  {'tombstones left in the final state':<44}{st.get('tombstones', 0):>10}",
+            f"  {'history records per node (min / max)':<44}"
+            f"{st.get('history_records_min', 0):>10} / {st.get('history_records_max', 0)}",
+            f"  {'acked creates found retired (per replica)':<44}{st.get('creates_found_retired', 0):>10}",
+            f"  {'acked cancels found retired (per replica)':<44}{st.get('cancels_found_retired', 0):>10}",
+            f"  {'cancel reads of retired runs, as retired':<44}"
+            f"{st.get('cancel_reads_of_retired_runs_checked', 0):>10}",
+            f"  {'cancel reads of retired runs (not checked)':<44}{st.get('cancel_reads_of_retired_runs', 0):>10}",
+            f"  {'fences of retired executions (not checked)':<44}{st.get('fences_of_retired_executions', 0):>10}",
+        ]
     if workload:
         lines += ["", f"{'workload (what the scenarios saw)':<46}{'count':>10}"]
         lines += [f"  {k:<44}{v:>10}" for k, v in workload.items()]
@@ -540,12 +585,22 @@ def parse_args(argv: Sequence[str] | None = None) -> RunConfig:
     p.add_argument("--loopback", action="store_true", help="do not use network namespaces (network faults unavailable)")
     p.add_argument("--keep", action="store_true", help="keep the run directory (node logs) even when it passes")
     p.add_argument("--report-json", type=Path, default=None, help="write the verdict and first anomaly here (JSON)")
+    p.add_argument(
+        "--retention-ms",
+        type=int,
+        default=LAB_RETENTION_MS,
+        help="the nodes' retention: settled work retires this long after it settled (minimum 1000)",
+    )
     a = p.parse_args(argv)
     kinds = [k.strip() for k in a.nemeses.split(",") if k.strip()]
     bad = [k for k in kinds if k not in ALL_KINDS]
     if bad:
         p.error(f"unknown nemeses {bad}; known: {', '.join(ALL_KINDS)}")
-    return RunConfig(a.nodes, a.duration, a.seed, kinds, a.history_out, a.loopback, a.keep, a.report_json)
+    if a.retention_ms < MIN_RETENTION_MS:
+        p.error(f"--retention-ms must be at least {MIN_RETENTION_MS}")
+    return RunConfig(
+        a.nodes, a.duration, a.seed, kinds, a.history_out, a.loopback, a.keep, a.report_json, a.retention_ms
+    )
 
 
 def write_report(path: Path, result: RunResult, wall_s: float) -> None:

@@ -526,8 +526,9 @@ def test_seeded_chaos_run_under_every_nemesis(tmp_path: Path) -> None:
     """120 s of faults on 3 nodes (~2m30 with start, heal and checks), every nemesis at least once
     (two at once, a kill right after a log compaction, a kill -9 of the whole cluster and a node
     replaced at a new address included; at 90 s the nineteen kinds did not all fit on a loaded
-    machine), the log compacting every hundred entries so that restarts restore from dumps;
-    fails with the seed and the checker's first anomaly.
+    machine), the log compacting every hundred entries so that restarts restore from dumps,
+    settled runs retiring 5 s after they settle (their acknowledged writes then checked against
+    the tombstones and the history stores); fails with the seed and the checker's first anomaly.
     ``WAITGRAPH_CHAOS_SEED`` / ``WAITGRAPH_CHAOS_DURATION`` change the run."""
     cfg = RunConfig(nodes=3, duration_s=CHAOS_DURATION_S, seed=CHAOS_SEED, history_out=tmp_path / "history.jsonl")
     result = run_chaos(cfg)
@@ -545,3 +546,9 @@ def test_seeded_chaos_run_under_every_nemesis(tmp_path: Path) -> None:
     assert sum(result.dumps.values()) > 0 and result.dump_restores, result.table
     after = [r for r in result.records if r.kind == "kill-after-compaction"]
     assert any("right after its log compaction" in r.detail for r in after), result.table
+    # The nodes run with a short retention (LAB_RETENTION_MS): runs retire, and tombstones are
+    # forgotten, while the faults act; the checker found acknowledged writes among the retired.
+    stats = result.report.stats
+    assert stats["retired_runs"] > 0 and stats["retired_executions"] > 0, result.table
+    assert stats["retired_tombstones_forgotten"] > 0, result.table
+    assert stats["creates_found_retired"] > 0, result.table

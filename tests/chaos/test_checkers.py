@@ -14,7 +14,16 @@ import pytest
 from tests.world import World
 from waitgraph.dev.localcluster import LocalCluster
 from waitgraph.statemachine import Envelope, Outcome, Result
-from waitgraph.statemachine.commands import AckCancel, Acquire, CancelRun, RecordCost, Release, RetryExecution
+from waitgraph.statemachine.commands import (
+    AckCancel,
+    Acquire,
+    CancelRun,
+    RecordCost,
+    Release,
+    RetireSettled,
+    RetryExecution,
+)
+from waitgraph.statemachine.effects import RETIREMENT_EFFECTS, RunRetired
 from waitgraph.statemachine.enums import EffectOutcome
 from waitgraph.statemachine.state import State
 
@@ -734,6 +743,112 @@ def test_a_leaked_permit_after_cancelled_stable_is_caught() -> None:
     found = violations(report, "no_leaked_permit_after_cancelled_stable")
     assert any("still holds" in v for v in found) and any("leaked holding" in v for v in found)
     assert violations(report, "state_invariants")  # the core's own structural check agrees
+
+
+# -- retirement ---------------------------------------------------------------------------------------
+
+RETENTION_MS = 5_000
+
+
+def retire_pass(w: World, later_ms: int) -> list[object]:
+    """A RetireSettled pass ``later_ms`` on; its retirement effects (what the history store keeps)."""
+    w.t += later_ms
+    out = w.m.apply(
+        Envelope(actor="node:n1", at_ms=w.t, request_id=None, command=RetireSettled(retention_ms=RETENTION_MS))
+    )
+    assert out.result is Result.APPLIED, out
+    return [fx for fx in out.effects if type(fx) in RETIREMENT_EFFECTS]
+
+
+def cancelled_run_history() -> tuple[World, History]:
+    """exec:X created in run-x (acknowledged), run-x cancelled (acknowledged at generation 1), the
+    execution acknowledges and settles CANCELLED; afterwards a read finds no such run."""
+    w = World()
+    eid = w.execution("X", run="run-x")
+    cancel_in(w, "run-x", "X", "cancel-x")
+    w.ok("agent:X", AckCancel(execution_id=eid, generation=1, cancel_generation=1, side_effects=EffectOutcome.NONE))
+    h = History()
+    # A stale read that found no run (the replica may not have had the run yet): not checked.
+    done(
+        h,
+        "r",
+        "read_cancel",
+        "run-x",
+        {"fresh": False},
+        {"generation": 0, "exists": False, "applied_index": 1, "stale": True},
+        stale=True,
+    )
+    done(h, "X", "create", eid, {"run": "run-x", "parent": None}, {"result": "APPLIED", "duplicate": False})
+    cancel_op(h, "X", "run-x", "cancel-x", 1)
+    done(h, "r", "read_cancel", "run-x", {"fresh": True}, {"generation": 0, "exists": False, "applied_index": 9})
+    return w, h
+
+
+def with_history(w: World, records: list[object]) -> list[ReplicaFinal]:
+    finals = finals_of(w.st)
+    for f in finals:
+        f.history, f.history_total = list(records), len(records)
+    return finals
+
+
+def test_a_write_that_retired_is_found_in_the_tombstones_and_the_history() -> None:
+    w, h = cancelled_run_history()
+    records = retire_pass(w, RETENTION_MS + 10)
+    assert "run-x" in w.st.retired_runs and "exec:X" not in w.st.executions
+    report = check(h, with_history(w, records))
+    assert report.ok, report.excerpt
+    assert report.stats["creates_found_retired"] == 1 and report.stats["cancels_found_retired"] == 1
+    # The fresh read that found no run came after the create was acknowledged, so after the
+    # retirement: it reads the RunRetired's generation (1), linearizable after the cancel.
+    assert report.stats["cancel_reads_of_retired_runs_checked"] == 1
+    assert report.stats["cancel_reads_of_retired_runs"] == 1  # the stale one
+    assert report.stats["retired_runs"] == 1 and report.stats["retired_executions"] == 1
+    # The tombstones forgotten a retention later: the history store alone still answers.
+    retire_pass(w, RETENTION_MS + 10)
+    assert not w.st.retired_runs and not w.st.retired_executions
+    report = check(h, with_history(w, records))
+    assert report.ok, report.excerpt
+    assert report.linearizability["cancel_generation"] == (1, 1)  # the final read is the RunRetired's
+
+
+def test_a_live_run_missing_from_a_fresh_read_is_caught_though_it_retired_later() -> None:
+    """A fresh read that finds no run after its create was acknowledged reads the retired run's
+    final generation; found before the cancel that raised it, no linearization exists."""
+    w, _ = cancelled_run_history()
+    h = History()
+    done(h, "X", "create", "exec:X", {"run": "run-x", "parent": None}, {"result": "APPLIED", "duplicate": False})
+    done(h, "r", "read_cancel", "run-x", {"fresh": True}, {"generation": 0, "exists": False, "applied_index": 5})
+    cancel_op(h, "X", "run-x", "cancel-x", 1)
+    report = check(h, with_history(w, retire_pass(w, RETENTION_MS + 10)))
+    assert report.stats["cancel_reads_of_retired_runs_checked"] == 1
+    assert report.linearizability["cancel_generation"] == (1, 0), report.excerpt
+
+
+def test_a_retired_write_missing_from_every_history_store_is_lost() -> None:
+    w, h = cancelled_run_history()
+    records = retire_pass(w, RETENTION_MS + 10)
+    # Tombstoned, but no node recorded it.
+    report = check(h, with_history(w, []))
+    lost = violations(report, "no_acknowledged_write_lost")
+    assert any("exec:X retired, but no node's history has its ExecutionRetired" in v for v in lost), lost
+    assert any("run-x retired and no node's history has its RunRetired" in v for v in lost), lost
+    # The tombstones forgotten too: neither live, nor tombstoned, nor in history.
+    retire_pass(w, RETENTION_MS + 10)
+    report = check(h, with_history(w, []))
+    lost = violations(report, "no_acknowledged_write_lost")
+    assert any("acknowledged execution exec:X does not exist" in v for v in lost), lost
+    assert any("run-x ends at cancel generation 0" in v for v in lost), lost
+    # In history, but with the cancel lost: its RunRetired says generation 0.
+    forged = [dataclasses.replace(fx, cancel_generation=0) if isinstance(fx, RunRetired) else fx for fx in records]
+    report = check(h, with_history(w, forged))
+    lost = violations(report, "no_acknowledged_write_lost")
+    assert lost == ["n1: run-x retired and its RunRetired record has cancel generation 0, but CancelRun acknowledged 1"]
+    assert report.linearizability["cancel_generation"] == (1, 0)
+    # A node whose store could not be read: no write can be told retired, and the report says so.
+    finals = with_history(w, records)
+    finals[0].history_error = "UNAVAILABLE: gone"
+    report = check(h, finals)
+    assert any("history store not read" in v for v in violations(report, "no_acknowledged_write_lost"))
 
 
 # -- end to end ---------------------------------------------------------------------------------------
