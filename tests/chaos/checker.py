@@ -888,8 +888,11 @@ class _Check:
                 dr = self.retired.decisions.get(pr.decision_id or "")
                 if dr is None:
                     continue
-                yes = sorted({v for v, ok in zip(dr.voters, dr.vote_approvals, strict=True) if ok} & voters)
-                if len(yes) < quorum:
+                approved = {v for v, ok in zip(dr.voters, dr.vote_approvals, strict=True) if ok}
+                candidates = self._configs_at(commits.get(digest), final)
+                if not any(len(approved & v) >= q for v, q in candidates):
+                    voters, quorum = candidates[0]
+                    yes = sorted(approved & voters)
                     self.fail(
                         "recovery_committed_with_votes",
                         f"{f.node_id}: retired proposal {digest[:16]} committed with approvals {yes} (quorum {quorum})",
