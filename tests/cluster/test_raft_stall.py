@@ -18,7 +18,9 @@ another, each created, started and completed (three writes). Each test asserts t
   replica afterwards, and the replicas converge to one digest.
 
 Before this change the first attack froze every node's Raft thread for 19-23 s and grew it to
-218 MB. A last test restarts a follower in the middle of a flood of idle connections.
+218 MB. A last test restarts a follower in the middle of a flood of idle connections. On a machine
+short of CPU the replay test can fail on the term (RELIABILITY.md, "The Raft port": measured,
+not fixed). The writes' throughput is printed, not asserted.
 """
 
 from __future__ import annotations
@@ -171,10 +173,10 @@ class SdkWriter:
     one child execution after another through the SDK until ``stop`` is set."""
 
     endpoints: list[str]
-    token: str
+    token: str = field(repr=False)
     run_id: str
     stop: threading.Event = field(default_factory=threading.Event)
-    acknowledged: list[str] = field(default_factory=list)
+    acknowledged: list[str] = field(default_factory=list, repr=False)
     """Executions whose three writes (create, start, complete) were all acknowledged."""
     failed: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
