@@ -481,15 +481,17 @@ def test_a_member_reconnects_through_a_flood_of_idle_connections(cluster: LocalC
         cluster.spawn(follower.node_id)
         cluster.wait_ready(follower.node_id)
 
-        def reconnected() -> bool:
+        def reconnected() -> operator_pb2.StatusResponse | None:
             try:
                 with cluster.client(timeout_s=2) as ops:
                     st = ops.status(follower.grpc_address)
             except OpsError:
-                return False  # not serving yet
-            return st.leader_id == leader.node_id and all(p.connected for p in st.peers)
+                return None  # not serving yet
+            return st if st.leader_id and all(p.connected for p in st.peers) else None
 
-        wait_for(reconnected, 30, "the restarted follower to reconnect to both members")
+        st = wait_for(reconnected, 30, "the restarted follower to know a leader and reconnect to both members")
+        # checked apart so that an election says so, rather than look like a failed reconnection
+        assert st.leader_id == leader.node_id, ("the leader changed", leader.node_id, st.leader_id, st.term)
         # a new process: its counter started at zero, so this is the flood's doing
         assert refusals(follower).get("unauthenticated_limit", 0) > 0
     finally:
