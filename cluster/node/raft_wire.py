@@ -48,7 +48,27 @@ for their handshake; one more closes the oldest (a peer completes its handshake 
 the members' established connections are never touched; one that has sent its first frame is
 evicted only after every connection that has not). The server accepts up to
 :data:`ACCEPTS_PER_EVENT` connections per event with a backlog of :data:`LISTEN_BACKLOG` (pysyncobj:
-one, and 5). Every refusal is counted by reason (:class:`Refusals`, :data:`REFUSAL_REASONS`,
+one, and 5).
+
+**The budget** (:meth:`WaitgraphTransport.admit`): what a stranger costs the Raft thread does not
+grow with the rate at which it opens connections. An accepted socket is first judged by its first
+header, peeked from the kernel without reading it (one ``recv``, one HMAC): a fresh opening frame
+that authenticates (a member) gets its ``TcpConnection`` at once; a header that does not, or an
+opening already seen (:class:`SeenOpenings`: the nonces of the last :data:`SEEN_OPENINGS` frames 0
+of accepted connections, so a recording replayed on a new connection is refused as ``replayed``,
+before the body is decrypted or the handshake answered) is closed there, with a reset, and never
+becomes a ``TcpConnection`` nor a poller registration. A socket with nothing decisive yet gets its
+connection only while a token bucket (:data:`NEW_CONNECTIONS_PER_S`, burst
+:data:`NEW_CONNECTIONS_BURST`) has a token; otherwise it waits in the lobby (at most
+:data:`LOBBY_LIMIT` sockets, peeked again every :data:`LOBBY_SWEEP_S` and once more before it is
+pushed out), which builds it when its opening arrives and closes it (``accept_budget``) when it is
+pushed out or has waited :data:`LOBBY_WAIT_S`. A member reconnecting through a flood therefore
+needs no token: its opening follows its connect by a round trip. And the server accepts at most
+:data:`ACCEPTS_PER_S` connections a second: over it, it stops polling its listening socket until
+a tick finds a token, and the kernel's backlog takes the rest. What is left per stranger's
+connection is an accept, a peek and a close (measured: RELIABILITY.md, "The Raft port").
+
+Every refusal is counted by reason (:class:`Refusals`, :data:`REFUSAL_REASONS`,
 exported as ``waitgraph_raft_refused_total``) and logged at most once per :data:`LOG_EVERY_S` per
 reason, with the count of the lines left out. A stranger gets nothing but a closed connection.
 
@@ -71,6 +91,7 @@ of every member (docs/deploy.md). From here on a node reads the versions in
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import hmac
 import logging
@@ -105,6 +126,7 @@ PBKDF2_ITERATIONS = 100_000
 """pysyncobj's (``encryptor.getEncryptor``)."""
 HKDF_INFO = b"waitgraph raft transport v2: hmac-sha256 header, aes-256-gcm-siv body"
 _FIELDS = struct.Struct(">2sBBIQ12s")
+_NONCE = slice(16, 28)
 TAG_BYTES = 16
 HEADER_BYTES = _FIELDS.size + TAG_BYTES
 AEAD_TAG_BYTES = 16
@@ -125,9 +147,25 @@ HANDSHAKE_TIMEOUT_S = 3.0
 UNAUTHENTICATED_LIMIT = 32
 """Accepted connections that may wait for their handshake at once; one more closes the oldest."""
 ACCEPTS_PER_EVENT = 64
+ACCEPTS_PER_S = 1000.0
+"""Connections accepted per second (a token bucket, burst :data:`ACCEPTS_PER_EVENT`); over it the
+server stops listening for a tick and the rest wait in the kernel's backlog."""
 LISTEN_BACKLOG = 128
 SWEEP_EVERY_S = 0.1
 LOG_EVERY_S = 10.0
+NEW_CONNECTIONS_PER_S = 32.0
+"""Accepted connections per second that get pysyncobj's connection object (a ``TcpConnection``, a
+poller registration) before their first header arrived (a token bucket); the rest wait in the lobby."""
+NEW_CONNECTIONS_BURST = 32
+LOBBY_LIMIT = 64
+"""Accepted sockets waiting, outside pysyncobj, for their first header; one more closes the oldest."""
+LOBBY_WAIT_S = 0.5
+"""A socket in the lobby whose first header has not arrived after this long is closed."""
+LOBBY_SWEEP_S = 0.05
+SEEN_OPENINGS = 8192
+"""Nonces of the opening frames (frame 0 of an accepted connection) remembered to refuse a replay."""
+CLOSE_EVERY_S = 0.02
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends a reset, no FIN, no TIME_WAIT
 
 REFUSAL_REASONS = (
     "bad_magic",
@@ -140,8 +178,13 @@ REFUSAL_REASONS = (
     "stalled",
     "handshake_timeout",
     "unauthenticated_limit",
+    "accept_budget",
+    "replayed",
 )
 """Why a connection was closed on the Raft port (the ``reason`` label of the refusal counter)."""
+
+
+_NOT_OURS = "not a waitgraph Raft frame (a stranger, or a peer older than v2)"
 
 
 class FrameRefused(Exception):
@@ -191,7 +234,7 @@ class FrameCodec:
         magic, version, flags, length, got_sequence, _ = _FIELDS.unpack(fields)
         got_direction = flags & 1  # bits 1-7: feature bits of a later release, ignored here
         if magic != MAGIC:
-            raise FrameRefused("bad_magic", "not a waitgraph Raft frame (a stranger, or a peer older than v2)")
+            raise FrameRefused("bad_magic", _NOT_OURS)
         if version not in ACCEPTED_FRAME_VERSIONS:
             raise FrameRefused(
                 "bad_version",
@@ -213,7 +256,7 @@ class FrameCodec:
     def open_body(self, header: bytes, body: bytes | bytearray) -> bytes:
         fields = header[: _FIELDS.size]
         try:
-            return self._aead.decrypt(fields[16:28], bytes(body), fields)
+            return self._aead.decrypt(fields[_NONCE], bytes(body), fields)
         except InvalidTag:
             raise FrameRefused("bad_body", "the body does not authenticate under the cluster secret") from None
 
@@ -225,10 +268,30 @@ class FrameReader:
     a refusal the reader is spent (the connection is closed). ``started_at`` is when the frame now
     in progress got its first byte (None between frames)."""
 
-    __slots__ = ("_body", "_codec", "_direction", "_filled", "_head", "_max_body", "sequence", "started_at")
+    __slots__ = (
+        "_body",
+        "_codec",
+        "_direction",
+        "_filled",
+        "_head",
+        "_max_body",
+        "_on_opening",
+        "sequence",
+        "started_at",
+    )
 
-    def __init__(self, codec: FrameCodec, *, direction: int, max_body: int = MAX_FRAME_BYTES) -> None:
+    def __init__(
+        self,
+        codec: FrameCodec,
+        *,
+        direction: int,
+        max_body: int = MAX_FRAME_BYTES,
+        on_opening: Callable[[bytes], None] | None = None,
+    ) -> None:
+        """``on_opening`` is called with the nonce of frame 0 once its header authenticated, before
+        its body is read; it may refuse the frame (:class:`SeenOpenings`)."""
         self._codec = codec
+        self._on_opening = on_opening
         self._direction = direction
         self._max_body = max_body
         self._head = bytearray()
@@ -255,9 +318,12 @@ class FrameReader:
                 pos += take
                 if len(self._head) < HEADER_BYTES:
                     break
+                head = bytes(self._head)
                 length = self._codec.open_header(
-                    bytes(self._head), sequence=self.sequence, direction=self._direction, max_body=self._max_body
+                    head, sequence=self.sequence, direction=self._direction, max_body=self._max_body
                 )
+                if self.sequence == 0 and self._on_opening is not None:
+                    self._on_opening(head[_NONCE])
                 self._body = bytearray(length)
                 self._filled = 0
             take = min(len(self._body) - self._filled, len(view) - pos)
@@ -287,7 +353,10 @@ def decode_payload(payload: bytes) -> Any:
 
 
 class Refusals:
-    """Counts of refused frames and connections by reason, and a rate-limited log line for each."""
+    """Counts of refused frames and connections by reason, and a rate-limited log line for each.
+
+    :meth:`record` is on the path a flood takes: a count under a lock and a clock read; the line
+    (and the peer's address as text) is formatted only when it is logged."""
 
     def __init__(self, clock: Callable[[], float] = monotonic_time) -> None:
         self.counts: collections.Counter[str] = collections.Counter()
@@ -300,7 +369,7 @@ class Refusals:
         with self._lock:
             return dict(self.counts)
 
-    def record(self, reason: str, detail: str, peer: str) -> None:
+    def record(self, reason: str, detail: str, peer: str | tuple[Any, ...]) -> None:
         with self._lock:
             self.counts[reason] += 1
         now = self._clock()
@@ -311,7 +380,139 @@ class Refusals:
         self._logged_at[reason] = now
         left_out = self._unlogged.pop(reason, 0)
         more = f" ({left_out} more since the last such line)" if left_out else ""
-        logger.warning("closed a Raft connection from %s: %s: %s%s", peer, reason, detail, more)
+        where = peer if isinstance(peer, str) else f"{peer[0]}:{peer[1]}"
+        logger.warning("closed a Raft connection from %s: %s: %s%s", where, reason, detail, more)
+
+
+class TokenBucket:
+    """``rate`` tokens a second, at most ``burst`` saved up; :meth:`take` spends one if there is one."""
+
+    __slots__ = ("_burst", "_clock", "_rate", "_stamp", "_tokens")
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = monotonic_time) -> None:
+        self._rate = rate
+        self._burst = float(burst)
+        self._clock = clock
+        self._tokens = float(burst)
+        self._stamp = clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._rate)
+        self._stamp = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+    def ready(self) -> bool:
+        """Whether :meth:`take` would succeed now (nothing is spent)."""
+        return self._tokens + (self._clock() - self._stamp) * self._rate >= 1.0
+
+
+_REPLAYED = "the opening frame of an earlier connection, replayed"
+_OVER_BUDGET = (
+    f"no first header within {LOBBY_WAIT_S:g} s while over the budget of new connections "
+    f"({NEW_CONNECTIONS_PER_S:g}/s), or pushed out of the lobby ({LOBBY_LIMIT})"
+)
+
+
+class SeenOpenings:
+    """The nonces of the last :data:`SEEN_OPENINGS` opening frames (frame 0 of an accepted
+    connection). A member's opening carries a fresh random nonce; one seen before is a recording
+    replayed, refused at its header (``replayed``) before its body is decrypted or the handshake
+    answered."""
+
+    __slots__ = ("_limit", "_nonces")
+
+    def __init__(self, limit: int = SEEN_OPENINGS) -> None:
+        self._limit = limit
+        self._nonces: dict[bytes, None] = {}  # insertion-ordered: the oldest is forgotten first
+
+    def __contains__(self, nonce: bytes) -> bool:
+        return nonce in self._nonces
+
+    def add(self, nonce: bytes) -> None:
+        """Remember ``nonce``, or refuse it (:class:`FrameRefused` ``replayed``) if it was seen."""
+        if nonce in self._nonces:
+            raise FrameRefused("replayed", _REPLAYED)
+        self._nonces[nonce] = None
+        if len(self._nonces) > self._limit:
+            del self._nonces[next(iter(self._nonces))]
+
+
+def _reset_on_close(sock: socket.socket) -> None:
+    """Make ``close()`` send a reset: no FIN exchange and no TIME_WAIT socket left on this node."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+
+
+def reset_close(sock: socket.socket) -> None:
+    _reset_on_close(sock)
+    sock.close()
+
+
+class Closer:
+    """Closes refused sockets on a thread of its own, every :data:`CLOSE_EVERY_S`. On one machine,
+    the close that wakes a stranger blocked in ``recv`` was the Raft thread's largest cost under a
+    replay flood (py-spy: 11% of its time at 460 connections a second, RELIABILITY.md), and
+    waking a thread to do it cost 4%; here it is a ``deque.append``, which wakes nothing."""
+
+    def __init__(self) -> None:
+        self._socks: collections.deque[socket.socket] = collections.deque()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="raft-closer", daemon=True)
+        self._thread.start()
+
+    def close(self, sock: socket.socket) -> None:
+        """Close ``sock`` with a reset (:func:`reset_close`) within :data:`CLOSE_EVERY_S`."""
+        _reset_on_close(sock)
+        self._socks.append(sock)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._close_all()
+
+    def _close_all(self) -> None:
+        socks = self._socks
+        while socks:
+            socks.popleft().close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(CLOSE_EVERY_S):
+            self._close_all()
+
+
+_PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
+_UNDECIDED, _EOF = None, ("", "")
+
+
+def screen_opening(sock: socket.socket, codec: FrameCodec, openings: SeenOpenings) -> tuple[str, str] | bool | None:
+    """Judge an accepted socket by its first header, peeked (left in the socket for the reader).
+
+    True: a fresh opening that authenticates; None: not decided yet (fewer than
+    :data:`HEADER_BYTES` arrived, and they start like a frame); ``("", "")``: the other side closed;
+    otherwise the refusal ``(reason, detail)``. One ``recv`` and, with a whole header, one HMAC."""
+    try:
+        head = sock.recv(HEADER_BYTES, _PEEK)
+    except (BlockingIOError, InterruptedError):
+        return _UNDECIDED
+    except OSError:
+        return _EOF
+    if not head:
+        return _EOF
+    if len(head) < HEADER_BYTES:
+        if MAGIC.startswith(head[:2]):
+            return _UNDECIDED
+        return ("bad_magic", _NOT_OURS)
+    try:
+        codec.open_header(head, sequence=0, direction=_DIRECTION_CONNECTOR)
+    except FrameRefused as exc:
+        return (exc.reason, exc.detail)
+    if head[_NONCE] in openings:
+        return ("replayed", _REPLAYED)
+    return True
 
 
 _DIRECTION_CONNECTOR, _DIRECTION_ACCEPTOR = 0, 1
@@ -328,6 +529,7 @@ class WaitgraphConnection(TcpConnection):  # type: ignore[misc]
 
     _outgoing: bool
     _refusals: Refusals
+    _openings: SeenOpenings | None
     _reader: FrameReader | None
     _payloads: collections.deque[bytes]
     _send_sequence: int
@@ -344,9 +546,12 @@ class WaitgraphConnection(TcpConnection):  # type: ignore[misc]
         conn._init_wire(outgoing=outgoing, refusals=refusals, peer="")
         return conn
 
-    def _init_wire(self, *, outgoing: bool, refusals: Refusals | None, peer: str) -> None:
+    def _init_wire(
+        self, *, outgoing: bool, refusals: Refusals | None, peer: str, openings: SeenOpenings | None = None
+    ) -> None:
         self._outgoing = outgoing
         self._refusals = refusals if refusals is not None else Refusals()
+        self._openings = None if outgoing else openings
         self.peer = peer
         self.accepted_at = monotonic_time()
         self._reset_frames()
@@ -362,7 +567,8 @@ class WaitgraphConnection(TcpConnection):  # type: ignore[misc]
             if not isinstance(self.encryptor, FrameCodec):
                 raise RuntimeError("a waitgraph Raft connection needs the cluster secret's FrameCodec")
             receives = _DIRECTION_ACCEPTOR if self._outgoing else _DIRECTION_CONNECTOR
-            self._reader = FrameReader(self.encryptor, direction=receives)
+            on_opening = None if self._openings is None else self._openings.add
+            self._reader = FrameReader(self.encryptor, direction=receives, on_opening=on_opening)
         return self._reader
 
     def connect(self, host: str, port: int) -> bool:
@@ -375,8 +581,11 @@ class WaitgraphConnection(TcpConnection):  # type: ignore[misc]
         super().disconnect()
 
     def refuse(self, reason: str, detail: str) -> None:
-        """Count, log (rate-limited) and close."""
+        """Count, log (rate-limited) and close (with a reset: :func:`reset_close`)."""
         self._refusals.record(reason, detail, self.peer or "?")
+        sock = self._TcpConnection__socket
+        if sock is not None:
+            _reset_on_close(sock)
         self.disconnect()
 
     def send(self, message: Any) -> None:
@@ -458,6 +667,12 @@ class WaitgraphServer(TcpServer):  # type: ignore[misc]
     pysyncobj made (before it binds)."""
 
     refusals: Refusals
+    openings: SeenOpenings
+    accepts: TokenBucket
+    paused: bool
+    on_accepted: Callable[[socket.socket, tuple[Any, ...]], None]
+    """The transport's admission (:meth:`WaitgraphTransport.admit`): it builds the connection with
+    :meth:`build`, keeps the socket in its lobby, or closes it."""
 
     def bind(self) -> None:
         super().bind()
@@ -467,34 +682,54 @@ class WaitgraphServer(TcpServer):  # type: ignore[misc]
         # ``TcpServer.__onNewConnection``, accepting up to ACCEPTS_PER_EVENT at once (pysyncobj: one
         # per tick, so a flood of connections left the members' own reconnections in the backlog).
         if event & 1:  # POLL_EVENT_TYPE.READ
+            accept, admit, accepts = self._TcpServer__socket.accept, self.on_accepted, self.accepts
             for _ in range(ACCEPTS_PER_EVENT):
+                if not accepts.take():
+                    # Over ACCEPTS_PER_S: stop polling the listening socket (it would wake every
+                    # poll) until :meth:`resume` finds a token; the kernel's backlog holds the rest.
+                    self._TcpServer__poller.unsubscribe(descr)
+                    self.paused = True
+                    break
                 try:
-                    sock, addr = self._TcpServer__socket.accept()
+                    sock, addr = accept()
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError:
                     self.unbind()
                     return
-                try:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._TcpServer__sendBufferSize)
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._TcpServer__recvBufferSize)
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    sock.setblocking(False)
-                except OSError:
-                    sock.close()
-                    continue
-                conn = WaitgraphConnection(
-                    poller=self._TcpServer__poller,
-                    socket=sock,
-                    timeout=self._TcpServer__connectionTimeout,
-                    sendBufferSize=self._TcpServer__sendBufferSize,
-                    recvBufferSize=self._TcpServer__recvBufferSize,
-                    keepalive=self._TcpServer__keepalive,
-                )
-                conn._init_wire(outgoing=False, refusals=self.refusals, peer=f"{addr[0]}:{addr[1]}")
-                self._TcpServer__onNewConnectionCallback(conn)
+                admit(sock, addr)
         if event & 4:  # POLL_EVENT_TYPE.ERROR
             self.unbind()
+
+    def resume(self) -> None:
+        """Listen again once the accept budget has a token (called every tick while paused)."""
+        fileno = self._TcpServer__fileno
+        if fileno is None:  # unbound meanwhile
+            self.paused = False
+        elif self.accepts.ready():
+            self.paused = False
+            self._TcpServer__poller.subscribe(fileno, self._TcpServer__onNewConnection, 1 | 4)  # READ | ERROR
+
+    def build(self, sock: socket.socket, addr: tuple[Any, ...]) -> None:
+        """pysyncobj's set-up of an accepted socket, as a :class:`WaitgraphConnection`."""
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._TcpServer__sendBufferSize)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._TcpServer__recvBufferSize)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            return
+        conn = WaitgraphConnection(
+            poller=self._TcpServer__poller,
+            socket=sock,
+            timeout=self._TcpServer__connectionTimeout,
+            sendBufferSize=self._TcpServer__sendBufferSize,
+            recvBufferSize=self._TcpServer__recvBufferSize,
+            keepalive=self._TcpServer__keepalive,
+        )
+        conn._init_wire(outgoing=False, refusals=self.refusals, peer=f"{addr[0]}:{addr[1]}", openings=self.openings)
+        self._TcpServer__onNewConnectionCallback(conn)
 
 
 class WaitgraphTransport(TCPTransport):  # type: ignore[misc]
@@ -508,13 +743,71 @@ class WaitgraphTransport(TCPTransport):  # type: ignore[misc]
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
         self.refusals = Refusals()
+        self.openings = SeenOpenings()
+        self.budget = TokenBucket(NEW_CONNECTIONS_PER_S, NEW_CONNECTIONS_BURST)
+        self.lobby: collections.deque[tuple[socket.socket, tuple[Any, ...], float]] = collections.deque()
+        self.closer = Closer()
         self._next_sweep = 0.0
+        self._next_lobby_sweep = 0.0
         super().__init__(syncObj, selfNode, otherNodes)
 
     def _createServer(self) -> None:
         super()._createServer()
         self._server.__class__ = WaitgraphServer
         self._server.refusals = self.refusals
+        self._server.openings = self.openings
+        self._server.on_accepted = self.admit
+        self._server.accepts = TokenBucket(ACCEPTS_PER_S, ACCEPTS_PER_EVENT)
+        self._server.paused = False
+
+    def admit(self, sock: socket.socket, addr: tuple[Any, ...]) -> None:
+        """What becomes of a socket the server just accepted (module docstring, "The budget").
+
+        Its first header, if it is already there, decides at once: a fresh opening that
+        authenticates gets its connection (a member reconnecting: no token needed), anything else
+        is refused and closed without a ``TcpConnection``. A socket with nothing decisive yet gets
+        its connection if the budget has a token, else it waits in the lobby."""
+        codec = self._syncObj.encryptor
+        verdict = screen_opening(sock, codec, self.openings) if isinstance(codec, FrameCodec) else _UNDECIDED
+        if verdict is True:
+            self._server.build(sock, addr)
+        elif verdict is _UNDECIDED:
+            if self.budget.take():
+                self._server.build(sock, addr)
+                return
+            self.lobby.append((sock, addr, monotonic_time()))
+            if len(self.lobby) > LOBBY_LIMIT:
+                old_sock, old_addr, _ = self.lobby.popleft()
+                self._leave_lobby(old_sock, old_addr, codec, final=True)
+        else:
+            self._close_refused(sock, addr, verdict)
+
+    def _close_refused(self, sock: socket.socket, addr: tuple[Any, ...], verdict: tuple[str, str]) -> None:
+        if verdict is not _EOF:
+            self.refusals.record(verdict[0], verdict[1], addr)
+        self.closer.close(sock)
+
+    def _leave_lobby(self, sock: socket.socket, addr: tuple[Any, ...], codec: Any, *, final: bool) -> bool:
+        """Screen a lobby socket again; True if it is decided (built or closed). ``final``: an
+        undecided one is closed (``accept_budget``)."""
+        verdict = screen_opening(sock, codec, self.openings)
+        if verdict is True:
+            self._server.build(sock, addr)
+        elif verdict is not _UNDECIDED:
+            self._close_refused(sock, addr, verdict)
+        elif final:
+            self._close_refused(sock, addr, ("accept_budget", _OVER_BUDGET))
+        else:
+            return False
+        return True
+
+    def _sweep_lobby(self, now: float) -> None:
+        codec = self._syncObj.encryptor
+        waiting = self.lobby
+        for _ in range(len(waiting)):
+            sock, addr, since = waiting.popleft()
+            if not self._leave_lobby(sock, addr, codec, final=now - since > LOBBY_WAIT_S):
+                waiting.append((sock, addr, since))
 
     def addNode(self, node: Any) -> None:
         super().addNode(node)
@@ -537,9 +830,20 @@ class WaitgraphTransport(TCPTransport):  # type: ignore[misc]
                 "unauthenticated_limit", f"more than {UNAUTHENTICATED_LIMIT} connections await their handshake"
             )
 
+    def destroy(self) -> None:
+        while self.lobby:
+            self.lobby.popleft()[0].close()
+        super().destroy()
+        self.closer.stop()
+
     def _onTick(self) -> None:
         super()._onTick()
+        if self._server is not None and self._server.paused:
+            self._server.resume()
         now = monotonic_time()
+        if self.lobby and now >= self._next_lobby_sweep:
+            self._next_lobby_sweep = now + LOBBY_SWEEP_S
+            self._sweep_lobby(now)
         if now < self._next_sweep:
             return
         self._next_sweep = now + SWEEP_EVERY_S

@@ -103,7 +103,9 @@ def test_crafted_pickles_on_the_raft_port_are_refused(make_cluster, tmp_path):
         # The same frame with one bit flipped (body, tag, nonce, length): fails authentication.
         for pos in (len(frame) - 1, 40, 20, 6):
             assert _send_frame(node.raft, frame[:pos] + bytes([frame[pos] ^ 1]) + frame[pos + 1 :], raw=True)
-        assert _send_frame(node.raft, frame, raw=True)
+        # The untouched frame, sealed again: the body-flipped one above carried the same nonce, and
+        # the node remembers an opening it has seen (it would be refused as ``replayed``).
+        assert _send_frame(node.raft, FrameCodec(PASSWORD).seal(payload, sequence=0, direction=0), raw=True)
     time.sleep(0.5)
     assert not marker.exists()
     for node in cluster.nodes:

@@ -336,9 +336,7 @@ def test_waiting_connections_are_capped_and_time_out(tmp_path, monkeypatch):
         obj.doTick(0.01)
         assert not transport._unknownConnections
         assert transport.refusals.snapshot() == {"unauthenticated_limit": 6, "handshake_timeout": 4}
-        for sock in socks:  # every one of them was closed by the node
-            sock.settimeout(2)
-            assert sock.recv(1) == b""
+        assert all(closed_by_node(sock) for sock in socks)
     finally:
         for sock in socks:
             sock.close()
@@ -376,6 +374,100 @@ def test_a_connection_that_sent_a_valid_frame_outlives_a_flood_of_idle_ones(tmp_
         obj.destroy()
 
 
+def closed_by_node(sock: socket.socket) -> bool:
+    """The node closed ``sock``: with a reset (a refusal, ``raft_wire.reset_close``) or a FIN."""
+    sock.settimeout(2)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_new_connections_over_the_budget_are_closed_without_a_connection_and_a_member_still_gets_through(
+    tmp_path, monkeypatch
+):
+    """A flood of idle connections: the budget's tokens get pysyncobj connections, the lobby holds
+    a few more, the rest are closed at once and counted (``accept_budget``), and so is every lobby
+    socket whose first header never comes. A member's opening gets through all the same, and a
+    recording of it replayed on a new connection is refused at its header."""
+    cfg = _two_member_config(tmp_path)
+    monkeypatch.setattr(raft_wire, "NEW_CONNECTIONS_PER_S", 0.0)
+    monkeypatch.setattr(raft_wire, "NEW_CONNECTIONS_BURST", 2)
+    monkeypatch.setattr(raft_wire, "LOBBY_LIMIT", 3)
+    obj = WaitgraphSyncObj(cfg.raft_address, list(cfg.peers), build_conf(cfg, autoTick=False), StateMachine())
+    socks = []
+    built: list[Any] = []
+    try:
+        transport = obj._SyncObj__transport
+        original_build = transport._server.build
+        monkeypatch.setattr(
+            transport._server, "build", lambda sock, addr: (built.append(addr), original_build(sock, addr))
+        )
+        obj.doTick(0.05)
+        host, port = cfg.raft_address.rsplit(":", 1)
+        idle = [socket.create_connection((host, int(port)), timeout=2) for _ in range(10)]
+        socks += idle
+        for _ in range(30):
+            obj.doTick(0.01)
+        assert len(built) == 2 and len(transport._unknownConnections) == 2  # the burst of tokens
+        assert len(transport.lobby) == 3
+        assert transport.refusals.snapshot() == {"accept_budget": 5}  # closed at once, never built
+        assert sum(closed_by_node(s) for s in idle[2:7]) == 5  # the oldest five after the tokens
+
+        opening = FrameCodec(SECRET).seal(encode_payload(os.urandom(32)), sequence=0, direction=0)
+        member = socket.create_connection((host, int(port)), timeout=2)
+        socks.append(member)
+        member.sendall(opening)
+        for _ in range(30):
+            obj.doTick(0.01)
+        member.settimeout(2)
+        assert member.recv(1) != b""  # no token left, yet it got the node's answer (its own key)
+        assert len(built) == 3
+
+        replay = socket.create_connection((host, int(port)), timeout=2)
+        socks.append(replay)
+        replay.sendall(opening)
+        for _ in range(30):
+            obj.doTick(0.01)
+        assert closed_by_node(replay)
+        assert transport.refusals.snapshot().get("replayed") == 1
+        assert len(built) == 3  # refused at its header, without a connection
+
+        for i, (sock, addr, since) in enumerate(transport.lobby):  # the lobby's wait is over
+            transport.lobby[i] = (sock, addr, since - raft_wire.LOBBY_WAIT_S - 1)
+        transport._next_lobby_sweep = 0.0
+        obj.doTick(0.01)
+        assert not transport.lobby
+        assert transport.refusals.snapshot()["accept_budget"] == 8  # every idle one but the two built
+        assert all(closed_by_node(s) for s in idle[2:])
+    finally:
+        for sock in socks:
+            sock.close()
+        obj.destroy()
+
+
+def test_the_token_bucket_refills_at_its_rate_up_to_its_burst():
+    now = [0.0]
+    bucket = raft_wire.TokenBucket(2.0, 3, clock=lambda: now[0])
+    assert [bucket.take() for _ in range(4)] == [True, True, True, False]
+    now[0] += 0.5  # one token
+    assert [bucket.take() for _ in range(2)] == [True, False]
+    now[0] += 100.0  # never more than the burst
+    assert sum(bucket.take() for _ in range(10)) == 3
+
+
+def test_the_opening_of_an_accepted_connection_is_remembered_and_a_replay_refused():
+    openings = raft_wire.SeenOpenings(limit=2)
+    codec = FrameCodec(SECRET)
+    first = [codec.seal(b"a", sequence=0, direction=0) for _ in range(3)]
+    r = FrameReader(codec, direction=0, on_opening=openings.add)
+    assert r.feed(first[0]) == [b"a"]
+    assert refused(FrameReader(codec, direction=0, on_opening=openings.add), first[0]) == "replayed"
+    for frame in first[1:]:  # the oldest is forgotten beyond the limit
+        FrameReader(codec, direction=0, on_opening=openings.add).feed(frame)
+    assert FrameReader(codec, direction=0, on_opening=openings.add).feed(first[0]) == [b"a"]
+
+
 def test_a_frame_stalled_mid_way_closes_its_connection():
     poller, sender, receiver, _ = _connection_pair()
     frame = CODEC.seal(b"slow", sequence=0, direction=0)
@@ -386,3 +478,36 @@ def test_a_frame_stalled_mid_way_closes_its_connection():
     now = receiver._reader.started_at
     assert not receiver.stalled(now + raft_wire.FRAME_TIMEOUT_S - 0.1)
     assert receiver.stalled(now + raft_wire.FRAME_TIMEOUT_S + 0.1)
+
+
+def test_over_the_accept_rate_the_server_stops_listening_until_a_token_comes(tmp_path):
+    """Past ``ACCEPTS_PER_S`` the connections stay in the kernel's backlog, unaccepted (the Raft
+    thread spends nothing on them, and the listening socket no longer wakes its poll), and are
+    accepted once the bucket refills."""
+    cfg = _two_member_config(tmp_path)
+    obj = WaitgraphSyncObj(cfg.raft_address, list(cfg.peers), build_conf(cfg, autoTick=False), StateMachine())
+    socks = []
+    now = [0.0]
+    try:
+        transport = obj._SyncObj__transport
+        server = transport._server
+        server.accepts = raft_wire.TokenBucket(1.0, 3, clock=lambda: now[0])
+        obj.doTick(0.05)
+        host, port = cfg.raft_address.rsplit(":", 1)
+        socks = [socket.create_connection((host, int(port)), timeout=2) for _ in range(6)]
+        for _ in range(30):
+            obj.doTick(0.01)
+        assert server.paused and len(transport._unknownConnections) == 3
+        now[0] += 2.0  # two tokens
+        for _ in range(30):
+            obj.doTick(0.01)
+        assert len(transport._unknownConnections) == 5 and server.paused
+        now[0] += 10.0
+        for _ in range(30):
+            obj.doTick(0.01)
+        assert len(transport._unknownConnections) == 6
+        assert transport.refusals.snapshot() == {}  # nobody was refused: they waited
+    finally:
+        for sock in socks:
+            sock.close()
+        obj.destroy()
