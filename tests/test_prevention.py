@@ -209,3 +209,38 @@ def test_refusal_matches_the_oracle_through_commands(ops: list[tuple[int, int, i
     path = tuple(str(out_with.fields["path"]).split(" "))
     assert " -> ".join(path) in out_with.message
     check_path(without.state, path, members, x, y)
+
+
+# -- the refusal as the SDK sees it ---------------------------------------------------------------
+
+
+def test_the_sdk_raises_would_deadlock_with_the_path() -> None:
+    """The replicated rejection, through the wire (outcome proto, WriteResult) to the SDK's typed
+    error: the path survives as a tuple; the command's flag survives the request round trip."""
+    import grpc
+
+    from waitgraph.proto.v1 import agent_pb2
+    from waitgraph.sdk import FailedPrecondition, WouldDeadlock
+    from waitgraph.sdk.errors import error_from_result
+    from waitgraph.wire import convert
+
+    d = Driver()
+    a, b = "exec:x0", "exec:x1"
+    d.do(RegisterWait(waiter_id=b, waiter_generation=1, target_id=a, target_generation=1, reason="w"))
+    cmd = RegisterWait(waiter_id=a, waiter_generation=1, target_id=b, target_generation=1, reason="w",
+                       refuse_deadlock=True)  # fmt: skip
+    request = convert.request_from_command(cmd, "rid-1")
+    assert request.refuse_deadlock and convert.command_from_request("RegisterWait", request) == cmd
+    before = d.state.digest()
+    out = d.m.apply(envelope(d, cmd))
+    assert out.result is Result.REJECTED and d.state.digest() == before
+    result = agent_pb2.WriteResult(
+        status_code=grpc.StatusCode.FAILED_PRECONDITION.value[0],
+        details=out.message,
+        outcome=convert.outcome_to_proto(out),
+        code=out.code,
+    )
+    err = error_from_result(result, "127.0.0.1:1", "rid-1")
+    assert isinstance(err, WouldDeadlock) and isinstance(err, FailedPrecondition)
+    assert err.path == (a, b, a)
+    assert err.fields["edge_id"] == f"{a}>{b}"
