@@ -27,6 +27,8 @@ Rules kept here:
   walks chains of one-successor nodes in a tight loop and handles each chain with list slices
   (see :func:`_components`), and the canonical output sorts only the members. The incremental
   pass walks from what changed and is proportional to what it reaches.
+- :func:`closing_path` (prevention on request) asks the same rule of the state a new wait would
+  make, before the machine opens it: it reads only what the new edge's satisfiers reach.
 
 Canonical forms (what the recovery protocol compares and replicates):
 - ``Candidate.members``: ``(execution_id, generation)`` sorted by id.
@@ -1085,9 +1087,9 @@ def closing_path(state: State, edge: WaitEdge) -> tuple[str, ...] | None:
 
     ``edge`` is a wait of its waiter's current attempt that is not in the state yet; it replaces
     the waiter's open wait on the same target, if any, and the waiter is WAITING once it is open.
-    The answer is the one a full pass over that next state would give: True exactly when the
+    The answer is the one a full pass over that next state would give: a path exactly when the
     candidate that holds the waiter has one of ``edge``'s satisfiers inside, so the new edge is
-    one of the candidate's edges. Returned as the path waiter -> target -> satisfier -> ... ->
+    one of the candidate's edges. The path runs waiter -> target -> satisfier -> ... ->
     waiter (an ``exec:`` target is its own satisfier and is named once), shortest first, ties
     broken by id; None when the edge closes no cycle.
 
