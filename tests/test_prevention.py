@@ -244,3 +244,27 @@ def test_the_sdk_raises_would_deadlock_with_the_path() -> None:
     assert isinstance(err, WouldDeadlock) and isinstance(err, FailedPrecondition)
     assert err.path == (a, b, a)
     assert err.fields["edge_id"] == f"{a}>{b}"
+
+
+def test_the_flag_is_written_only_when_set() -> None:
+    """A RegisterWait without the option keeps the bytes of the release before (no new key), so a
+    member still running it decodes it; with it, the key is there and decodes back. A map that
+    spells the default out (a hand-made one) decodes, and re-encodes canonically, without it."""
+    import msgpack
+
+    from waitgraph.statemachine.codec import decode_envelope, encode_command, encode_envelope, pack
+
+    cmd = RegisterWait(waiter_id="exec:a", waiter_generation=1, target_id="exec:b", target_generation=1, reason="w")
+    plain = msgpack.unpackb(encode_command(cmd))
+    assert "refuse_deadlock" not in plain
+    assert sorted(plain) == list(plain)
+    on = replace(cmd, refuse_deadlock=True)
+    assert msgpack.unpackb(encode_command(on))["refuse_deadlock"] is True
+    for c in (cmd, on):
+        env = Envelope(actor="agent:a", at_ms=1, request_id=None, command=c)
+        assert decode_envelope(encode_envelope(env)).command == c
+    raw = msgpack.unpackb(encode_envelope(Envelope(actor="agent:a", at_ms=1, request_id=None, command=cmd)))
+    raw["cmd"] = dict(sorted({**raw["cmd"], "refuse_deadlock": False}.items()))
+    decoded = decode_envelope(pack(raw)).command
+    assert decoded == cmd
+    assert encode_command(decoded) == encode_command(cmd)  # the decoder's shortcut keeps it canonical
