@@ -87,6 +87,7 @@ _LAZY: dict[str, str] = {
     "Voter": "waitgraph.sdk",
     "Wait": "waitgraph.sdk",
     "WaitgraphClientError": "waitgraph.sdk",
+    "WouldDeadlock": "waitgraph.sdk",
     "WatchedEvent": "waitgraph.sdk",
     "RecoveryProposed": "waitgraph.statemachine.effects",
     "CancelMode": "waitgraph.statemachine.enums",
@@ -285,6 +286,9 @@ if TYPE_CHECKING:  # the same names for type checkers, re-exported (`X as X`); t
     )
     from waitgraph.sdk import (
         WatchedEvent as WatchedEvent,
+    )
+    from waitgraph.sdk import (
+        WouldDeadlock as WouldDeadlock,
     )
     from waitgraph.statemachine import commands as commands
     from waitgraph.statemachine.effects import (

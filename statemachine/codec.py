@@ -7,6 +7,10 @@ Rules kept here:
   field or payload, or trailing bytes is a :class:`CodecError`; nothing else ever escapes.
 - Every released (kind, version) keeps a decoder; an old version is decoded by its own class
   (and upgraded by ``_UPGRADES`` when a newer version replaces it).
+- A field added to a released version (named in the class's ``ADDED``, with a default that keeps
+  the old behaviour) is written only when it differs from its default: the command's bytes stay
+  those of the release before, which a member still running it decodes during a rolling upgrade.
+  A command that sets it needs every member upgraded (the old decoder refuses the unknown key).
 """
 
 from __future__ import annotations
@@ -145,28 +149,40 @@ _UPGRADES: dict[tuple[str, int], Callable[[Any], Any]] = {}
 """(kind, old version) -> function turning the old command into the current one."""
 
 
-_LAYOUTS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+_Layout = tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]], tuple[str, ...], tuple[tuple[str, Any], ...]]
+_LAYOUTS: dict[type, _Layout] = {}
 """Message class -> its plain keys in sorted order and a getter of their values in that order
 (``kind`` and ``v`` read ``KIND`` and ``VERSION``): filled once per class, on first use. Every
 replica encodes the command of each write with a request id (its fingerprint), and calling
-``dataclasses.fields`` and sorting for each message were most of that."""
+``dataclasses.fields`` and sorting for each message were most of that. Third and fourth: the keys
+without the class's added fields, and those fields with their defaults."""
 
 
-def _layout(cls: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
+def _layout(cls: type) -> _Layout:
     layout = _LAYOUTS.get(cls)
     if layout is None:
-        names = sorted([f.name for f in dataclasses.fields(cls)] + ["kind", "v"])
+        fields = dataclasses.fields(cls)
+        names = sorted([f.name for f in fields] + ["kind", "v"])
         attrs = ["KIND" if n == "kind" else "VERSION" if n == "v" else n for n in names]
-        layout = _LAYOUTS[cls] = (tuple(names), operator.attrgetter(*attrs))
+        added_names = frozenset(getattr(cls, "ADDED", ()))
+        added = tuple(sorted((f.name, f.default) for f in fields if f.name in added_names))
+        short = tuple(n for n in names if n not in added_names)
+        layout = _LAYOUTS[cls] = (tuple(names), operator.attrgetter(*attrs), short, added)
     return layout
 
 
+def _plain_map(names: tuple[str, ...], values: tuple[Any, ...], added: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    plain = dict(zip(names, values, strict=True))
+    for name, default in added:
+        if plain[name] == default:
+            del plain[name]  # an added field at its default is not written (see the module rules)
+    return plain
+
+
 def _to_plain(obj: Any) -> dict[str, Any]:
-    names, values = _layout(type(obj))
-    return {
-        name: value.value if isinstance(value, StrEnum) else value
-        for name, value in zip(names, values(obj), strict=True)
-    }
+    names, values, _, added = _layout(type(obj))
+    plain = _plain_map(names, values(obj), added)
+    return {name: value.value if isinstance(value, StrEnum) else value for name, value in plain.items()}
 
 
 _ABSENT = object()
@@ -253,13 +269,18 @@ One entry, matched by identity: it can only return what the full encoding would.
 
 
 def encode_command(cmd: Command) -> bytes:
-    names, values = _layout(type(cmd))
+    names, values, short, added = _layout(type(cmd))
     decoded, plain = _DECODED
-    if decoded is cmd and tuple(plain) == names:
-        return pack(plain)
+    if decoded is cmd:
+        keys = tuple(plain)
+        # canonical: every key in order, an added field only when it is not at its default
+        if keys == short or (keys == names and all(plain[n] != d for n, d in added)):
+            return pack(plain)
     # pack(_to_plain(cmd)) without converting enum members: the encoder writes a StrEnum member
     # as its value, which is what _to_plain converts it to, so the bytes are the same.
-    return pack(dict(zip(names, values(cmd), strict=True)))
+    if not added:
+        return pack(dict(zip(names, values(cmd), strict=True)))
+    return pack(_plain_map(names, values(cmd), added))
 
 
 def decode_command(data: bytes) -> Command:

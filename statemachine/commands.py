@@ -188,10 +188,18 @@ class RegisterWait:
 
     Registering an edge that exists with a higher ``edge_version`` updates it; an equal or lower
     version is a recorded no-op.
+
+    ``refuse_deadlock``: refuse the wait (FAILED_PRECONDITION ``would_deadlock``, naming the
+    path) when it would close a hard cycle, i.e. when a detection pass right after it would find
+    it inside a candidate deadlock; nothing changes, so the caller re-plans instead of being
+    cancelled later. Off by default (today's behaviour), and then never encoded, so the bytes of
+    a command without it are those of the release before.
     """
 
     KIND: ClassVar[str] = "RegisterWait"
     VERSION: ClassVar[int] = 1
+    ADDED: ClassVar[tuple[str, ...]] = ("refuse_deadlock",)
+    """Fields added after this version was released (see ``codec``): written only when set."""
     waiter_id: str
     waiter_generation: int
     target_id: str
@@ -200,6 +208,7 @@ class RegisterWait:
     deadline_ms: int | None = None
     cancel_mode: CancelMode = CancelMode.COOPERATIVE
     edge_version: int = 1
+    refuse_deadlock: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,6 +27,8 @@ Rules kept here:
   walks chains of one-successor nodes in a tight loop and handles each chain with list slices
   (see :func:`_components`), and the canonical output sorts only the members. The incremental
   pass walks from what changed and is proportional to what it reaches.
+- :func:`closing_path` (prevention on request) asks the same rule of the state a new wait would
+  make, before the machine opens it: it reads only what the new edge's satisfiers reach.
 
 Canonical forms (what the recovery protocol compares and replicates):
 - ``Candidate.members``: ``(execution_id, generation)`` sorted by id.
@@ -69,6 +71,7 @@ __all__ = [
     "full_pass",
     "hard_waits",
     "still_deadlocked",
+    "closing_path",
     "wait_satisfiers",
 ]
 
@@ -1076,6 +1079,122 @@ def still_deadlocked(state: State, candidate: Candidate) -> bool:
     if len(stuck) != len(members):
         return False
     return _strongly_connected(succ)
+
+
+def closing_path(state: State, edge: WaitEdge) -> tuple[str, ...] | None:
+    """Would opening ``edge`` put it on a candidate deadlock? (``RegisterWait`` with
+    ``refuse_deadlock``.)
+
+    ``edge`` is a wait of its waiter's current attempt that is not in the state yet; it replaces
+    the waiter's open wait on the same target, if any, and the waiter is WAITING once it is open.
+    The answer is the one a full pass over that next state would give: a path exactly when the
+    candidate that holds the waiter has one of ``edge``'s satisfiers inside, so the new edge is
+    one of the candidate's edges. The path runs waiter -> target -> satisfier -> ... ->
+    waiter (an ``exec:`` target is its own satisfier and is named once), shortest first, ties
+    broken by id; None when the edge closes no cycle.
+
+    The search starts from the edge's satisfiers and follows only the projections of the waits it
+    reaches (:func:`wait_satisfiers`, the reference the detector's fast paths agree with): any
+    cycle through the new edge lies in the forward closure of its satisfiers, so nothing else is
+    read. Each execution is projected once; the work is proportional to the waits reached. Then
+    the rule of a candidate, restricted to the waiter's component: keep the executions that reach
+    the waiter and that the waiter reaches, drop those with no hard wait whose satisfiers all lie
+    in the set (a pool wait needs every holder), and again, until stable.
+    """
+    waiter = edge.waiter_id
+    first = wait_satisfiers(state, edge)
+    if first is None:
+        return None  # external, a free pool, an older version: a wait that cannot close a cycle
+    hard: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+    """Explored node -> its hard waits as (target id, satisfiers), in target-id order."""
+
+    def project(u: str) -> list[tuple[str, tuple[str, ...]]]:
+        waits = [e for e in state.waits_of(u) if e.target_id != edge.target_id] if u == waiter else state.waits_of(u)
+        out = [(e.target_id, s) for e in waits if (s := wait_satisfiers(state, e)) is not None]
+        if u == waiter:
+            out.append((edge.target_id, first))
+            out.sort()
+        return out
+
+    # Forward closure of the satisfiers among the next state's WAITING executions.
+    queue = deque(x for x in first if x == waiter or _is_waiting(state, x))
+    seen = set(queue)
+    while queue:
+        u = queue.popleft()
+        hard[u] = project(u)
+        for _, sats in hard[u]:
+            for v in sats:
+                if v not in seen and (v == waiter or _is_waiting(state, v)):
+                    seen.add(v)
+                    queue.append(v)
+    if waiter not in hard:
+        return None  # nothing the edge leads to waits (transitively) for the waiter
+    members = set(hard)
+    while True:
+        members = _component(hard, members, waiter)
+        stuck = {u for u in members if any(all(v in members for v in sats) for _, sats in hard[u])}
+        if waiter not in stuck:
+            return None
+        if len(stuck) == len(members):
+            break
+        members = stuck
+    starts = sorted(s for s in first if s in members)
+    if not starts:
+        return None  # the waiter is in a deadlock already, and this edge leads out of it
+    # The shortest way back from a satisfier to the waiter, breadth first in sorted order.
+    back: dict[str, tuple[str, str] | None] = dict.fromkeys(starts)
+    queue = deque(starts)
+    while queue:
+        u = queue.popleft()
+        if u == waiter:
+            break
+        for tid, sats in hard[u]:
+            for v in sats:
+                if v in members and v not in back:
+                    back[v] = (u, tid)
+                    queue.append(v)
+    steps = [waiter]
+    at = waiter
+    while (prev := back[at]) is not None:
+        at, tid = prev
+        if tid != steps[-1]:
+            steps.append(tid)
+        steps.append(at)
+    steps.reverse()
+    head = [waiter] if edge.target_id == steps[0] else [waiter, edge.target_id]
+    return (*head, *steps)
+
+
+def _is_waiting(state: State, execution_id: str) -> bool:
+    ex = state.executions.get(execution_id)
+    return ex is not None and ex.status is _WAITING
+
+
+def _component(hard: dict[str, list[tuple[str, tuple[str, ...]]]], members: set[str], root: str) -> set[str]:
+    """The members that ``root`` reaches and that reach ``root``, through edges inside ``members``
+    (``root`` itself only when it lies on a cycle there)."""
+    pred: dict[str, list[str]] = {u: [] for u in members}
+    for u in sorted(members):
+        for _, sats in hard[u]:
+            for v in sats:
+                if v in members:
+                    pred[v].append(u)
+
+    def reach(start: Iterable[str], nxt: Callable[[str], Iterable[str]]) -> set[str]:
+        out: set[str] = set()
+        stack = list(start)
+        while stack:
+            u = stack.pop()
+            if u not in out:
+                out.add(u)
+                stack.extend(nxt(u))
+        return out
+
+    forward = reach(
+        (v for _, sats in hard[root] for v in sats if v in members),
+        lambda u: (v for _, sats in hard[u] for v in sats if v in members),
+    )
+    return forward & reach(pred[root], pred.__getitem__)
 
 
 def _strongly_connected(succ: dict[str, list[str]]) -> bool:

@@ -75,6 +75,7 @@ from .context import (
     require_operator,
     require_session,
 )
+from .detect import closing_path
 from .effects import (
     Acquired,
     ApprovalDecided,
@@ -640,8 +641,6 @@ def _register_wait(ctx: Ctx, cmd: RegisterWait) -> Outcome:
                 agent_id=ex.agent_id,
                 limit=agent_limit,
             )
-    else:
-        st.remove_wait(existing)
     edge = WaitEdge(
         ex.execution_id,
         ex.generation,
@@ -653,9 +652,27 @@ def _register_wait(ctx: Ctx, cmd: RegisterWait) -> Outcome:
         cmd.edge_version,
         ctx.now,
     )
+    if cmd.refuse_deadlock:
+        _refuse_deadlock(ctx, edge)
+    if existing is not None:
+        st.remove_wait(existing)
     open_edge(ctx, ex, edge)
     set_status(ctx, ex, nxt, "waiting")
     return applied(ctx.fx)
+
+
+def _refuse_deadlock(ctx: Ctx, edge: WaitEdge) -> None:
+    """Refuse ``edge`` (checked, not yet open) when opening it would close a hard cycle: the
+    detector's own rule (:func:`detect.closing_path`), asked of the edges the new one reaches."""
+    path = closing_path(ctx.state, edge)
+    if path is not None:
+        eid = edge_id(edge.waiter_id, edge.target_id)
+        raise E.precondition(
+            "would_deadlock",
+            f"{eid} would close a deadlock: {' -> '.join(path)}; release or re-plan instead of waiting",
+            edge_id=eid,
+            path=" ".join(path),
+        )
 
 
 def _close_wait_cmd(ctx: Ctx, cmd: CloseWait) -> Outcome:

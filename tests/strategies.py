@@ -447,10 +447,13 @@ def _register_wait(c: _Gen, st_: State) -> Built:
         waiter_generation=_generation(c, st_, waiter_id),
         target_id=target_id,
         target_generation=_wait_target_generation(c, st_, target_id),
-        reason=_reason(c),
+        reason=(reason := _reason(c)),
         deadline_ms=deadline_ms,
         cancel_mode=c.pick(tuple(CancelMode)),
         edge_version=edge_version,
+        # a quarter of the waits ask to be refused a deadlock (a rejection must change nothing),
+        # chosen by a value already drawn, so the choices of every other command stay the same
+        refuse_deadlock=reason == "lock",
     )
     return cmd, _owner_actor(st_, waiter_id)
 

@@ -52,6 +52,7 @@ from .errors import (
     Unauthenticated,
     Unavailable,
     WaitgraphClientError,
+    WouldDeadlock,
 )
 from .operator import OperatorClient
 from .session import Assignment, Delegation, Execution, ExecutionScope, Holding, Session, Voter, Wait
@@ -140,5 +141,6 @@ __all__ = [
     "Voter",
     "Wait",
     "WaitgraphClientError",
+    "WouldDeadlock",
     "WatchedEvent",
 ]

@@ -48,13 +48,15 @@ class Client(Connection):
         local_wait_threshold_s: float | None = None,
         on_lost: Callable[[SessionLost], object] | None = None,
         voter: Voter | bool = False,
+        refuse_deadlock: bool = False,
     ) -> Session:
         """An agent session (an async context manager): joins on enter, heartbeats, watches its
         events, and leaves on exit. ``agent_id`` must be the one the token is bound to.
         ``on_lost(err)`` is called when the cluster no longer holds the session for this process
         (see :class:`~waitgraph.sdk.errors.SessionLost`). ``voter``: vote on every recovery
         proposal (``True``: by :meth:`Session.confirms`; or a callable deciding each one), for an
-        agent in the configured voter set."""
+        agent in the configured voter set. ``refuse_deadlock``: the default of every
+        ``waiting_for`` / ``holding`` of the session (see :meth:`Execution.waiting_for`)."""
         return Session(
             self,
             agent_id,
@@ -65,4 +67,5 @@ class Client(Connection):
             ),
             on_lost=on_lost,
             voter=voter,
+            refuse_deadlock=refuse_deadlock,
         )

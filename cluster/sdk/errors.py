@@ -54,6 +54,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "WaitgraphClientError",
+    "WouldDeadlock",
     "error_from_result",
     "error_from_rpc",
 ]
@@ -183,6 +184,18 @@ class RunCancelled(FailedPrecondition):
     """The run is cancelled: it admits nothing new (no start, commit, child, retry)."""
 
 
+class WouldDeadlock(FailedPrecondition):
+    """A wait registered with ``refuse_deadlock`` would have closed a hard cycle; the cluster
+    refused it and changed nothing (code ``would_deadlock``). :attr:`path` is the cycle, from
+    the waiter back to itself: execution, target, execution, ... (an ``exec:`` target is named
+    once), e.g. ``("exec:A", "exec:B", "artifact:report", "exec:C", "resource:browser", "exec:A")``.
+    """
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        return tuple(self.fields.get("path", "").split())
+
+
 class NoSession(FailedPrecondition):
     """The agent has no active session (it expired or was never joined)."""
 
@@ -249,6 +262,7 @@ _BY_CODE: dict[str, type[RpcError]] = {
     "cancel_generation_mismatch": StaleCancelGeneration,
     "run_cancelled": RunCancelled,
     "no_session": NoSession,
+    "would_deadlock": WouldDeadlock,
     "rate_limited": RateLimited,
     "too_many_outstanding": Overloaded,
     "not_leader": NotLeader,

@@ -152,9 +152,12 @@ class Session:
         local_wait_threshold_s: float,
         on_lost: Callable[[SessionLost], object] | None = None,
         voter: Voter | bool = False,
+        refuse_deadlock: bool = False,
     ) -> None:
         self.client = client
         self.agent_id = agent_id
+        self.refuse_deadlock = refuse_deadlock
+        """The default of ``refuse_deadlock`` for the session's waits and holdings."""
         self.lease_ms = lease_ms
         self.heartbeat_interval_s = heartbeat_interval_s or max(0.2, lease_ms / 3000)
         self.local_wait_threshold_s = local_wait_threshold_s
@@ -862,12 +865,17 @@ class Execution:
         deadline_ms: int | None = None,
         cancel_mode: CancelMode = CancelMode.COOPERATIVE,
         local_threshold_s: float | None = None,
+        refuse_deadlock: bool | None = None,
     ) -> Wait:
         """Register WAIT(this execution -> ``target_id``) before the block runs, close it after.
 
         ``target_generation``: the execution generation, artifact/approval version or lease the
         wait is for (default: the first, adjusted to the current one when the cluster says it is
         stale). ``local_threshold_s`` overrides the session's local threshold for this wait.
+        ``refuse_deadlock`` (default: the session's): when the wait would close a hard cycle the
+        cluster refuses it and changes nothing, and entering the block raises
+        :class:`~.errors.WouldDeadlock` with the cycle's ``path``, so the caller can re-plan
+        instead of becoming a victim later; such a wait registers at once, never locally first.
         """
         return Wait(
             self,
@@ -877,6 +885,7 @@ class Execution:
             deadline_ms=deadline_ms,
             cancel_mode=cancel_mode,
             threshold_s=local_threshold_s,
+            refuse_deadlock=self.session.refuse_deadlock if refuse_deadlock is None else refuse_deadlock,
         )
 
     def holding(
@@ -887,14 +896,25 @@ class Execution:
         timeout_s: float | None = None,
         reason: str | None = None,
         local_threshold_s: float | None = None,
+        refuse_deadlock: bool | None = None,
     ) -> Holding:
         """Hold a resource, reservation or pool permit for the block (like a redis-py/kazoo lock).
 
         When it is held by someone else the SDK registers a wait on it and blocks until it is
         released (``wait=False``: raise :class:`~.errors.Conflict` instead); the wait registers at
         once when this execution already holds a scarce resource, else after the local threshold.
+        ``refuse_deadlock`` (default: the session's): that wait is refused when it would close a
+        hard cycle, and entering raises :class:`~.errors.WouldDeadlock` (nothing is held).
         """
-        return Holding(self, target_id, wait=wait, timeout_s=timeout_s, reason=reason, threshold_s=local_threshold_s)
+        return Holding(
+            self,
+            target_id,
+            wait=wait,
+            timeout_s=timeout_s,
+            reason=reason,
+            threshold_s=local_threshold_s,
+            refuse_deadlock=self.session.refuse_deadlock if refuse_deadlock is None else refuse_deadlock,
+        )
 
     def delegate(
         self,
@@ -1087,6 +1107,7 @@ class Wait:
         cancel_mode: CancelMode = CancelMode.COOPERATIVE,
         threshold_s: float | None = None,
         immediate: bool = False,
+        refuse_deadlock: bool = False,
     ) -> None:
         self.execution = execution
         self.session = execution.session
@@ -1098,6 +1119,7 @@ class Wait:
         self.cancel_mode = cancel_mode
         self.threshold_s = threshold_s
         self.immediate = immediate
+        self.refuse_deadlock = refuse_deadlock
         self.generation = execution.generation
         self.version = 0
         self.registered = False
@@ -1129,7 +1151,8 @@ class Wait:
         self.session._attach(self)
         try:
             threshold = self.threshold_s if self.threshold_s is not None else self.session.local_wait_threshold_s
-            if self.immediate or threshold <= 0 or ex.holds_scarce:
+            # a wait that asks to be refused registers now: the refusal is the answer to entering
+            if self.immediate or self.refuse_deadlock or threshold <= 0 or ex.holds_scarce:
                 await self._register()
             else:
                 self._timer = asyncio.get_running_loop().create_task(self._register_after(threshold))
@@ -1173,6 +1196,7 @@ class Wait:
                             deadline_ms=self.deadline_ms,
                             cancel_mode=self.cancel_mode,
                             edge_version=self.version,
+                            refuse_deadlock=self.refuse_deadlock,
                         )
                     )
                 except StaleGeneration as exc:
@@ -1214,7 +1238,9 @@ class Wait:
     async def refresh(self) -> None:
         """Register the open edge again at the next version (after lost events): a wait whose
         target was resolved meanwhile comes back ``already_satisfied`` and resolves; one whose
-        execution is no longer waiting (cancelled, rolled back) fails with the cluster's reason."""
+        execution is no longer waiting (cancelled, rolled back) fails with the cluster's reason.
+        It never asks for ``refuse_deadlock``: the edge is in the graph already, and refusing to
+        refresh it would not take it out of a cycle."""
         if self._lock is None:
             return
         async with self._lock:
@@ -1370,6 +1396,7 @@ class Holding:
         reason: str | None = None,
         threshold_s: float | None = None,
         poll_interval_s: float = 0.05,
+        refuse_deadlock: bool = False,
     ) -> None:
         self.execution = execution
         self.session = execution.session
@@ -1379,6 +1406,7 @@ class Holding:
         self.reason = reason or f"waiting to acquire {target_id}"
         self.threshold_s = threshold_s
         self.poll_interval_s = poll_interval_s
+        self.refuse_deadlock = refuse_deadlock
         self.lease: int | None = None
         self.waits = 0
         """How many wait edges the acquisition registered (0: it never blocked on the cluster)."""
@@ -1390,8 +1418,10 @@ class Holding:
         deadline = None if self.timeout_s is None else loop.time() + self.timeout_s
         threshold = self.threshold_s if self.threshold_s is not None else self.session.local_wait_threshold_s
         # Below the threshold the wait stays local (polled, unregistered), unless the execution
-        # holds something scarce: then it registers before it blocks.
-        local_until = loop.time() + (threshold if threshold > 0 and not ex.holds_scarce else 0.0)
+        # holds something scarce, or asks to be refused a deadlock (the answer is wanted now):
+        # then it registers before it blocks.
+        local = threshold > 0 and not ex.holds_scarce and not self.refuse_deadlock
+        local_until = loop.time() + (threshold if local else 0.0)
         while True:
             try:
                 self.lease = await ex.acquire(self.target_id)
@@ -1409,7 +1439,14 @@ class Holding:
                 continue
             lease = held.field_int("lease")
             tg = 0 if self.target_id.startswith("pool:") else lease
-            w = Wait(ex, self.target_id, target_generation=tg, reason=self.reason, immediate=True)
+            w = Wait(
+                ex,
+                self.target_id,
+                target_generation=tg,
+                reason=self.reason,
+                immediate=True,
+                refuse_deadlock=self.refuse_deadlock,
+            )
             self.waits += 1
             try:
                 await _block(w, interrupt_task, remaining)

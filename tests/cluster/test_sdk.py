@@ -28,6 +28,7 @@ from waitgraph.sdk import (
     PermissionDenied,
     SyncClient,
     Unavailable,
+    WouldDeadlock,
 )
 from waitgraph.statemachine.effects import VictimChosen
 from waitgraph.statemachine.enums import EffectOutcome
@@ -283,6 +284,37 @@ async def test_a_short_wait_stays_local_unless_the_waiter_holds_a_lease(cluster:
                 assert w.registered and len(await waits_of(op, X)) == 1
             async with ex.waiting_for(doc, local_threshold_s=0) as w:
                 assert w.registered
+
+
+@pytest.mark.timeout(60)
+async def test_a_session_that_refuses_deadlocks_gets_the_path_and_registers_nothing(cluster: GrpcCluster) -> None:
+    """``refuse_deadlock`` as the session's default: the closing wait is refused on entry with
+    its path (registered at once, though the session keeps short waits local), nothing of it is
+    in the graph; a wait that closes nothing is registered; a call may opt out."""
+    t = tag()
+    X, Y, doc = f"exec:P-{t}", f"exec:Q-{t}", f"artifact:doc-{t}"
+    async with (
+        client(cluster, "c", local_wait_threshold_s=5) as cc,
+        client(cluster, "ops") as op,
+        cc.session("c", refuse_deadlock=True) as sc,
+    ):
+        await sc.ensure_target(doc)
+        async with (
+            sc.execution(X) as ex,
+            sc.execution(Y, run_id=f"run-q-{t}") as ey,
+            ey.waiting_for(X) as wy,  # closes nothing: registered, at once
+        ):
+            assert wy.registered and len(await waits_of(op, Y)) == 1
+            with pytest.raises(WouldDeadlock) as refused:
+                async with ex.waiting_for(Y):
+                    raise AssertionError("refused on entry")
+            assert refused.value.code == "would_deadlock"
+            assert refused.value.path == (X, Y, X)
+            assert await waits_of(op, X) == []
+            async with ex.waiting_for(doc) as w:  # nobody produces it yet: no cycle
+                assert w.registered
+            async with ex.waiting_for(doc, refuse_deadlock=False) as w:  # opted out: local
+                assert not w.registered
 
 
 @pytest.mark.timeout(60)
