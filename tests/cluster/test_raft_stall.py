@@ -469,9 +469,13 @@ def test_a_slow_loris_does_not_stall_the_cluster(cluster: LocalCluster) -> None:
 def test_a_member_reconnects_through_a_flood_of_idle_connections(cluster: LocalCluster) -> None:
     """A restarted follower must get its connections accepted while every node's budget of new
     connections and waiting slots are being used up by idle connections: its key arrives at once,
-    which lets it in without a token, and the idle ones are closed first.
+    which lets it in without a token, and the idle ones are closed first. As in a rolling upgrade,
+    the restart may cost one election (pysyncobj has no pre-vote: a member that comes back before
+    it hears a heartbeat can start one), never more, and no acknowledged write is lost; attempts
+    that fail during that election are retried by the SDK, so only final failures count.
     Last in the module: it restarts a member of the shared cluster."""
     leader = leader_of(cluster)
+    term = statuses(cluster)[leader.node_id].term
     follower = next(m for m in cluster.members if m is not leader)
     quiet_refusals(cluster)
     writer = sdk_writer(cluster, leader, "run-reconnect")
@@ -495,8 +499,9 @@ def test_a_member_reconnects_through_a_flood_of_idle_connections(cluster: LocalC
             return st if st.leader_id and all(p.connected for p in st.peers) else None
 
         st = wait_for(reconnected, 30, "the restarted follower to know a leader and reconnect to both members")
-        # checked apart so that an election says so, rather than look like a failed reconnection
-        assert st.leader_id == leader.node_id, ("the leader changed", leader.node_id, st.leader_id, st.term)
+        # at most the one election a restart may cost (said apart from a failed reconnection)
+        assert st.term <= term + 1, ("more than one election", term, st.term, st.leader_id)
+        elected = st.leader_id != leader.node_id or st.term != term
         # a new process: its counter started at zero, so this is the flood's doing (closed over the
         # budget of new connections, or pushed out of the connections waiting for their handshake)
         flooded = refusals(follower)
@@ -507,9 +512,13 @@ def test_a_member_reconnects_through_a_flood_of_idle_connections(cluster: LocalC
         for t in threads:
             t.join(30)
     assert writer.failed == [], writer.failed[:5]
-    assert writer.attempts.failed == [], writer.attempts.failed[:5]
+    if not elected:
+        assert writer.attempts.failed == [], writer.attempts.failed[:5]
     assert writer.lost == [], writer.lost
     assert len(writer.acknowledged) > 0
-    assert leader_of(cluster) is leader
+    assert statuses(cluster)[leader_of(cluster).node_id].term <= term + 1
     assert_readable_everywhere(cluster, writer)
-    print(f"\nreconnect through the flood: {writer.writes} SDK writes acknowledged, none failed")
+    print(
+        f"\nreconnect through the flood: {writer.writes} SDK writes acknowledged, none failed"
+        f"{'; the restart cost one election' if elected else ''}"
+    )
