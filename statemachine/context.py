@@ -9,6 +9,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import errors as E
@@ -156,48 +157,62 @@ def later(at_ms: int, ms: int) -> int:
     return min(at_ms + ms, INT64_MAX)
 
 
+def _missing(
+    tombstones: dict[str, int], field: str, value: str, retired: Callable[[int], str], absent: str, code: str
+) -> Rejection:
+    """``retired`` (its message from the time the tombstone says) while ``value``'s tombstone
+    lasts, else ``code`` with the ``absent`` message."""
+    at = tombstones.get(value)
+    if at is not None:
+        return E.not_found("retired", retired(at), **{field: value, "retired_at_ms": at})
+    return E.not_found(code, absent, **{field: value})
+
+
 def missing_execution(st: State, execution_id: str, what: str = "") -> Rejection:
     """The rejection for an execution that is not in the live state: ``retired`` (with when)
     while its tombstone lasts, else ``no_execution``. ``what`` names its role ("parent ")."""
-    at = st.retired_executions.get(execution_id)
-    if at is not None:
-        return E.not_found(
-            "retired",
+    return _missing(
+        st.retired_executions,
+        "execution_id",
+        execution_id,
+        lambda at: (
             f"{what}{execution_id} settled and retired at {at} ms; it is in the history store "
-            f"(`waitgraph history --execution {execution_id}`), no longer in the live state",
-            execution_id=execution_id,
-            retired_at_ms=at,
-        )
-    return E.not_found("no_execution", f"{what}{execution_id} does not exist", execution_id=execution_id)
+            f"(`waitgraph history --execution {execution_id}`), no longer in the live state"
+        ),
+        f"{what}{execution_id} does not exist",
+        "no_execution",
+    )
 
 
 def missing_target(st: State, target_id: str) -> Rejection:
     """As :func:`missing_execution`, for a target: ``retired`` (``CreateTarget`` makes it again)
     or ``no_target``."""
-    at = st.retired_targets.get(target_id)
-    if at is not None:
-        return E.not_found(
-            "retired",
+    return _missing(
+        st.retired_targets,
+        "target_id",
+        target_id,
+        lambda at: (
             f"{target_id} was idle for a retention and retired at {at} ms; it is in the history store "
-            f"(`waitgraph history --target {target_id}`); CreateTarget makes it again, afresh",
-            target_id=target_id,
-            retired_at_ms=at,
-        )
-    return E.not_found("no_target", f"{target_id} does not exist", target_id=target_id)
+            f"(`waitgraph history --target {target_id}`); CreateTarget makes it again, afresh"
+        ),
+        f"{target_id} does not exist",
+        "no_target",
+    )
 
 
 def missing_run(st: State, run_id: str) -> Rejection:
     """As :func:`missing_execution`, for a run: ``retired`` or ``no_run``."""
-    at = st.retired_runs.get(run_id)
-    if at is not None:
-        return E.not_found(
-            "retired",
+    return _missing(
+        st.retired_runs,
+        "run_id",
+        run_id,
+        lambda at: (
             f"run {run_id} settled and retired at {at} ms; it is in the history store "
-            f"(`waitgraph history --run {run_id}`), no longer in the live state",
-            run_id=run_id,
-            retired_at_ms=at,
-        )
-    return E.not_found("no_run", f"run {run_id} does not exist", run_id=run_id)
+            f"(`waitgraph history --run {run_id}`), no longer in the live state"
+        ),
+        f"run {run_id} does not exist",
+        "no_run",
+    )
 
 
 def check_fresh_ids(st: State, execution_id: str, run_id: str | None) -> None:
