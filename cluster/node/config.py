@@ -137,6 +137,9 @@ class ServeConfig:
     forward_writes: bool = True
     shutdown_grace_s: float = 2.0
     submit_timeout_s: float = 5.0
+    election_timeout_ms: int = 500
+    """A follower that hears no leader for between this and twice this starts an election; at
+    least 400 (pysyncobj wants it above three heartbeat periods of 100 ms)."""
     log_level: str = "INFO"
     log_format: str = "auto"
     """json, console, or auto: console when stderr is a terminal, else json (cluster/node/logs.py)."""
@@ -224,6 +227,9 @@ KEYS: dict[str, str] = {
     "forward_writes": "forward writes received by a follower to the leader (else UNAVAILABLE + leader hint)",
     "shutdown_grace_s": "how long in-flight RPCs may finish on SIGTERM",
     "submit_timeout_s": "how long a write waits for its outcome before UNAVAILABLE (outcome unknown)",
+    "election_timeout_ms": "Raft election timeout: a follower that hears no leader for between this and twice "
+    "this starts an election (failover takes about as long); raise it where processes pause longer (a loaded "
+    "VM, slow disk flushes), as etcd's --election-timeout",
     "log_level": "DEBUG, INFO, WARNING or ERROR",
     "log_format": "json (one object per line), console, or auto: console on a terminal, else json",
     "metrics_addr": "host:port to serve Prometheus /metrics on (default: not served)",
@@ -514,6 +520,7 @@ def resolve(
         forward_writes=_bool(setting("forward_writes"), "forward_writes", problems),
         shutdown_grace_s=_float(setting("shutdown_grace_s"), "shutdown_grace_s", problems),
         submit_timeout_s=_float(setting("submit_timeout_s"), "submit_timeout_s", problems),
+        election_timeout_ms=_int(setting("election_timeout_ms"), "election_timeout_ms", problems, 400),
         fsync=_bool(setting("fsync"), "fsync", problems),
         rate_limit_per_s=_float(setting("rate_limit_per_s"), "rate_limit_per_s", problems),
         rate_limit_burst=_int(setting("rate_limit_burst"), "rate_limit_burst", problems, 1),

@@ -333,7 +333,7 @@ def build_conf(cfg: RaftConfig, **overrides: Any) -> SyncObjConf:
         raftMinTimeout=cfg.raft_min_timeout_s,
         raftMaxTimeout=cfg.raft_max_timeout_s,
         leaderFallbackTimeout=cfg.leader_fallback_timeout_s,
-        connectionTimeout=cfg.connection_timeout_s,
+        connectionTimeout=max(cfg.connection_timeout_s, cfg.raft_max_timeout_s),  # pysyncobj wants >=
         connectionRetryTime=cfg.connection_retry_s,
         commandsQueueSize=cfg.max_outstanding,
         commandsWaitLeader=False,

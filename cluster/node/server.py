@@ -142,6 +142,8 @@ class NodeProcess:
                 data_dir=cfg.data_dir,
                 password=cfg.secret,
                 submit_timeout_s=cfg.submit_timeout_s,
+                raft_min_timeout_s=cfg.election_timeout_ms / 1000,
+                raft_max_timeout_s=2 * cfg.election_timeout_ms / 1000,
                 fsync=cfg.fsync,
                 log_compaction_min_entries=cfg.log_compaction_min_entries,
                 directory=tuple((p.raft_address, p.node_id, p.grpc_address or "") for p in cfg.peers),

@@ -61,9 +61,16 @@ AGENT = "a"
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     # The token rate limit is off: the writer writes as fast as it can, and a RESOURCE_EXHAUSTED
-    # retry would be a failed attempt that has nothing to do with the Raft port.
+    # retry would be a failed attempt that has nothing to do with the Raft port. The election
+    # timeout is 3-6 s: fresh-clone CI runs on this 2-core VM saw every node's Raft thread stop
+    # for 2.5-2.9 s at the same instant, no attack running (the host, not the port), and a 0.5-1 s
+    # timeout turned such a pause into an election; the attack this file guards against froze
+    # the Raft thread for 19-23 s, which 3-6 s still turns into one.
     lc = LocalCluster(
-        root=tmp_path_factory.mktemp("stall"), mode="shadow", http=True, serve_args=["--rate-limit-per-s", "0"]
+        root=tmp_path_factory.mktemp("stall"),
+        mode="shadow",
+        http=True,
+        serve_args=["--rate-limit-per-s", "0", "--election-timeout-ms", "3000"],
     )
     try:
         lc.start()
