@@ -289,17 +289,23 @@ class Node:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
 
-_LIVE: set[subprocess.Popen[bytes]] = set()
-"""Every node process started and not yet reaped: killed at exit whatever happens."""
+def _load_script(name: str) -> Any:
+    """A sibling script imported as a module (scripts/ is not a package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def _kill_all() -> None:
-    for proc in list(_LIVE):
-        with contextlib.suppress(Exception):
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(5)
-        _LIVE.discard(proc)
+_PROCESSES = _load_script("etcd_bench")
+_LIVE: set[subprocess.Popen[bytes]] = _PROCESSES._LIVE
+"""Every node process started and not yet reaped, waitgraph's and etcd's (one registry, the etcd
+script's): killed at exit whatever happens."""
+_kill_all = _PROCESSES.kill_all
 
 
 atexit.register(_kill_all)
@@ -1305,18 +1311,6 @@ async def run(st: Settings, root: Path, results: dict[str, Any], errors: dict[st
 # -- waitgraph beside etcd, same run, alternating (issue #20; #15's durable vs --no-fsync) ----------
 
 
-def _load_script(name: str) -> Any:
-    """A sibling script imported as a module (scripts/ is not a package)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @dataclass
 class VersusSettings:
     rounds: int
@@ -2052,8 +2046,6 @@ def main() -> int:
         return 130
     finally:
         _kill_all()
-        if "etcd_bench" in sys.modules:
-            sys.modules["etcd_bench"].kill_all()
         if st.keep:
             print(f"kept {root}", file=sys.stderr)
         else:
