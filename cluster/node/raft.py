@@ -480,6 +480,10 @@ under the lock (an apply started or ended in between): :meth:`RaftNode.read_imag
 under the lock."""
 
 
+READER_NICE = 10
+"""How much lower than the node's the forked reader's scheduling priority is (``os.nice``)."""
+
+
 def _image_child(
     fd: int,
     image: Callable[[StateMachine], bytes],
@@ -493,6 +497,9 @@ def _image_child(
     code = 1
     try:
         _enter_child(keep=fd)  # first: SIGINT/SIGTERM stay the parent's even on the way out
+        # a reader (the live view's build) must not take a core from the node's ticks and replies
+        # on a busy machine: it works at a lower priority, and is late rather than the node
+        os.nice(READER_NICE)
         if moved():
             code = IMAGE_MOVED
             return
