@@ -20,7 +20,8 @@ Columns:
   made after the page asked). Warm (best of ``--repeat`` loads): the node answers at once with its
   last build while the feed asks for a new one: the first drawing, and the first drawing of the
   build the feed calls current (with the heartbeats, that is a fresh build each time).
-- ``view / graph KB``: the panels' JSON and the whole graph's (raw, and gzip as sent).
+- ``view / focus / graph KB``: the panels' JSON, the graph's focus (the cycles' neighbourhood: what
+  the page fetches while its toolbar is untouched) and the whole graph's (raw, and gzip as sent).
 - ``reader ms``: CPU of the forked reader per build (detection pass, both documents); ``server ms``:
   the node's own thread per build (parsing the panels, gzip); median of the builds.
 - ``node CPU ms/s open / closed``: the node process and its reaped readers (psutil), per second
@@ -107,13 +108,22 @@ def measure(n: int, seconds: float, repeat: int, browser: str | None) -> dict[st
         try:
             cold = warm = current = fresh = float("nan")
             cold_phases: dict[str, int] = {}
+            fresh_phases: Any = None
             drawn: Any = "-"
             with contextlib.ExitStack() as stack:
                 if browser is not None:
                     page = stack.enter_context(showcase.browser_page(browser))
                     cold = showcase.open_view(page, url, timeout_s=60)[1]
                     cold_phases = page.evaluate("liveview.firstTiming")
+                    nav = page.evaluate(
+                        "(n => [n.redirectEnd, n.requestStart, n.responseStart, n.responseEnd])"
+                        "(performance.getEntriesByType('navigation')[0])"
+                    )
+                    cold_phases["page"] = "redirected {:.0f}, asked {:.0f}, first byte {:.0f}, loaded {:.0f}".format(
+                        *nav
+                    )
                     fresh = showcase.fresh_render_s(page, timeout_s=60)
+                    fresh_phases = page.evaluate("[liveview.freshTiming, liveview.feedLog]")
                     loads = [showcase.open_view(page, url, timeout_s=60) for _ in range(repeat)]
                     warm = min(first for first, _ in loads)
                     current = min(now for _, now in loads)
@@ -143,6 +153,8 @@ def measure(n: int, seconds: float, repeat: int, browser: str | None) -> dict[st
             "view_kb": med("view_bytes") / 1024,
             "graph_kb": med("graph_bytes") / 1024,
             "gzip_kb": med("graph_gzip_bytes") / 1024,
+            "focus_kb": med("focus_bytes") / 1024,
+            "focus_gzip_kb": med("focus_gzip_bytes") / 1024,
             "reader_ms": med("reader_cpu_ms"),
             "server_ms": med("server_cpu_ms"),
             "open": open_rate * 1000,
@@ -156,6 +168,7 @@ def measure(n: int, seconds: float, repeat: int, browser: str | None) -> dict[st
             "rss": rss_mb,
             "drawn": drawn,
             "cold_phases": cold_phases,
+            "fresh_phases": fresh_phases,
             "build_ms": med("build_ms"),
         }
     finally:
@@ -173,18 +186,19 @@ def main() -> None:
         print("no chromium on PATH (apt-get install chromium): no first-render figures, and no page open")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
     print(
-        "| executions | first render s (cold / cold fresh / warm / warm current) | view KB | graph KB (gzip) "
+        "| executions | first render s (cold / cold fresh / warm / warm current) | view KB "
+        "| focus KB (gzip) | graph KB (gzip) "
         "| reader ms | server ms | node CPU ms/s (page open / closed) | lock ms, under the lock (median / max) "
         "| fork ms (median / max) | reforks | node RSS MB | builds | drawn |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     notes: list[dict[str, Any]] = []
     for n in (int(s) for s in ns.sizes.split(",")):
         r = measure(n, ns.seconds, ns.repeat, browser)
         notes.append(r)
         print(
             f"| {r['executions']:,} | {r['cold']:.2f} / {r['fresh']:.2f} / {r['warm']:.2f} / {r['current']:.2f} "
-            f"| {r['view_kb']:.1f} "
+            f"| {r['view_kb']:.1f} | {r['focus_kb']:.1f} ({r['focus_gzip_kb']:.1f}) "
             f"| {r['graph_kb']:.0f} ({r['gzip_kb']:.0f}) | {r['reader_ms']:.0f} | {r['server_ms']:.1f} "
             f"| {r['open']:.0f} / {r['closed']:.0f} | {r['lock_med']:.2f} / {r['lock_max']:.2f} "
             f"| {r['fork_med']:.2f} / {r['fork_max']:.2f} | {r['reforks']} | {r['rss']:.0f} "
@@ -194,11 +208,17 @@ def main() -> None:
     for r in notes:
         p = r["cold_phases"] or {}
         print(
-            f"cold page at {r['executions']:,}, its first graph fetch: asked at {p.get('start', '-')} ms, answered at "
+            f"cold page at {r['executions']:,} (the page itself, ms from navigation: {p.get('page', '-')}), "
+            f"its first graph fetch ({p.get('part', '-')}): asked at {p.get('start', '-')} ms, answered at "
             f"{p.get('reply', '-')}, parsed {p.get('parsed', '-')}, indexed {p.get('indexed', '-')}, drawn "
             f"{p.get('drawn', '-')} (ms from navigation); a build on the node (fork to parsed, median): "
             f"{r['build_ms']:.0f} ms"
         )
+        if r["fresh_phases"]:
+            t, feed = r["fresh_phases"]
+            print(
+                f"  its first fresh drawing: {t}; the feed's first messages (ms, graph version, commit index): {feed}"
+            )
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
 
 

@@ -4,8 +4,9 @@ Three documents, each a pure function of one state:
 - :func:`build` (``/api/view`` and ``/api/graph``): the panels (every current cycle and its
   state, each decision's victim with every candidate's score on every policy term, decisions and
   epochs, open recoveries and their votes, unconverged cancellations, quarantines, the rollout
-  mode and admission), the summary strip (:func:`summary`), and the whole wait graph in a compact
-  form the page filters and lays out itself (:func:`graph`). It reads everything, including a
+  mode and admission), the summary strip (:func:`summary`), the whole wait graph in a compact
+  form the page filters and lays out itself (:func:`graph`), and its focus, the part near the
+  cycles that the page draws first (:func:`focus`). It reads everything, including a
   full detection pass: the node runs it on a forked copy-on-write image of its replica
   (``RaftNode.read_image``), so the replica's lock is held only to read its write counter (the
   node forks right after letting go of it).
@@ -210,24 +211,117 @@ def graph(st: State, cycles: Any, decisions: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-_FRAME = struct.Struct("!Qd")
+FOCUS_HOPS = 6
+"""The most execution hops the page's toolbar offers (``f-hops``): the focus covers up to these."""
+FOCUS_MAX_NODES = 2000
+"""The focus holds every node within h hops of the cycles for the largest h <= FOCUS_HOPS that
+keeps it at most this many nodes (a tenth of the page's work at 10,000 executions, or less)."""
+
+
+def focus(doc: dict[str, Any], max_hops: int = FOCUS_HOPS, max_nodes: int = FOCUS_MAX_NODES) -> dict[str, Any] | None:
+    """What the page draws first: the part of :func:`graph`'s document within ``hops`` execution
+    hops of the cycles' members and victims (a target on the way costs no hop; the page's own rule,
+    ``selectNodes`` in static/liveview.js), for the largest ``hops`` <= ``max_hops`` that keeps it
+    at most ``max_nodes`` nodes; None when there is no cycle or its members alone are more.
+
+    Rows keep the whole document's order and every edge between two kept nodes is kept, so the
+    page's walk over this part, from the same seeds and at most ``hops``, takes the same steps in
+    the same order as over the whole graph and draws the same picture. Besides the rows:
+    ``focus`` (``hops``; the whole graph's ``executions`` and ``targets`` counts) and ``outside``
+    (executions that produce a kept target but are not kept: its label names them).
+    """
+    execs = {row[0] for row in doc["executions"]}
+    target_ids = {row[0] for row in doc["targets"]}
+    adj: dict[str, list[str]] = {}
+
+    def link(a: str, b: str) -> None:
+        adj.setdefault(a, []).append(b)
+        adj.setdefault(b, []).append(a)
+
+    for tid, _kind, _version, satisfier, holders in doc["targets"]:
+        for h in holders:
+            if h in execs:
+                link(tid, h)
+        if satisfier in execs and satisfier not in holders:
+            link(tid, satisfier)
+    for waiter, target, *_ in doc["waits"]:
+        if waiter in execs:
+            link(waiter, target)
+    seeds = [
+        eid
+        for eid in dict.fromkeys([*doc["victims"], *(m for c in doc["cycles"] for m in c["members"])])
+        if eid in execs
+    ]
+    if not seeds or len(seeds) > max_nodes:
+        return None
+    # 0-1 breadth-first: executions cost a hop, targets none
+    dist = dict.fromkeys(seeds, 0)
+    frontier = list(seeds)
+    for hop in range(max_hops + 1):
+        level = list(frontier)
+        nxt: list[str] = []
+        while level:
+            node = level.pop()
+            for n in adj.get(node, ()):
+                if n in dist:
+                    continue
+                if n in execs:
+                    if hop < max_hops:
+                        dist[n] = hop + 1
+                        nxt.append(n)
+                else:
+                    dist[n] = hop
+                    level.append(n)
+        frontier = nxt
+    within = Counter(dist.values())
+    hops, total = -1, 0
+    for h in range(max_hops + 1):
+        total += within[h]
+        if total > max_nodes:
+            break
+        hops = h
+    if hops < 0:
+        return None
+    kept = {n for n, d in dist.items() if d <= hops}
+    targets = [row for row in doc["targets"] if row[0] in kept]
+    outside = sorted({row[3] for row in targets if row[3] in execs and row[3] not in kept})
+    return {
+        **doc,
+        "executions": [row for row in doc["executions"] if row[0] in kept],
+        "targets": targets,
+        "waits": [row for row in doc["waits"] if row[0] in kept and row[1] in kept],
+        "focus": {
+            "hops": hops,
+            "executions": len(execs),
+            "targets": len(target_ids | {w[1] for w in doc["waits"]} - execs),
+        },
+        "outside": outside,
+    }
+
+
+_FRAME = struct.Struct("!QQd")
 
 
 def build(m: StateMachine) -> bytes:
-    """Both documents of one state, framed: a header (the panels' length, this build's CPU
-    seconds), the panels, the graph (JSON). The node runs it in its forked reader, where all of it
-    is the child's CPU, none of it under the node's lock."""
+    """The documents of one state, framed: a header (the panels' and the focus's lengths, this
+    build's CPU seconds), the panels, the graph's focus (empty when there is none, :func:`focus`),
+    the whole graph (JSON). The node runs it in its forked reader, where all of it is the child's
+    CPU, none of it under the node's lock."""
     cpu0 = time.process_time()
     snap = snapshot(m)
     view = _dumps(document(snap))
-    picture = _dumps(graph(m.state, snap.cycles, picture_decisions(snap.cycles, snap.decisions)))
-    return _FRAME.pack(len(view), time.process_time() - cpu0) + view + picture
+    whole = graph(m.state, snap.cycles, picture_decisions(snap.cycles, snap.decisions))
+    near = focus(whole)
+    part = b"" if near is None else _dumps(near)
+    picture = _dumps(whole)
+    return _FRAME.pack(len(view), len(part), time.process_time() - cpu0) + view + part + picture
 
 
-def unframe(data: bytes) -> tuple[bytes, bytes, float]:
-    """(panels, graph, CPU seconds) of :func:`build`'s bytes."""
-    n, cpu_s = _FRAME.unpack_from(data)
-    return data[_FRAME.size : _FRAME.size + n], data[_FRAME.size + n :], cpu_s
+def unframe(data: bytes) -> tuple[bytes, bytes, bytes, float]:
+    """(panels, focus or b"", graph, CPU seconds) of :func:`build`'s bytes."""
+    n, k, cpu_s = _FRAME.unpack_from(data)
+    at = _FRAME.size
+    return data[at : at + n], data[at + n : at + n + k], data[at + n + k :], cpu_s
 
 
 def _dumps(doc: Any) -> bytes:
@@ -493,6 +587,16 @@ class NodeInfo:
     """Returns a waitgraph.node.raft.RaftStatus (role, term, commit index, leader's Raft address, quorum)."""
     peers_by_raft: dict[str, str] = field(default_factory=dict)
     """Raft address -> node id, to name the leader."""
+
+    def commit_index(self) -> int | None:
+        """The commit index this node knows now, None while its Raft status is unavailable."""
+        if self.raft_status is None:
+            return None
+        try:
+            return int(self.raft_status().commit_index)
+        except Exception as exc:  # stopping, restoring
+            logger.debug("liveview: no Raft status: %r", exc)
+            return None
 
     def describe(self, applied_index: int) -> dict[str, Any]:
         out: dict[str, Any] = {"node_id": self.node_id, "applied_index": applied_index, "stale": True}

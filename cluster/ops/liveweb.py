@@ -6,7 +6,9 @@
 Routes: ``/`` the page (cluster/ops/static/), ``/events`` its live feed (server-sent events: the
 panels, the summary strip and the graph's version, once a second while something changed or the
 node's Raft view did), ``/api/view`` the same panels as one JSON document, ``/api/graph`` the whole
-wait graph in compact form (the page filters it and lays out what it draws), ``/api/details?id=``
+wait graph in compact form (the page filters it and lays out what it draws; ``?part=focus`` only the
+cycles' neighbourhood, which the page draws first and keeps current while its toolbar is untouched),
+``/api/details?id=``
 one execution or target, ``/login`` and ``/logout``, ``/metrics`` (Prometheus, open, like
 ``--metrics-addr``).
 
@@ -72,6 +74,9 @@ IDLE_CHECK_S = 1.0
 COOKIE = "waitgraph_token"
 MAX_FORM_BYTES = 4096
 STATIC_DIR = Path(str(resources.files("waitgraph.ops").joinpath("static")))
+PAGE = (STATIC_DIR / "liveview.html").read_text(encoding="utf-8")
+_COMMIT_META = '<meta name="waitgraph-commit-index" content="">'
+"""The page, served with the node's commit index in this tag (a number: nothing an agent wrote)."""
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -116,6 +121,9 @@ class Built:
     graph: bytes
     graph_gzip: bytes
     stats: dict[str, float]
+    focus: bytes = b""
+    """The part the page draws first (:func:`~waitgraph.ops.liveview.focus`), b"" when none."""
+    focus_gzip: bytes = b""
 
 
 class Documents:
@@ -140,16 +148,25 @@ class Documents:
         cur = self._current
         if cur is None:
             return await self.latest()
-        if self._due(cur) and (self._refresh is None or self._refresh.done()):
-            self._refresh = asyncio.get_running_loop().create_task(self.latest(), name="waitgraph-liveview-build")
-            self._refresh.add_done_callback(_quiet)
+        self.refresh_if_due()
         return cur
+
+    def refresh_if_due(self) -> None:
+        """Start a rebuild behind the last build when one is due (:meth:`_due`), never waited for:
+        an operator's page is being served, and its feed will want a state as new as the node's."""
+        cur = self._current
+        if cur is not None and self._due(cur):
+            self._start_refresh()
 
     def warm(self) -> None:
         """Start the first build now, if there is none yet: the login form or the page is being
         served, and the page will ask for it. Only ever the first build (so a request without
         credentials can cause one build per node lifetime, no more), never waited for."""
-        if self._current is None and (self._refresh is None or self._refresh.done()) and not self._lock.locked():
+        if self._current is None and not self._lock.locked():
+            self._start_refresh()
+
+    def _start_refresh(self) -> None:
+        if self._refresh is None or self._refresh.done():
             self._refresh = asyncio.get_running_loop().create_task(self.latest(), name="waitgraph-liveview-build")
             self._refresh.add_done_callback(_quiet)
 
@@ -205,15 +222,16 @@ class Documents:
     async def _build(self) -> Built:
         t0 = time.perf_counter()
         data, applied, cost = await self.replica.image(liveview.build)
-        panels, graph, reader_cpu_s = liveview.unframe(data)
+        panels, near, graph, reader_cpu_s = liveview.unframe(data)
 
-        def finish() -> tuple[dict[str, Any], bytes, float]:
+        def finish() -> tuple[dict[str, Any], bytes, bytes, float]:
             c0 = time.thread_time()
             view = json.loads(panels)
             packed = gzip.compress(graph, 5)
-            return view, packed, time.thread_time() - c0
+            near_packed = gzip.compress(near, 5) if near else b""
+            return view, packed, near_packed, time.thread_time() - c0
 
-        view, packed, server_cpu_s = await asyncio.get_running_loop().run_in_executor(None, finish)
+        view, packed, near_packed, server_cpu_s = await asyncio.get_running_loop().run_in_executor(None, finish)
         self.builds += 1
         stats = {
             "lock_ms": cost["lock_s"] * 1000,
@@ -225,8 +243,10 @@ class Documents:
             "view_bytes": len(panels),
             "graph_bytes": len(graph),
             "graph_gzip_bytes": len(packed),
+            "focus_bytes": len(near),
+            "focus_gzip_bytes": len(near_packed),
         }
-        return Built(applied, view, graph, packed, stats)
+        return Built(applied, view, graph, packed, stats, near, near_packed)
 
 
 # -- the node's side -------------------------------------------------------------------------------------------
@@ -391,8 +411,13 @@ class LiveView:
         gate = self._gate(request, page=True)
         if gate is not None:
             return gate
-        self.docs.warm()  # while the browser loads the page and its scripts
-        return web.FileResponse(STATIC_DIR / "liveview.html")
+        # while the browser loads the page and its scripts: the first build, or (an operator's page,
+        # spaced as any rebuild) a new one, which the page's feed will want as soon as it connects
+        self.docs.warm()
+        self.docs.refresh_if_due()
+        commit = self.node.commit_index()
+        html = PAGE.replace(_COMMIT_META, _COMMIT_META.replace('""', f'"{commit}"')) if commit is not None else PAGE
+        return web.Response(text=html, content_type="text/html")
 
     async def login_form(self, request: web.Request) -> web.StreamResponse:
         self.docs.warm()
@@ -427,10 +452,17 @@ class LiveView:
             built = await self.docs.current()
         except Unreadable as exc:
             return web.json_response({"error": "unavailable", "message": str(exc)}, status=503)
-        headers = {"Content-Type": "application/json", "X-Graph-Version": str(built.applied_index)}
+        # ?part=focus: the cycles' neighbourhood the page draws first, when there is one
+        near = request.query.get("part") == "focus" and bool(built.focus)
+        plain, packed = (built.focus, built.focus_gzip) if near else (built.graph, built.graph_gzip)
+        headers = {
+            "Content-Type": "application/json",
+            "X-Graph-Version": str(built.applied_index),
+            "X-Graph-Part": "focus" if near else "whole",
+        }
         if "gzip" in request.headers.get("Accept-Encoding", ""):
-            return web.Response(body=built.graph_gzip, headers={**headers, "Content-Encoding": "gzip"})
-        return web.Response(body=built.graph, headers=headers)
+            return web.Response(body=packed, headers={**headers, "Content-Encoding": "gzip"})
+        return web.Response(body=plain, headers=headers)
 
     async def api_details(self, request: web.Request) -> web.StreamResponse:
         refused = self._gate(request)

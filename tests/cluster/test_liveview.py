@@ -9,6 +9,7 @@ import itertools
 import json
 from collections.abc import AsyncIterator
 from importlib import resources
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -176,6 +177,22 @@ async def test_security_headers_static_files_and_metrics() -> None:
         assert (await c.get("/metrics")).status == 404  # not served without a registry
 
 
+async def test_the_page_says_the_commit_index_it_was_served_at() -> None:
+    status = SimpleNamespace(commit_index=77)
+    info = liveview.NodeInfo("n1", lambda: status)
+    view = liveweb.LiveView(liveweb.InProcessReplica(ring_world().m, lambda: 42), tokens(), info)
+    async with TestClient(TestServer(liveweb.make_app(view))) as c:
+        html = await (await c.get("/", headers=bearer(OPERATOR))).text()
+        assert '<meta name="waitgraph-commit-index" content="77">' in html
+        status.commit_index = 78  # read when each page is served
+        assert 'content="78"' in await (await c.get("/", headers=bearer(OPERATOR))).text()
+    async with TestClient(TestServer(liveweb.make_app(make_view(ring_world())))) as c:  # no Raft status
+        assert (
+            '<meta name="waitgraph-commit-index" content="">'
+            in await (await c.get("/", headers=bearer(OPERATOR))).text()
+        )
+
+
 # -- content --------------------------------------------------------------------------------------------------
 
 
@@ -249,6 +266,76 @@ async def test_the_graph_document_has_every_node_the_cycle_and_the_victim(client
     [cycle] = g["cycles"]
     assert cycle["kind"] == "confirmed" and sorted(cycle["members"]) == [f"exec:pipe-{x}" for x in "abcd"]
     assert g["victims"] == {"exec:pipe-d": "d1"}
+
+
+async def test_the_focus_part_is_served_when_asked_and_the_whole_graph_otherwise() -> None:
+    w = ring_world()
+    w.execution("loner")  # far from the ring: in the whole graph, not in its focus
+    w.hold("exec:loner", "resource:elsewhere")
+    async with TestClient(TestServer(liveweb.make_app(make_view(w)))) as c:
+        whole = await c.get("/api/graph", headers=bearer(OPERATOR))
+        near = await c.get("/api/graph?part=focus", headers={**bearer(OPERATOR), "Accept-Encoding": "gzip"})
+        assert whole.headers["X-Graph-Part"] == "whole" and near.headers["X-Graph-Part"] == "focus"
+        assert near.headers["X-Graph-Version"] == whole.headers["X-Graph-Version"] == "42"
+        g, f = await whole.json(), await near.json()
+    assert "exec:loner" in [x[0] for x in g["executions"]] and "focus" not in g
+    assert [x[0] for x in f["executions"]] == [f"exec:pipe-{x}" for x in "abcd"]
+    assert f["focus"] == {"hops": liveview.FOCUS_HOPS, "executions": 5, "targets": 5}
+    assert "resource:elsewhere" in [t[0] for t in g["targets"]] and "resource:elsewhere" not in [
+        t[0] for t in f["targets"]
+    ]
+    assert f["cycles"] == g["cycles"] and f["victims"] == g["victims"]
+
+
+def test_the_focus_is_every_node_within_the_most_hops_that_fit() -> None:
+    # exec:a and exec:b wait on each other's locks; c waits on a's lock (1 hop) and on artifact:far,
+    # produced by f (2 hops), and on exec:g (2 hops); d waits on c's output (2 hops); e stands alone
+    ex = lambda i: [f"exec:{i}", 1, "WAITING", 0, 0]  # noqa: E731
+    doc: dict[str, Any] = {
+        "runs": ["r"],
+        "agents": ["g"],
+        "reasons": ["why"],
+        "statuses": ["WAITING"],
+        "kinds": ["artifact", "resource"],
+        "executions": [ex(i) for i in "gfedcba"],
+        "targets": [
+            ["resource:x", "resource", 1, None, ["exec:a"]],
+            ["resource:y", "resource", 1, None, ["exec:b"]],
+            ["artifact:far", "artifact", 0, "exec:f", []],
+            ["artifact:c-out", "artifact", 0, "exec:c", []],
+            ["resource:z", "resource", 1, None, ["exec:e"]],
+        ],
+        "waits": [
+            ["exec:d", "artifact:c-out", 0, 1, 0],
+            ["exec:c", "artifact:far", 0, 1, 0],
+            ["exec:c", "exec:g", 0, 1, 0],
+            ["exec:c", "resource:x", 0, 1, 0],
+            ["exec:b", "resource:x", 0, 1, 0],
+            ["exec:a", "resource:y", 0, 1, 0],
+        ],
+        "cycles": [{"digest": "c1", "kind": "confirmed", "members": ["exec:a", "exec:b"]}],
+        "victims": {"exec:b": "d1"},
+    }
+
+    def kept(f: dict[str, Any] | None) -> list[str]:
+        assert f is not None
+        return [r[0] for r in f["executions"]] + [r[0] for r in f["targets"]]
+
+    one = liveview.focus(doc, max_hops=1)
+    assert one is not None and one["focus"] == {"hops": 1, "executions": 7, "targets": 5}
+    # the whole document's order; a target on the way costs no hop (artifact:far is at hop 1)
+    assert kept(one) == ["exec:c", "exec:b", "exec:a", "resource:x", "resource:y", "artifact:far", "artifact:c-out"]
+    assert one["waits"] == [w for w in doc["waits"] if w[0] != "exec:d" and w[1] != "exec:g"]  # between kept nodes
+    assert one["outside"] == ["exec:f"]  # artifact:far's producer, named in its label
+    two = liveview.focus(doc)
+    assert two is not None and "exec:e" not in kept(two) and "resource:z" not in kept(two)
+    assert two["focus"]["hops"] == liveview.FOCUS_HOPS and two["outside"] == []
+    assert set(kept(two)) == {*kept(one), "exec:f", "exec:d", "exec:g"}
+    # the most hops that fit: 4 nodes within 0 hops, 7 within 1
+    assert liveview.focus(doc, max_nodes=6)["focus"]["hops"] == 0  # type: ignore[index]
+    assert kept(liveview.focus(doc, max_nodes=4)) == ["exec:b", "exec:a", "resource:x", "resource:y"]
+    assert liveview.focus(doc, max_nodes=3) is None  # the cycle alone is more
+    assert liveview.focus({**doc, "cycles": [], "victims": {}}) is None  # nothing to focus on
 
 
 async def test_a_click_gets_the_details_with_edges_holders_and_scores(client: TestClient[Any, Any]) -> None:

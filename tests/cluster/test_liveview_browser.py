@@ -176,6 +176,8 @@ def test_ten_thousand_executions_first_render_filter_and_search(crowd: LocalClus
         assert sorted(on_screen(page, RING)) == RING
         assert "Executions (10007)" in page.inner_text("#sum-status")  # the ring's seven and the crowd
         assert "Open waits (20006)" in page.inner_text("#sum-waits")
+        # drawn from the focus (the cycles' neighbourhood, a few KB), the toolbar untouched
+        assert page.evaluate("[liveview.firstTiming.part, liveview.graph.focus !== null]") == ["focus", True]
         # a run filter narrows the graph to that run
         page.fill("#f-run", "run-042")
         page.dispatch_event("#f-run", "change")
@@ -187,6 +189,13 @@ def test_ten_thousand_executions_first_render_filter_and_search(crowd: LocalClus
         # search finds an id, draws it and shows its details
         page.fill("#f-run", "")
         page.dispatch_event("#f-run", "change")
+        # the toolbar fetched the whole graph; drawn from it, the default view is what the focus drew
+        assert page.evaluate("liveview.graph.focus") is None
+        page.wait_for_function(
+            "ids => liveview.cy.nodes().length === ids.length"
+            " && ids.every(id => liveview.cy.getElementById(id).length)",
+            arg=first,
+        )
         page.fill("#f-search", "crowd-04242")
         page.click("#f-go")
         page.wait_for_function("() => document.getElementById('details').dataset.id === 'exec:crowd-04242'")

@@ -1,6 +1,8 @@
-// waitgraph live view: a feed of server-sent events (/events) for the panels, the whole wait graph
+// waitgraph live view: a feed of server-sent events (/events) for the panels, the wait graph
 // (/api/graph) fetched when its version moves, and a cytoscape.js drawing of the part that matters:
 // the cycles and their k-hop neighbourhood, or what the filters select, at most MAX_DRAWN nodes.
+// While the toolbar is untouched the page fetches only the cycles' neighbourhood (?part=focus, a few
+// KB); the whole graph (MBs at 10,000 executions) once the operator reaches for a filter or search.
 //
 // Every id, reason and signature comes from agents. They reach the DOM only as text
 // (textContent, createTextNode, setAttribute on fixed attribute names), never as markup, and the
@@ -10,19 +12,24 @@
 const MAX_DRAWN = 300; // nodes drawn at once: beyond this a layout stops being readable
 const GRAPH_MIN_MS = 1000; // the graph is fetched at most this often (more when it is large)
 const RETRY_MAX_MS = 10000;
+const FEED_LOG = 10;
 
 const live = {
   lastOk: 0,
   failures: 0,
   source: null,
   doc: null, // the latest view document
-  graph: null, // the indexed graph (indexGraph)
+  graph: null, // the indexed graph (indexGraph): the whole of it, or its focus (graph.focus set)
+  wantWhole: false, // the toolbar was used: fetch the whole graph, not the focus
+  afterWhole: null, // what to do once the whole graph is here (a search asked before it was)
   graphVersion: null,
   fetching: false,
   graphTimer: null, // at most one pending graph fetch
   timing: null, // the last graph fetch's phases (ms since navigation): for the benchmark
   firstTiming: null, // the first graph fetch's (the cold page's, in the benchmark)
-  openedAt: null, // the node's commit index in the first view document this page got
+  freshTiming: null, // the fetch that first drew a state as new as the node's when the page opened
+  feedLog: [], // the first FEED_LOG feed messages: [ms since navigation, graph version, commit index]
+  openedAt: null, // the node's commit index when it served the page (else in the first view document)
   lastGraphAt: 0,
   graphCostMs: 0,
   pinned: new Set(), // ids found by search: drawn with their neighbourhood whatever the filters
@@ -161,7 +168,7 @@ function summary(doc) {
 
 // -- the graph: the whole of it, indexed ----------------------------------------------------------
 
-function indexGraph(doc, version) {
+function indexGraph(doc, version, part) {
   const execs = new Map();
   const targets = new Map();
   const adj = new Map(); // id -> Set of neighbour ids (either direction)
@@ -201,7 +208,30 @@ function indexGraph(doc, version) {
     for (const m of c.members) if (cycleOf.get(m) !== "confirmed") cycleOf.set(m, c.kind);
   }
   const kinds = [...new Set([...doc.kinds, ...[...targets.values()].map((t) => t.kind)])].sort();
-  return { version, execs, targets, adj, edges, cycleOf, victims: doc.victims, cycles: doc.cycles, runs: doc.runs, agents: doc.agents, statuses: doc.statuses, kinds };
+  // a focus (liveview.focus on the node): every node within focus.hops of the cycles, the whole
+  // graph's counts, and the executions that produce a kept target without being kept
+  const focus = part === "focus" && doc.focus ? doc.focus : null;
+  const outside = new Set(doc.outside || []);
+  return { version, focus, outside, execs, targets, adj, edges, cycleOf, victims: doc.victims, cycles: doc.cycles, runs: doc.runs, agents: doc.agents, statuses: doc.statuses, kinds };
+}
+
+// Whether graph g has everything filters f draw: the whole graph does; a focus, the default view
+// (cycles, no filter, nothing found) up to its hops (selectNodes then takes the same steps over it).
+function covers(g, f) {
+  if (!g.focus) return true;
+  return f.cycles && !f.run && !f.agent && !f.status && !f.kind && !live.pinned.size && f.hops <= g.focus.hops;
+}
+
+// The toolbar is in use: from now on fetch the whole graph (at once, whatever its version), then `then`.
+function wantWhole(then) {
+  live.wantWhole = true;
+  if (then) live.afterWhole = then;
+  if (live.graph && !live.graph.focus) {
+    live.afterWhole = null;
+    if (then) then();
+    return;
+  }
+  maybeFetchGraph();
 }
 
 function filters() {
@@ -297,7 +327,8 @@ function elementsFor(g, ids) {
       nodes.push({ group: "nodes", data: sized({ id, label }, 8), classes: cls.join(" ") });
     } else {
       const t = g.targets.get(id);
-      const label = t.satisfier && !g.execs.has(t.satisfier) ? `${id}\n(${t.satisfier})` : id;
+      const known = g.execs.has(t.satisfier) || g.outside.has(t.satisfier);
+      const label = t.satisfier && !known ? `${id}\n(${t.satisfier})` : id;
       nodes.push({ group: "nodes", data: sized({ id, label }, 14), classes: `target k-${t.kind}` });
     }
   }
@@ -392,6 +423,11 @@ function drawGraph() {
   const g = live.graph;
   if (!g) return;
   const f = filters();
+  if (!covers(g, f)) {
+    text("graph-note", "Fetching the whole graph for the filters…");
+    wantWhole();
+    return;
+  }
   const { ids, note } = selectNodes(g, f);
   const els = elementsFor(g, ids);
   const cy = ensureCy();
@@ -422,9 +458,10 @@ function drawGraph() {
   }
   if (live.selected && cy.getElementById(live.selected).length) cy.getElementById(live.selected).select();
   const execs = [...ids].filter((id) => g.execs.has(id)).length;
+  const total = g.focus || { executions: g.execs.size, targets: g.targets.size };
   text(
     "graph-counts",
-    `${execs} of ${g.execs.size} executions, ${ids.size - execs} of ${g.targets.size} targets drawn, at applied index ${g.version}`,
+    `${execs} of ${total.executions} executions, ${ids.size - execs} of ${total.targets} targets drawn, at applied index ${g.version}`,
   );
   text("graph-note", note);
   const box = document.getElementById("graph");
@@ -464,22 +501,30 @@ async function fetchGraph() {
   window.liveviewFirstGraph = null;
   const t0 = early ? early.askedAt : performance.now();
   try {
-    const reply = await (early ? early.reply : fetch("/api/graph", { cache: "no-store", credentials: "same-origin" }));
+    const url = early || !live.wantWhole ? "/api/graph?part=focus" : "/api/graph";
+    const reply = await (early ? early.reply : fetch(url, { cache: "no-store", credentials: "same-origin" }));
     if (reply.status === 401 || reply.status === 403) return window.location.assign("/login");
     if (!reply.ok) throw new Error(`HTTP ${reply.status}`);
     const t1 = performance.now();
     const doc = await reply.json();
     const t2 = performance.now();
     const got = Number(reply.headers.get("X-Graph-Version"));
-    live.graph = indexGraph(doc, got);
+    const part = reply.headers.get("X-Graph-Part") || "whole";
+    live.graph = indexGraph(doc, got, part);
     live.graphVersion = got;
     const t3 = performance.now();
     fillChoices(live.graph);
     const t4 = performance.now();
     drawGraph();
-    live.timing = { start: Math.round(t0), reply: Math.round(t1), parsed: Math.round(t2), indexed: Math.round(t3), choices: Math.round(t4), drawn: Math.round(performance.now()) };
+    live.timing = { part, start: Math.round(t0), reply: Math.round(t1), parsed: Math.round(t2), indexed: Math.round(t3), choices: Math.round(t4), drawn: Math.round(performance.now()) };
     live.firstTiming = live.firstTiming || live.timing;
+    if (!live.freshTiming && document.body.dataset.freshRenderMs) live.freshTiming = { ...live.timing, version: got, openedAt: live.openedAt };
     if (live.selected) showDetails(live.selected);
+    if (!live.graph.focus && live.afterWhole) {
+      const then = live.afterWhole;
+      live.afterWhole = null;
+      then();
+    }
   } finally {
     live.fetching = false;
     live.lastGraphAt = Date.now();
@@ -490,11 +535,12 @@ async function fetchGraph() {
 
 function maybeFetchGraph() {
   const doc = live.doc;
-  if (!doc || live.fetching || doc.graph_version === live.graphVersion) return;
+  const upgrade = live.wantWhole && live.graph && live.graph.focus; // the toolbar needs the whole graph: now
+  if (live.fetching || (!upgrade && (!doc || doc.graph_version === live.graphVersion))) return;
   // a large graph costs the browser (and the node) more: refresh it less often, once the page
   // has drawn a build its feed called current and a state as new as the node's when the page
   // opened (until then, at once: that is the first render)
-  const wait = document.body.dataset.currentRenderMs && document.body.dataset.freshRenderMs
+  const wait = !upgrade && document.body.dataset.currentRenderMs && document.body.dataset.freshRenderMs
     ? Math.max(GRAPH_MIN_MS, 4 * live.graphCostMs) - (Date.now() - live.lastGraphAt)
     : 0;
   if (wait > 0) {
@@ -542,6 +588,7 @@ function suggest() {
   const g = live.graph;
   const q = document.getElementById("f-search").value.trim();
   if (!g || q.length < 2) return;
+  if (g.focus) return wantWhole(suggest);
   const found = [];
   for (const m of [g.execs, g.targets]) {
     for (const id of m.keys()) {
@@ -895,6 +942,7 @@ function rollout(doc) {
 
 function render(doc) {
   live.doc = doc;
+  if (live.feedLog.length < FEED_LOG) live.feedLog.push([Math.round(performance.now()), doc.graph_version, doc.node.commit_index]);
   if (live.openedAt === null) live.openedAt = doc.node.commit_index ?? doc.node.applied_index;
   document.body.dataset.appliedIndex = String(doc.node.applied_index);
   badges(doc);
@@ -962,6 +1010,8 @@ function connect() {
 }
 
 function wire() {
+  const served = document.querySelector('meta[name="waitgraph-commit-index"]');
+  if (served && served.content) live.openedAt = Number(served.content);
   const form = document.getElementById("filters");
   const redraw = () => {
     live.fitNext = true;
@@ -970,17 +1020,28 @@ function wire() {
   for (const id of ["f-cycles", "f-hops", "f-status", "f-kind"]) document.getElementById(id).addEventListener("change", redraw);
   for (const id of ["f-run", "f-agent"]) document.getElementById(id).addEventListener("change", redraw);
   document.getElementById("f-search").addEventListener("input", suggest);
-  form.addEventListener("submit", (ev) => {
-    ev.preventDefault();
+  // reaching for a filter or the search box: the whole graph is fetched (once, then kept current)
+  form.addEventListener("focusin", (ev) => {
+    if (ev.target.id !== "f-fit" && ev.target.id !== "f-reset") wantWhole();
+  });
+  const find = () => {
     const q = document.getElementById("f-search").value.trim();
     const id = findId(q);
     if (id) focusOn(id);
     else text("graph-note", q ? `Nothing on this replica matches ${JSON.stringify(q)}.` : "");
+  };
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    if (live.graph && live.graph.focus) {
+      text("graph-note", "Fetching the whole graph to search it…");
+      wantWhole(find);
+    } else find();
   });
   document.getElementById("f-fit").addEventListener("click", fit);
   document.getElementById("f-reset").addEventListener("click", () => {
     form.reset();
     live.pinned.clear();
+    live.wantWhole = false; // back to the cycles: the focus is enough again, from the next version
     redraw();
   });
   connect();
