@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -29,6 +30,8 @@ import pytest
 
 from waitgraph.dev import showcase
 from waitgraph.dev.localcluster import LocalCluster
+from waitgraph.sdk import Client
+from waitgraph.statemachine.commands import Heartbeat
 
 from .harness import REPO
 
@@ -142,6 +145,41 @@ def test_ten_executions_the_cycle_on_screen_the_victim_marked_its_scores_a_click
         page.wait_for_function("() => liveview.cy.getElementById('exec:pipe-f').length > 0", timeout=20_000)
         assert page.evaluate("liveview.graphVersion") > version
         assert page.evaluate("performance.getEntriesByType('navigation').length") == 1  # never reloaded
+
+
+@needs_browser
+def test_a_tab_left_open_holds_one_graph_one_drawing_and_one_feed(ring: LocalCluster) -> None:
+    """The applied index moves every 0.25 s (heartbeats) for a dozen feed messages and as many
+    graph fetches: the page's DOM, its drawing and what it keeps stay the same size."""
+    assert BROWSER is not None and ring.credentials is not None
+    stop = threading.Event()
+
+    async def heartbeats() -> None:
+        assert ring.credentials is not None
+        async with Client(ring.endpoints, ring.credentials.agents["pipe-g"]) as client:
+            while not stop.is_set():
+                await client.submit(Heartbeat(agent_id="pipe-g"))
+                await asyncio.sleep(0.25)
+
+    sizes = (
+        "[document.getElementsByTagName('*').length, liveview.cy.elements().length, liveview.feedLog.length,"
+        " liveview.graph.edges.length, Number(document.body.dataset.updates), liveview.graphVersion]"
+    )
+    with showcase.browser_page(BROWSER) as page, ThreadPoolExecutor(1) as pool:
+        showcase.open_view(page, follower_url(ring))
+        writer = pool.submit(asyncio.run, heartbeats())
+        try:
+            start = page.evaluate(sizes)
+            page.wait_for_function(f"() => Number(document.body.dataset.updates) >= {start[4] + 3}", timeout=30_000)
+            before = page.evaluate(sizes)
+            page.wait_for_function(f"() => Number(document.body.dataset.updates) >= {before[4] + 12}", timeout=60_000)
+            after = page.evaluate(sizes)
+        finally:
+            stop.set()
+            writer.result(30)
+    assert after[5] > before[5] > start[5]  # the graph was fetched again as the index moved
+    assert after[:2] == before[:2] and after[3] == before[3], (before, after)  # DOM, drawing, graph
+    assert after[2] == 10  # the first ten feed messages kept for the benchmark, no more
 
 
 @needs_browser
