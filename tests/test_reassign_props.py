@@ -166,7 +166,15 @@ def _one_round(w: World, c: Candidate) -> None:
                 continue
             r = moved[tid]
             cluster_approver, run_approvers = approvers
-            assert r.to_id in {cluster_approver, *run_approvers.values()}
+            waiter_runs = {
+                w.st.executions[e.partition(">")[0]].run_id for e, _ in c.edges if e.partition(">")[2] == tid
+            }
+            assert {run_approvers.get(run, cluster_approver) for run in waiter_runs} == {r.to_id}
+            assert r.to_id not in c.member_ids, "the approver is trapped in the cycle it should break"
+            if r.to_id.startswith("exec:"):
+                approver = w.st.executions[r.to_id]
+                assert approver.run_id not in waiter_runs, "the approver is inside the waiter's run"
+                assert r.to_generation == approver.generation
             assert r.from_id == old[3] and r.from_id in c.member_ids
             assert row[3:6] == (r.to_id, r.to_generation, old[5])
             assert row[:3] == old[:3] and row[6:] == old[6:]
@@ -192,7 +200,13 @@ def test_reassign_cancels_no_one_and_shadow_changes_nothing(w: World) -> None:
         if len(w.st.recovery.decisions) == decided:
             break
     snap = w.st.snapshot()
-    assert State.restore(snap).snapshot() == snap
+    restored = State.restore(snap)
+    assert restored.snapshot() == snap
+    rb, again = w.st.recovery, restored.recovery
+    assert (again.approver, again.run_approvers) == (rb.approver, rb.run_approvers)
+    assert [(d.remedies, d.reassigned) for d in again.decisions.values()] == [
+        (d.remedies, d.reassigned) for d in rb.decisions.values()
+    ]
 
 
 def test_without_an_approver_reassign_never_applies() -> None:
@@ -217,6 +231,15 @@ def test_without_an_approver_reassign_never_applies() -> None:
     # An approver of the same run set cluster-wide is not independent of this run's cycle.
     w.ok("operator:op", SetApprover(approver_id=s))
     assert plan(w.st, c).reason == "approver_in_cycle"
+    # Nor is one of the same run outside the cycle (a run's own setting refuses it up front).
+    w.agent("u")
+    w.ok(
+        "agent:s",
+        CreateExecution(execution_id="exec:u", run_id="run-1", parent_id=s, agent_id="u", observed_cancel_generation=0),
+    )
+    w.ok("operator:op", SetApprover(approver_id="exec:u"))
+    assert plan(w.st, c).reason == "approver_in_run"
+    assert w.do("operator:op", SetApprover(approver_id="exec:u", run_id="run-1")).code == "approver_in_run"
     w.ok("operator:op", SetApprover(approver_id=None))
     (out,) = w.recover()
     assert out.ok
