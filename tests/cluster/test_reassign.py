@@ -126,3 +126,10 @@ def test_an_approval_trapped_in_a_cycle_is_reassigned_only_when_an_approver_is_c
     assert "approval:ok-approver from exec:S-approver@g1 to human:alice" in text
     assert "Nobody was cancelled or released." in text
     assert "reassign applied (1_approval_to_independent_approver); victim not_needed" in text
+
+    # The other forms docs/recovery.md shows: cluster-wide, printed, cleared.
+    assert ok_json(cluster, "approver", "human:bob")["result"] == "APPLIED"
+    assert ok_json(cluster, "approver")["approver"] == "human:bob"
+    assert ok_json(cluster, "approver", "--clear")["result"] == "APPLIED"
+    assert ok_json(cluster, "approver", "--clear", "--run", "run-approver")["result"] == "APPLIED"
+    assert ok_json(cluster, "approver")["approver"] is None
