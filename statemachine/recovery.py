@@ -493,8 +493,7 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
         rb.epoch += 1  # 1. the epoch, before anything moves
         ctx.fx.append(EpochCommitted(epoch=rb.epoch, digest=c.digest))
         rb.trajectory_of(c.signature).recover(rb.epoch, ctx.now, cfg.livelock_repeats + 1)
-        st.bump("recovery.committed")
-        st.bump("recovery.reassigned")
+        st.bump("recovery.reassigned")  # not recovery.committed: that one counts rollbacks
         _count_outcome(st, mode, "reassigned")
         d = decide(DecisionKind.REASSIGN, "approval_provider_in_cycle", None, kept, rb.epoch)  # 2.
         reassign.apply(ctx, d)  # 3. PROVIDED_BY moves; old provider, approver and waiters learn it

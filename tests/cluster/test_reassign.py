@@ -15,9 +15,16 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.world import World
 from waitgraph.dev.localcluster import LocalCluster
-from waitgraph.proto.v1 import agent_pb2_grpc
+from waitgraph.ops import liveview
+from waitgraph.proto.v1 import agent_pb2_grpc, operator_pb2
+from waitgraph.sdk.views import decision_from_view
 from waitgraph.statemachine import commands as C
+from waitgraph.statemachine.codec import effect_from_plain, effect_to_plain
+from waitgraph.statemachine.detect import full_pass
+from waitgraph.statemachine.recovery_state import DecisionKind, Reassignment
+from waitgraph.statemachine.retire import decision_from_retired, decision_retired
 from waitgraph.wire import convert
 
 from .test_cli import LEASE_MS, leader_and_followers, ok_json, until, wg
@@ -133,3 +140,46 @@ def test_an_approval_trapped_in_a_cycle_is_reassigned_only_when_an_approver_is_c
     assert ok_json(cluster, "approver", "--clear")["result"] == "APPLIED"
     assert ok_json(cluster, "approver", "--clear", "--run", "run-approver")["result"] == "APPLIED"
     assert ok_json(cluster, "approver")["approver"] is None
+
+
+def test_a_reassign_decision_reaches_the_history_store_the_wire_the_sdk_and_the_live_view() -> None:
+    """No cluster: the record's every path, from a REASSIGN decided on the core."""
+    w = World()
+    setup, waits = delegation("h")
+    for agent, cmd in [*setup, *waits]:
+        w.ok(f"agent:{agent}", cmd)
+    w.configure(max_rollback=2)
+    w.ok("operator:op", C.SetApprover(approver_id="human:alice", run_id="run-h"))
+    assert len(full_pass(w.st)) == 1
+    assert all(o.ok for o in w.recover())
+    (d,) = w.st.recovery.decisions.values()
+    assert d.kind is DecisionKind.REASSIGN
+    moved = Reassignment("approval:ok-h", "exec:S-h", 1, "human:alice", 0)
+    assert d.reassigned == [moved] and [r for r, _, _ in d.remedies] == ["prevent", "reorder", "reassign", "victim"]
+
+    # the history store keeps the retirement effect as canonical JSON and rebuilds the decision
+    plain = effect_to_plain(decision_retired(d, 99))
+    assert decision_from_retired(effect_from_plain(plain)) == d  # type: ignore[arg-type]
+    older = {k: v for k, v in plain.items() if not k.startswith(("remedy_", "reassigned_"))}
+    before = decision_from_retired(effect_from_plain(older))  # type: ignore[arg-type]
+    assert before.remedies == [] and before.reassigned == []  # a record stored before this release
+
+    # the wire (ExplainDecision / ListDecisions), the SDK's Decision, the live view's JSON
+    view = operator_pb2.DecisionView.FromString(convert.decision_view(d).SerializeToString())
+    assert convert.enum_member(DecisionKind, view.kind) is DecisionKind.REASSIGN
+    sdk = decision_from_view(view)
+    assert sdk.reassigned == (("approval:ok-h", "exec:S-h", 1, "human:alice", 0),)
+    assert sdk.remedies == tuple(d.remedies)
+    doc = liveview.decision_json(view)
+    assert doc["kind"] == "REASSIGN" and doc["victims"] == [] and doc["acted"] is True
+    assert [r["remedy"] for r in doc["remedies"]] == ["prevent", "reorder", "reassign", "victim"]
+    assert doc["remedies"][2] == {"remedy": "reassign", "outcome": "applied", "reason": d.remedies[2][2]}
+    assert doc["reassigned"] == [
+        {
+            "approval_id": "approval:ok-h",
+            "from_id": "exec:S-h",
+            "from_generation": 1,
+            "to_id": "human:alice",
+            "to_generation": 0,
+        }
+    ]
