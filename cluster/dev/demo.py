@@ -4,7 +4,7 @@
     python -m waitgraph.dev.demo agent s1 a       # one agent process (the driver starts these)
 
 The driver starts three ``waitgraph serve`` nodes (:class:`waitgraph.dev.localcluster.LocalCluster`, the
-launcher ``waitgraph dev`` uses) in rollout mode ``auto``, then plays three scenarios. Every agent
+launcher ``waitgraph dev`` uses) in rollout mode ``auto``, then plays five scenarios. Every agent
 is its own process using the SDK (:mod:`waitgraph.sdk`) over gRPC; the driver only starts them,
 releases them at the moments that make the interleaving of the seed happen, and watches the
 cluster as an operator (``WatchEvents``, ``Cycles``, ``ExplainDecision``, ``Graph``):
