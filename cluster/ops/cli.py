@@ -596,7 +596,9 @@ def explain(s: _Session, decision: str, fresh: bool | None) -> None:
 @click.option("--run", "run_id", default="", help="only decisions about this run's executions")
 @click.option(
     "--kind",
-    type=click.Choice(["victim", "tie_break", "shadow", "reconciliation", "escalation"], case_sensitive=False),
+    type=click.Choice(
+        ["victim", "tie_break", "shadow", "reconciliation", "escalation", "reassign"], case_sensitive=False
+    ),
     default=None,
     help="only this kind of decision",
 )

@@ -116,6 +116,8 @@ def test_an_approval_trapped_in_a_cycle_is_reassigned_only_when_an_approver_is_c
         }
     ]
 
+    (only,) = ok_json(cluster, "decisions", "--kind", "reassign")["decisions"]
+    assert only["decision_id"] == moved["decision_id"]
     graph = ok_json(cluster, "graph", "--run", "run-approver")
     assert sorted((e["execution_id"], e["status"], e["generation"]) for e in graph["executions"]) == [
         ("exec:S-approver", "WAITING", 1),
