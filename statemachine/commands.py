@@ -315,6 +315,21 @@ class SetMode:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SetApprover:
+    """Name the independent approver for the cluster (``run_id`` none) or for one run.
+
+    ``approver_id`` is a ``human:`` id (an outside approver) or an ``exec:`` outside the run; a
+    recovery may move an approval trapped in a cycle (its provider is a member) to it (REASSIGN,
+    statemachine/reassign.py). ``approver_id`` none removes the setting.
+    """
+
+    KIND: ClassVar[str] = "SetApprover"
+    VERSION: ClassVar[int] = 1
+    approver_id: str | None
+    run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProposeRecovery:
     """Phase one: a detector saw this candidate deadlock at ``observed_index``.
 
@@ -510,6 +525,7 @@ Command = (
     | RecordCost
     | ConfigureRecovery
     | SetMode
+    | SetApprover
     | ProposeRecovery
     | VoteRecovery
     | CommitRecovery
@@ -549,6 +565,7 @@ COMMANDS: tuple[type[Command], ...] = (
     RecordCost,
     ConfigureRecovery,
     SetMode,
+    SetApprover,
     ProposeRecovery,
     VoteRecovery,
     CommitRecovery,

@@ -199,6 +199,16 @@ class ModeChanged:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ApproverChanged:
+    """The independent approver of the cluster (``run_id`` none) or of one run; none: removed."""
+
+    KIND: ClassVar[str] = "ApproverChanged"
+    VERSION: ClassVar[int] = 1
+    run_id: str | None
+    approver_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RecoveryProposed:
     KIND: ClassVar[str] = "RecoveryProposed"
     VERSION: ClassVar[int] = 1
@@ -575,6 +585,18 @@ class DecisionRetired:
 
     KIND: ClassVar[str] = "DecisionRetired"
     VERSION: ClassVar[int] = 1
+    ADDED: ClassVar[tuple[str, ...]] = (
+        "remedy_names",
+        "remedy_outcomes",
+        "remedy_reasons",
+        "reassigned_approval_ids",
+        "reassigned_from_ids",
+        "reassigned_from_generations",
+        "reassigned_to_ids",
+        "reassigned_to_generations",
+    )
+    """Added after release, written only when set: ``remedy_*`` the decision's (remedy, outcome,
+    reason) rows, ``reassigned_*`` its moved approvals (statemachine/reassign.py)."""
     decision_id: str
     digest: str
     signature: str
@@ -614,6 +636,14 @@ class DecisionRetired:
     wait_satisfiers: tuple[str, ...]
     """Each wait's satisfiers, all waits' in a row (``wait_satisfier_counts`` says how many each)."""
     retired_at_ms: int
+    remedy_names: tuple[str, ...] = ()
+    remedy_outcomes: tuple[str, ...] = ()
+    remedy_reasons: tuple[str, ...] = ()
+    reassigned_approval_ids: tuple[str, ...] = ()
+    reassigned_from_ids: tuple[str, ...] = ()
+    reassigned_from_generations: tuple[int, ...] = ()
+    reassigned_to_ids: tuple[str, ...] = ()
+    reassigned_to_generations: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -672,6 +702,7 @@ Effect = (
     | CostRecorded
     | RecoveryConfigured
     | ModeChanged
+    | ApproverChanged
     | RecoveryProposed
     | RecoveryRetracted
     | VoteRecorded
@@ -726,6 +757,7 @@ EFFECTS: tuple[type[Effect], ...] = (
     CostRecorded,
     RecoveryConfigured,
     ModeChanged,
+    ApproverChanged,
     RecoveryProposed,
     RecoveryRetracted,
     VoteRecorded,

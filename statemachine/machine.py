@@ -18,7 +18,7 @@ import heapq
 
 from . import cancel as _cancel
 from . import errors as E
-from . import recovery
+from . import reassign, recovery
 from . import retire as _retire
 from .codec import command_fingerprint, decode_envelope
 from .commands import (
@@ -55,6 +55,7 @@ from .commands import (
     ResumeExecution,
     RetireSettled,
     RetryExecution,
+    SetApprover,
     SetMode,
     StartExecution,
     Tick,
@@ -249,6 +250,8 @@ def _dispatch(ctx: Ctx, cmd: Command) -> Outcome:
             return recovery.configure(ctx, cmd)
         case SetMode():
             return recovery.set_mode(ctx, cmd)
+        case SetApprover():
+            return reassign.set_approver(ctx, cmd)
         case ProposeRecovery():
             return recovery.propose(ctx, cmd)
         case VoteRecovery():

@@ -21,7 +21,7 @@ tie-break (lowest id wins) instead of another speculative rollback.
 
 from __future__ import annotations
 
-from . import cancel
+from . import cancel, reassign
 from . import errors as E
 from .commands import CommitRecovery, ConfigureRecovery, ProposeRecovery, SetMode, VoteRecovery
 from .context import Ctx, later, missing_run, require_operator, require_session
@@ -417,6 +417,7 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
             st.bump("livelock.fingerprint")
         ctx.fx.append(LivelockDetected(signature=c.signature, digest=c.digest, reason=livelock))
     generation = _generation(p.members)
+    plan = reassign.plan(st, c)  # the remedies before the victim policy (statemachine/reassign.py)
     decision_id = f"d{rb.next_decision}"
     rb.next_decision += 1
 
@@ -443,6 +444,8 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
             p.proposed_at_ms,
             list(p.votes),
             waits,
+            reassign.remedy_log(plan, kind, reason),
+            list(plan.moves),
         )
         rb.add_decision(d)
         bump_labelled(st, "deadlocks.confirmed", reason=_reason_code(reason), generation=generation)
@@ -478,6 +481,23 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
         )
         return d
 
+    if plan.moves:
+        # Reassigning cancels no one, so it comes before the victim policy and its guards.
+        kept = [(m, "kept") for m in members]
+        if not acts(rb, mode, runs):
+            reason = "shadow_mode" if mode is RolloutMode.SHADOW else "not_side_effect_free"
+            decide(DecisionKind.SHADOW, reason, None, kept, None)
+            st.bump("recovery.shadowed")
+            _count_outcome(st, mode, "shadowed")
+            return applied(ctx.fx)
+        rb.epoch += 1  # 1. the epoch, before anything moves
+        ctx.fx.append(EpochCommitted(epoch=rb.epoch, digest=c.digest))
+        rb.trajectory_of(c.signature).recover(rb.epoch, ctx.now, cfg.livelock_repeats + 1)
+        st.bump("recovery.reassigned")  # not recovery.committed: that one counts rollbacks
+        _count_outcome(st, mode, "reassigned")
+        d = decide(DecisionKind.REASSIGN, "approval_provider_in_cycle", None, kept, rb.epoch)  # 2.
+        reassign.apply(ctx, d)  # 3. PROVIDED_BY moves; old provider, approver and waiters learn it
+        return applied(ctx.fx)
     unknown = [
         m
         for m in members

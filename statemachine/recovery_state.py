@@ -54,6 +54,9 @@ class DecisionKind(StrEnum):
     """An UNKNOWN non-compensatable side effect: runs frozen, a human decides."""
     ESCALATION = "ESCALATION"
     """The recovery would roll back more executions than the configuration allows."""
+    REASSIGN = "REASSIGN"
+    """An approval provided from inside the cycle moved to an independent approver; no one is
+    cancelled (statemachine/reassign.py)."""
 
 
 @dataclass(slots=True)
@@ -189,6 +192,26 @@ class Decision:
     which outlives the proposal record."""
     waits: list[CycleWait] = field(default_factory=list)
     """The cycle's waits at the decision, in the candidate's edge order."""
+    remedies: list[tuple[str, str, str]] = field(default_factory=list)
+    """(remedy, outcome, reason) for each remedy in the order they are considered (prevent,
+    reorder, reassign, victim: ``reassign.REMEDIES``); empty on decisions made before it existed."""
+    reassigned: list[Reassignment] = field(default_factory=list)
+    """The approvals moved (REASSIGN) or that would have been moved (SHADOW), in target id order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reassignment:
+    """One approval's PROVIDED_BY moved from a provider inside the cycle to the independent approver."""
+
+    approval_id: str
+    from_id: str
+    from_generation: int
+    to_id: str
+    to_generation: int
+    """0 for a ``human:`` approver (outside satisfiers have no generation)."""
+
+    def to_plain(self) -> list[Any]:
+        return [self.approval_id, self.from_id, self.from_generation, self.to_id, self.to_generation]
 
 
 @dataclass(slots=True)
@@ -228,6 +251,10 @@ class RecoveryBook:
         self.mode = RolloutMode.SHADOW
         self.run_modes: dict[str, RolloutMode] = {}
         self.side_effect_free: set[str] = set()
+        self.approver: str | None = None
+        """The cluster's independent approver (``human:`` or ``exec:``), or None."""
+        self.run_approvers: dict[str, str] = {}
+        """run id -> its independent approver; overrides the cluster's."""
         self.proposals: dict[str, Proposal] = {}
         """digest -> proposal, in log order."""
         self.decisions: dict[str, Decision] = {}
@@ -263,6 +290,9 @@ class RecoveryBook:
             t = self.trajectory[signature] = Trajectory()
             _trim(self.trajectory, MAX_SIGNATURES, lambda _: True)
         return t
+
+    def approver_for(self, run_id: str) -> str | None:
+        return self.run_approvers.get(run_id, self.approver)
 
     def mode_for(self, run_ids: list[str]) -> RolloutMode:
         modes = [self.run_modes.get(r, self.mode) for r in run_ids] or [self.mode]
@@ -302,9 +332,12 @@ class RecoveryBook:
                     d.proposed_at_ms,
                     [list(v) for v in d.votes],
                     [w.to_plain() for w in d.waits],
+                    [list(r) for r in d.remedies],
+                    [r.to_plain() for r in d.reassigned],
                 ]
                 for d in self.decisions.values()
             ],
+            "approvers": [self.approver, sorted(self.run_approvers.items())],
             "epoch": self.epoch,
             "fence": sorted(self.fence.items()),
             "mode": self.mode,
@@ -345,9 +378,15 @@ class RecoveryBook:
         }
 
     @classmethod
-    def from_plain(cls, raw: dict[str, Any]) -> RecoveryBook:
-        """Rebuild from :meth:`to_plain`; malformed input raises ValueError, TypeError or KeyError."""
+    def from_plain(cls, raw: dict[str, Any], approvers: bool = True) -> RecoveryBook:
+        """Rebuild from :meth:`to_plain`; malformed input raises ValueError, TypeError or KeyError.
+
+        ``approvers``: the snapshot has the approver settings (state v5 on); older ones had none."""
         book = cls()
+        if approvers:
+            cluster_approver, run_approvers = raw["approvers"]
+            book.approver = cluster_approver
+            book.run_approvers = {r: a for r, a in run_approvers}
         voters, quorum, max_rb, window, k, w = raw["config"]
         book.config = RecoveryConfig(tuple(voters), quorum, max_rb, window, k, w)
         book.epoch = raw["epoch"]
@@ -361,7 +400,9 @@ class RecoveryBook:
         old_rows: list[str] = []
         for row in raw["decisions"]:
             (did, digest, sig, pv, kind, mode, reason, epoch, winner, wgen, scores, roles, released, at) = row[:14]
-            before, proposer, proposed_at, votes, waits = [*row[14:], 0, "", 0, [], []][:5]
+            defaults: list[Any] = [0, "", 0, [], [], [], []]
+            tail = [*row[14:], *defaults[len(row) - 14 :]]
+            before, proposer, proposed_at, votes, waits, remedies, moved = tail
             if len(row) == 14:
                 before = epoch - 1 if epoch is not None else 0
                 if epoch is None:
@@ -386,6 +427,8 @@ class RecoveryBook:
                 proposed_at,
                 [(v, bool(ok), t) for v, ok, t in votes],
                 [CycleWait.from_plain(w) for w in waits],
+                [(r, o, why) for r, o, why in remedies],
+                [Reassignment(a, f, fg, t, tg) for a, f, fg, t, tg in moved],
             )
         for row in raw["proposals"]:
             (digest, sig, members, edges, idx, proposer, at, ep, status, yes, no, did, closed, why) = row[:14]

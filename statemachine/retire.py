@@ -51,7 +51,7 @@ from .effects import (
 )
 from .enums import SessionStatus
 from .outcome import Outcome, applied, noop
-from .recovery_state import CycleWait, Decision, DecisionKind, ProposalStatus, RolloutMode, Score
+from .recovery_state import CycleWait, Decision, DecisionKind, ProposalStatus, Reassignment, RolloutMode, Score
 from .state import Execution, Run, State, Target, settled_at, target_retirable
 
 MIN_RETENTION_MS = 1_000
@@ -241,6 +241,7 @@ def _retire_run(ctx: Ctx, run: Run, execution_ids: list[str], settled_at_ms: int
             book.scopes.pop(victim_scope_id(eid, generation), None)
         st.retired_executions[eid] = now
     rb.run_modes.pop(run.run_id, None)
+    rb.run_approvers.pop(run.run_id, None)
     rb.side_effect_free.discard(run.run_id)
     del st.runs[run.run_id]
     st.retired_runs[run.run_id] = now
@@ -378,6 +379,14 @@ def decision_retired(d: Decision, now: int) -> DecisionRetired:
         wait_satisfier_counts=tuple(len(w.satisfiers) for w in d.waits),
         wait_satisfiers=tuple(s for w in d.waits for s in w.satisfiers),
         retired_at_ms=now,
+        remedy_names=tuple(r for r, _, _ in d.remedies),
+        remedy_outcomes=tuple(o for _, o, _ in d.remedies),
+        remedy_reasons=tuple(why for _, _, why in d.remedies),
+        reassigned_approval_ids=tuple(r.approval_id for r in d.reassigned),
+        reassigned_from_ids=tuple(r.from_id for r in d.reassigned),
+        reassigned_from_generations=tuple(r.from_generation for r in d.reassigned),
+        reassigned_to_ids=tuple(r.to_id for r in d.reassigned),
+        reassigned_to_generations=tuple(r.to_generation for r in d.reassigned),
     )
 
 
@@ -430,6 +439,17 @@ def decision_from_retired(fx: DecisionRetired) -> Decision:
         fx.proposed_at_ms,
         list(zip(fx.voters, fx.vote_approvals, fx.vote_at_ms, strict=True)),
         waits,
+        list(zip(fx.remedy_names, fx.remedy_outcomes, fx.remedy_reasons, strict=True)),
+        list(
+            map(
+                Reassignment,
+                fx.reassigned_approval_ids,
+                fx.reassigned_from_ids,
+                fx.reassigned_from_generations,
+                fx.reassigned_to_ids,
+                fx.reassigned_to_generations,
+            )
+        ),
     )
 
 

@@ -40,11 +40,13 @@ _CANCEL_MODE = {m.value: m for m in CancelMode}
 _KIND = {m.value: m for m in Kind}
 
 SNAPSHOT_FORMAT = "waitgraph-state"
-SNAPSHOT_VERSION = 4
+SNAPSHOT_VERSION = 5
 """v3 adds the retirement tombstones (``retired``); v4 adds when each target last changed
-(``touched_ms``) and the tombstones of retired targets. v2 and v3 snapshots still read: their
-targets count as touched at the snapshot's ``now_ms``, so they retire one retention after it."""
-READABLE_VERSIONS = frozenset({2, 3, 4})
+(``touched_ms``) and the tombstones of retired targets; v5 adds the independent approvers
+(``recovery.approvers``) and each decision's remedies and reassignments. v2 and v3 snapshots
+still read: their targets count as touched at the snapshot's ``now_ms``, so they retire one
+retention after it; before v5 no approver is configured and decisions list no remedies."""
+READABLE_VERSIONS = frozenset({2, 3, 4, 5})
 
 
 @dataclass(slots=True)
@@ -403,7 +405,7 @@ class State:
             st = cls(Limits(*raw["limits"]))
             st.now_ms = raw["now_ms"]
             st.counters = dict((k, v) for k, v in raw["counters"])
-            st.recovery = RecoveryBook.from_plain(raw["recovery"])
+            st.recovery = RecoveryBook.from_plain(raw["recovery"], approvers=raw["v"] >= 5)
             st.cancel = CancelBook.from_plain(raw["cancel"])
             for a, inc, lease, exp, status in raw["sessions"]:
                 st.sessions[a] = Session(a, inc, lease, exp, _SESSION_STATUS[status])

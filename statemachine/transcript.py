@@ -535,6 +535,15 @@ def _verb_decision(r: _Runner, block: _Block) -> list[str]:
         )
     out.append("  roles=" + ",".join(f"{m}:{role}" for m, role in d.roles))
     out.append("  released=" + (",".join(f"{t}<-{m}" for t, m in d.released) or "none"))
+    if d.reassigned:
+        out.append(
+            "  reassigned="
+            + ",".join(
+                f"{r.approval_id}:{_at(r.from_id, r.from_generation)}->{_at(r.to_id, r.to_generation)}"
+                for r in d.reassigned
+            )
+        )
+    out.extend(f"  remedy {name} {outcome} {why}" for name, outcome, why in d.remedies)
     return out
 
 

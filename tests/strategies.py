@@ -55,6 +55,7 @@ from waitgraph.statemachine.commands import (
     Release,
     ResumeExecution,
     RetryExecution,
+    SetApprover,
     StartExecution,
     Tick,
 )
@@ -530,6 +531,13 @@ def _cost(c: _Gen, st_: State) -> Built:
     return cmd, _owner_actor(st_, exec_id)
 
 
+def _set_approver(c: _Gen, st_: State) -> Built:
+    runs = sorted(st_.runs)
+    run_id = c.pick(runs) if runs and c.chance(600) else None
+    approver = None if c.chance(150) else c.pick(("human:alice", *EXECS, *OUTSIDE))
+    return _make(c, st_, SetApprover, approver_id=approver, run_id=run_id), OPERATOR
+
+
 _BUILDERS: dict[str, tuple[int, Callable[[_Gen, State], Built]]] = {
     "JoinSession": (6, _join),
     "Heartbeat": (3, _heartbeat),
@@ -551,6 +559,9 @@ _BUILDERS: dict[str, tuple[int, Callable[[_Gen, State], Built]]] = {
     "Tick": (4, _tick),
     "RecordSideEffect": (2, _side_effect),
     "RecordCost": (2, _cost),
+    "SetApprover": (0, _set_approver),
+    # Weight 0: kept out of the random log, so the seeded workloads (and the planted-bug tests
+    # that rely on their sequences) are those of before; test_hashseed.reassign_log covers it.
 }
 
 

@@ -91,3 +91,77 @@ def assert_rich(log: list[bytes]) -> None:
     assert effects["WaitRegistered"] >= 10 and effects["WaitClosed"] >= 5, effects
     assert effects["Acquired"] >= 5 and effects["Released"] >= 3, effects
     assert most_edges >= 3
+
+
+def reassign_log() -> list[bytes]:
+    """The supervisor/subtask approval cycle, decided in shadow, then REASSIGNed to a human."""
+    from waitgraph.statemachine.codec import encode_envelope
+    from waitgraph.statemachine.commands import (
+        CommitRecovery,
+        ConfigureRecovery,
+        CreateExecution,
+        CreateTarget,
+        DeclareSatisfier,
+        Envelope,
+        JoinSession,
+        RegisterWait,
+        SetApprover,
+        SetMode,
+        StartExecution,
+        VoteRecovery,
+    )
+    from waitgraph.statemachine.detect import full_pass
+    from waitgraph.statemachine.recovery import propose_command
+
+    sm = StateMachine()
+    log: list[bytes] = []
+    t = 1000
+
+    def send(actor: str, cmd: object, dt: int = 1) -> None:
+        nonlocal t
+        t += dt
+        data = encode_envelope(Envelope(actor=actor, at_ms=t, request_id=f"r{len(log)}", command=cmd))  # type: ignore[arg-type]
+        out = sm.apply_bytes(data)
+        assert out.result is Result.APPLIED, (cmd, out.code, out.message)
+        log.append(data)
+
+    for agent in ("sup", "sub"):
+        send(f"agent:{agent}", JoinSession(agent_id=agent, lease_ms=600_000))
+    send("agent:sup", CreateExecution(execution_id="exec:S", run_id="run-1", observed_cancel_generation=0))
+    send("agent:sup", StartExecution(execution_id="exec:S", generation=1, observed_cancel_generation=0))
+    send(
+        "agent:sup",
+        CreateExecution(
+            execution_id="exec:T", run_id="run-1", parent_id="exec:S", agent_id="sub", observed_cancel_generation=0
+        ),
+    )
+    send("agent:sub", StartExecution(execution_id="exec:T", generation=1, observed_cancel_generation=0))
+    send("operator:op", CreateTarget(target_id="approval:ok"))
+    send(
+        "agent:sup",
+        DeclareSatisfier(target_id="approval:ok", target_generation=1, satisfier_id="exec:S", satisfier_generation=1),
+    )
+    wait = {"waiter_generation": 1, "target_generation": 1, "reason": "r"}
+    send("agent:sup", RegisterWait(waiter_id="exec:S", target_id="exec:T", **wait))  # type: ignore[arg-type]
+    send("agent:sub", RegisterWait(waiter_id="exec:T", target_id="approval:ok", **wait))  # type: ignore[arg-type]
+    send("operator:op", ConfigureRecovery(voters=("node:n1", "node:n2"), quorum=2, max_rollback=1))
+    send("operator:op", SetApprover(approver_id="human:alice", run_id="run-1"))
+    for mode in ("shadow", "auto"):
+        send("operator:op", SetMode(mode=mode))  # type: ignore[arg-type]
+        (c,) = full_pass(sm.state)
+        send("node:n1", propose_command(c, len(log)))
+        for voter in ("node:n1", "node:n2"):
+            send(voter, VoteRecovery(digest=c.digest))
+        send("node:n1", CommitRecovery(digest=c.digest), dt=1000)
+    kinds = [d.kind.value for d in sm.state.recovery.decisions.values()]
+    assert kinds == ["SHADOW", "REASSIGN"], kinds
+    return log
+
+
+def test_reassign_replays_identically_under_any_hash_seed(tmp_path: Path) -> None:
+    path = tmp_path / "reassign.msgpack"
+    path.write_bytes(pack(reassign_log()))
+    here = replay_file(str(path))
+    assert here[0] == here[2], "restore changed the digest"
+    assert replay_in_subprocess(path, "0") == here
+    assert replay_in_subprocess(path, "4242") == here

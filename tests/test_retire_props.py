@@ -472,13 +472,15 @@ def test_a_rejected_retirement_changes_nothing() -> None:
     assert sm.snapshot() == before
 
 
-@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("version", [2, 3, 4])
 def test_an_older_snapshot_still_restores(version: int) -> None:
-    """Snapshots of the formats before this one restore: v2 (no tombstones) and v3 (tombstones of
-    executions and runs, no ``touched_ms`` of targets). The next snapshot is v4, otherwise the
-    same state: no target tombstones, and every target touched at the snapshot's ``now_ms`` (it
-    retires one retention after the upgrade). The derived retirement index is rebuilt from the
-    records (a settled run retires after it)."""
+    """Snapshots of the formats before this one restore: v2 (no tombstones), v3 (tombstones of
+    executions and runs, no ``touched_ms`` of targets) and v4 (no approvers, decisions without
+    remedies or reassignments). The next snapshot is v5, otherwise the same state: no target
+    tombstones (before v4), every target touched at the snapshot's ``now_ms`` (it retires one
+    retention after the upgrade), no approver, and decisions with empty remedies and
+    reassignments. The derived retirement index is rebuilt from the records (a settled run
+    retires after it)."""
     import msgspec
 
     sm = StateMachine()
@@ -493,19 +495,28 @@ def test_an_older_snapshot_still_restores(version: int) -> None:
     while (env := finish_envelope(sm.state, min)) is not None:
         sm.apply(env)
     plain = msgspec.msgpack.decode(sm.snapshot())
-    assert plain["v"] == 4 and plain["retired"][2] == []
-    touched = plain["targets"].pop("touched_ms")
-    assert touched, "the log should leave targets"
-    if version == 2:
-        plain.pop("retired")
-    else:
-        plain["retired"].pop()
+    assert plain["v"] == 5 and plain["retired"][2] == []
+    assert plain["recovery"].pop("approvers") == [None, []]
+    decisions = plain["recovery"]["decisions"]
+    assert decisions and all(len(row) == 21 and row[20] == [] for row in decisions)
+    plain["recovery"]["decisions"] = [row[:19] for row in decisions]  # as v4 wrote them
+    if version < 4:
+        touched = plain["targets"].pop("touched_ms")
+        assert touched, "the log should leave targets"
+        if version == 2:
+            plain.pop("retired")
+        else:
+            plain["retired"].pop()
     plain["v"] = version
     restored = State.restore(pack(plain))
     again = msgspec.msgpack.decode(restored.snapshot())
-    assert again["v"] == 4
-    assert again.pop("retired") == (plain.pop("retired") if version == 3 else [[], []]) + [[]]
-    assert again["targets"].pop("touched_ms") == [plain["now_ms"]] * len(touched)
+    assert again["v"] == 5
+    assert again["recovery"].pop("approvers") == [None, []]
+    assert again["recovery"]["decisions"] == [[*row, [], []] for row in plain["recovery"].pop("decisions")]
+    again["recovery"].pop("decisions")
+    if version < 4:
+        assert again.pop("retired") == (plain.pop("retired") if version == 3 else [[], []]) + [[]]
+        assert again["targets"].pop("touched_ms") == [plain["now_ms"]] * len(touched)
     assert {k: v for k, v in again.items() if k != "v"} == {k: v for k, v in plain.items() if k != "v"}
     assert invariants.check(restored) == []
     settled = retirable(restored, restored.now_ms)

@@ -4,7 +4,7 @@
     python -m waitgraph.dev.demo agent s1 a       # one agent process (the driver starts these)
 
 The driver starts three ``waitgraph serve`` nodes (:class:`waitgraph.dev.localcluster.LocalCluster`, the
-launcher ``waitgraph dev`` uses) in rollout mode ``auto``, then plays three scenarios. Every agent
+launcher ``waitgraph dev`` uses) in rollout mode ``auto``, then plays five scenarios. Every agent
 is its own process using the SDK (:mod:`waitgraph.sdk`) over gRPC; the driver only starts them,
 releases them at the moments that make the interleaving of the seed happen, and watches the
 cluster as an operator (``WatchEvents``, ``Cycles``, ``ExplainDecision``, ``Graph``):
@@ -22,7 +22,13 @@ cluster as an operator (``WatchEvents``, ``Cycles``, ``ExplainDecision``, ``Grap
    makes the next recovery a deterministic tie-break (the lowest id wins, the others yield, epoch
    first) on the default cluster, stale-epoch re-acquires are refused, E, F and G are never
    chosen and complete with the ring, and the naive per-agent-epoch design
-   (:mod:`waitgraph.dev.naive`) is printed beside it: 11 rollbacks, the epoch never advanced.
+   (:mod:`waitgraph.dev.naive`) is printed beside it: 11 rollbacks, the epoch never advanced;
+5. scenario 2's delegation again, with an independent approver configured for the run
+   (``SetApprover``, a human reviewer): the seed's other remedy, "assigned to an independent actor".
+   Recovery commits a REASSIGN instead of a victim (epoch first, then PROVIDED_BY moves to the
+   reviewer; the supervisor, the reviewer and the subtask's wait are told); nobody is cancelled,
+   the reviewer approves, and both complete at generation 1. Scenario 2, without an approver, is
+   the victim path beside it.
 
 For each it prints detection (members, signature), the votes, the epoch commit, the victim with
 every candidate's score, the cancellation converging (CancellationStable), that no cycle re-forms
@@ -53,8 +59,11 @@ from waitgraph.statemachine.effects import (
     RecoveryProposed,
     RecoveryRetracted,
     Released,
+    SatisfierClosed,
+    SatisfierDeclared,
     VictimChosen,
     VoteRecorded,
+    WaitRegistered,
     Yielded,
 )
 from waitgraph.statemachine.enums import EffectOutcome
@@ -64,15 +73,17 @@ from waitgraph.statemachine.enums import EffectOutcome
 S1_AGENTS = ("a", "b")
 S2_AGENTS = ("supervisor", "subtask")
 S3_AGENTS = tuple(f"pipe-{x}" for x in "abcdefg")
-AGENTS = S1_AGENTS + S2_AGENTS + S3_AGENTS
+S5_AGENTS = ("lead", "helper", "reviewer")
+AGENTS = S1_AGENTS + S2_AGENTS + S3_AGENTS + S5_AGENTS
 
 BROWSER, REVIEW = "resource:s1-browser", "artifact:s1-review"
 PLAN = "approval:s2-plan"
+S5_PLAN, S5_RUN, S5_APPROVER = "approval:s5-plan", "s5-run", "human:reviewer"
 RING = "abcd"
 OUTPUT, RELEASE, WORKERS = "artifact:s3-output", "approval:s3-release", "pool:s3-workers"
 RELEASE_MANAGER = "human:release-manager"
 
-NO_REFORM_S = 2.5
+NO_REFORM_S = 2.0
 """How long Cycles is polled after a recovery commits, to show the cycle does not come back."""
 SCENARIO_TIMEOUT_S = 30.0
 
@@ -215,6 +226,45 @@ async def s2_subtask(io: AgentIO) -> None:
             generation = await ex.retry()
             io.say(f"retried as generation {generation}: asks for the approval asynchronously and carries on")
         io.say("exec:s2-subtask COMPLETED (generation 2)")
+
+
+async def s5_lead(io: AgentIO) -> None:
+    """Scenario 2's supervisor, in a run with an independent approver: it is never cancelled."""
+    async with io.client() as c, c.session("lead") as s:
+        io.mark("ready")
+        await io.go()
+        async with s.execution("exec:s5-lead", run_id=S5_RUN, priority=5, unique_evidence=True) as ex:
+            await ex.provides(S5_PLAN)
+            io.say(f"exec:s5-lead started; it provides {S5_PLAN}")
+            io.mark("running")
+            await io.go()
+            async with ex.delegate("helper", execution_id="exec:s5-helper", checkpoint=True) as d:
+                io.say("delegated exec:s5-helper synchronously: WAIT(exec:s5-lead -> exec:s5-helper)")
+                outcome = await d.result()
+                io.say(f"the helper finished: {outcome} (generation {d.child_generation})")
+        io.say("exec:s5-lead COMPLETED (generation 1: never cancelled)")
+
+
+async def s5_helper(io: AgentIO) -> None:
+    async with io.client() as c, c.session("helper") as s:
+        io.mark("ready")
+        assignment = await s.next_assignment()
+        async with s.accept(assignment) as ex:
+            io.say(f"accepted {assignment.execution_id} (run {assignment.run_id})")
+            async with ex.waiting_for(S5_PLAN) as w:
+                io.say(f"asks the lead for {S5_PLAN} synchronously: WAIT(exec:s5-helper -> {S5_PLAN})")
+                await w.resolved()
+                io.say(f"{S5_PLAN} arrived ({w.closed_reason}, wait version {w.version}): no deadlock victim")
+        io.say("exec:s5-helper COMPLETED (generation 1)")
+
+
+async def s5_reviewer(io: AgentIO) -> None:
+    """The human reviewer's tool: decides the approval once it has been reassigned to them."""
+    async with io.client() as c, c.session("reviewer") as s:
+        io.mark("ready")
+        await io.go()
+        await s.decide(S5_PLAN)
+        io.say(f"{S5_APPROVER} approved {S5_PLAN}")
 
 
 _S3_PROFILE: dict[str, dict[str, Any]] = {
@@ -395,6 +445,9 @@ AGENT_MAIN: dict[tuple[str, str], AgentMain] = {
     ("s3", "pipe-g"): s3_g,
     **{("s4", f"pipe-{x}"): _agent(x, s4_ring) for x in RING},
     **{("s4", f"pipe-{x}"): _agent(x, s4_stage) for x in S4_STAGES},
+    ("s5", "lead"): s5_lead,
+    ("s5", "helper"): s5_helper,
+    ("s5", "reviewer"): s5_reviewer,
 }
 
 
@@ -494,6 +547,8 @@ class Scope:
     tie_break: asyncio.Event = field(default_factory=asyncio.Event)
     decided: asyncio.Event = field(default_factory=asyncio.Event)
     converged: asyncio.Event = field(default_factory=asyncio.Event)
+    reassigned: set[str] = field(default_factory=set)
+    """Approvals a REASSIGN decision moved (scenario 5)."""
 
 
 @dataclass
@@ -544,6 +599,9 @@ class Driver:
                 RecoveryEscalated,
                 Released,
                 Yielded,
+                SatisfierClosed,
+                SatisfierDeclared,
+                WaitRegistered,
             )
         ]
         started = asyncio.Event()
@@ -586,7 +644,9 @@ class Driver:
             scope.decisions.append(fx)
             acted = fx.epoch is not None and fx.decision_kind in ("VICTIM", "TIE_BREAK")
             what = (
-                f"victim {fx.execution_id} g{fx.generation}, WAITING -> CANCELLING"
+                "an approval moves to the independent approver; nobody is cancelled"
+                if fx.decision_kind == "REASSIGN"
+                else f"victim {fx.execution_id} g{fx.generation}, WAITING -> CANCELLING"
                 if acted and fx.decision_kind == "VICTIM"
                 else f"the lowest id {fx.execution_id} wins, the others yield"
                 if acted
@@ -637,6 +697,17 @@ class Driver:
             else:
                 scope.problems.append(f"livelock detected ({fx.reason})")
                 self.cluster(f"LIVELOCK signature {fx.signature}: {fx.reason}")
+        elif isinstance(fx, SatisfierClosed) and fx.reason.startswith("reassigned:"):
+            if fx.satisfier_id in scope.executions:
+                scope.reassigned.add(fx.target_id)
+                self.cluster(
+                    f"REASSIGNED {fx.target_id}: {fx.satisfier_id} (inside the cycle) no longer provides it "
+                    f"({fx.reason}), after the epoch commit (cursor {cursor} > {scope.epoch_cursor})"
+                )
+        elif isinstance(fx, SatisfierDeclared) and fx.target_id in scope.reassigned:
+            self.cluster(f"PROVIDED_BY {fx.target_id} -> {fx.satisfier_id}: the independent approver is now asked")
+        elif isinstance(fx, WaitRegistered) and fx.edge_id.partition(">")[2] in scope.reassigned:
+            self.cluster(f"WAIT {fx.edge_id} re-registered at version {fx.edge_version}: its waiter is told")
         elif isinstance(fx, RecoveryRetracted) and fx.digest in scope.digests:
             self.cluster(f"recovery {fx.digest[:12]} retracted: {fx.reason}")
         elif isinstance(fx, RecoveryEscalated) and fx.digest in scope.digests:
@@ -662,6 +733,11 @@ class Driver:
                 f"{roles.get(sc.execution_id, '?')}"
             )
             print(f"{'':22}{row}", flush=True)
+        for r in decision.reassigned:
+            print(f"{'':22}reassigned {r[0]}: {r[1]} g{r[2]} -> {r[3]}", flush=True)
+        if decision.remedies:
+            steps = ", ".join(f"{name} {outcome} ({why})" for name, outcome, why in decision.remedies)
+            print(f"{'':22}remedies in order: {steps}", flush=True)
 
     # -- agents ----------------------------------------------------------------------------------------------------
 
@@ -706,17 +782,24 @@ class Driver:
         title: str,
         story: list[str],
         executions: set[str],
-        run: Callable[[], Awaitable[list[Any]]],
+        run: Callable[[], Awaitable[Any]],
         *,
         livelock: bool = False,
+        reassign: bool = False,
     ) -> Result:
         self.header(number, title, story)
         scope = Scope(number, frozenset(executions), expect_livelock=livelock)
         self.scope = scope
         began = time.monotonic()
         try:
-            agents: list[AgentProcess] = await run()
-            detail = await (self._resolve_livelock(scope, agents) if livelock else self._resolve(scope, agents))
+            agents = await run()
+            detail = await (
+                self._resolve_reassign(scope, agents)
+                if reassign
+                else self._resolve_livelock(scope, agents)
+                if livelock
+                else self._resolve(scope, agents)
+            )
             resolved = not scope.problems
         except DemoFailure as exc:
             scope.problems.append(str(exc))
@@ -756,6 +839,38 @@ class Driver:
         return (
             f"victim {victim.execution_id} (decision {victim.decision_id}) rolled back at epoch {victim.epoch}, "
             f"cancellation stable, no re-formation, {len(scope.executions)} executions completed"
+        )
+
+    async def _resolve_reassign(self, scope: Scope, agents: dict[str, AgentProcess]) -> str:
+        """Scenario 5: a REASSIGN decision (epoch first), nobody cancelled, the reviewer approves."""
+        try:
+            await asyncio.wait_for(scope.decided.wait(), SCENARIO_TIMEOUT_S)
+        except TimeoutError:
+            raise DemoFailure("no recovery decision was committed") from None
+        d = scope.decisions[0]
+        if d.decision_kind != "REASSIGN" or d.epoch is None:
+            raise DemoFailure(f"decision {d.decision_id} is {d.decision_kind}, not a committed REASSIGN")
+        no_reform = asyncio.get_running_loop().create_task(self._no_reformation(scope))
+        await agents["reviewer"].go()
+        codes = {role: await a.finished(SCENARIO_TIMEOUT_S) for role, a in agents.items()}
+        failed = {role: code for role, code in codes.items() if code != 0}
+        if failed:
+            scope.problems.append(f"agents exited with errors: {failed}")
+        await no_reform
+        if scope.stable or scope.rolled_back:
+            scope.problems.append("a REASSIGN cancelled or rolled back someone")
+        if scope.reassigned != {S5_PLAN}:
+            scope.problems.append(f"reassigned {sorted(scope.reassigned)}, expected {S5_PLAN}")
+        completed = await self._all_completed(scope)
+        again = sorted(eid for eid, ex in completed.items() if ex.generation != 1)
+        if again:
+            scope.problems.append(f"{', '.join(again)} moved past generation 1: they were cancelled")
+        else:
+            self.check("nobody was cancelled: both completed at generation 1")
+        await asyncio.gather(*self._explain, return_exceptions=True)
+        return (
+            f"{S5_PLAN} reassigned to {S5_APPROVER} (decision {d.decision_id}, epoch {d.epoch}), nobody cancelled, "
+            f"{len(scope.executions)} executions completed"
         )
 
     async def _cycle_free(self, scope: Scope) -> int | None:
@@ -920,6 +1035,32 @@ class Driver:
             run,
         )
 
+    async def scenario_5(self) -> Result:
+        async def run() -> dict[str, AgentProcess]:
+            helper = await self.spawn("s5", "helper")
+            lead = await self.spawn("s5", "lead")
+            reviewer = await self.spawn("s5", "reviewer")
+            for a in (helper, lead, reviewer):
+                await a.marker("ready")
+            await lead.go()
+            await lead.marker("running")
+            out = await self.admin.set_approver(S5_APPROVER, run_id=S5_RUN)
+            self.cluster(f"SetApprover {S5_APPROVER} for run {S5_RUN}: {out.result.value}")
+            await lead.go()
+            return {"lead": lead, "helper": helper, "reviewer": reviewer}
+
+        return await self.play(
+            5,
+            "the supervisor and its subtask, with an independent approver (first seed)",
+            [
+                "Scenario 2 again, but the run names an independent approver (a human reviewer): the seed's",
+                "'assigned to an independent actor'. Recovery reassigns the approval instead of cancelling.",
+            ],
+            {"exec:s5-lead", "exec:s5-helper"},
+            run,
+            reassign=True,
+        )
+
     async def scenario_3(self) -> Result:
         async def run() -> list[AgentProcess]:
             await self._show_recovery_rule()
@@ -1074,7 +1215,13 @@ async def run_demo(only: set[int], keep: Path | None, mode: str = "auto") -> int
         )
         driver = Driver(lc.endpoints, lc.credentials, t0)
         await driver.start_watching()
-        scenarios = ((1, driver.scenario_1), (2, driver.scenario_2), (3, driver.scenario_3), (4, driver.scenario_4))
+        scenarios = (
+            (1, driver.scenario_1),
+            (2, driver.scenario_2),
+            (3, driver.scenario_3),
+            (4, driver.scenario_4),
+            (5, driver.scenario_5),
+        )
         for number, play in scenarios:
             if not only or number in only:
                 results.append(await play())
@@ -1108,7 +1255,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return agent_main(args[1], args[2])
     parser = argparse.ArgumentParser(prog="scripts/demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", type=int, action="append", choices=(1, 2, 3, 4), help="run only this one")
+    parser.add_argument("--scenario", type=int, action="append", choices=(1, 2, 3, 4, 5), help="run only this one")
     parser.add_argument("--keep", type=Path, default=None, help="keep the cluster's directory here")
     parser.add_argument(
         "--mode",

@@ -132,7 +132,14 @@ POLICY: dict[str, frozenset[Role]] = {
     **{f"/waitgraph.v1.OperatorService/{rpc}": ADMINS for rpc in ("AddMember", "RemoveMember")},
     **{
         f"/waitgraph.v1.OperatorService/{rpc}": ADMINS
-        for rpc in ("SetMode", "ConfigureRecovery", "ConfigureCancellation", "ReleaseQuarantine", "ExportState")
+        for rpc in (
+            "SetMode",
+            "SetApprover",
+            "ConfigureRecovery",
+            "ConfigureCancellation",
+            "ReleaseQuarantine",
+            "ExportState",
+        )
     },
 }
 """Every RPC of both services and the roles that may call it (a missing RPC is nobody's)."""

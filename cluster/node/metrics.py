@@ -71,8 +71,9 @@ Reader = Callable[[Callable[[StateMachine], Any]], Any]
 RAFT_ROLES = ("follower", "candidate", "leader")
 RECOVERY_OUTCOMES = {
     # counter in State.counters -> outcome label; each committed proposal bumps exactly one of the
-    # first four (statemachine/recovery.py), which is why their sum is the confirmed deadlocks.
+    # first five (statemachine/recovery.py), which is why their sum is the confirmed deadlocks.
     "recovery.committed": "rolled_back",
+    "recovery.reassigned": "reassigned",
     "recovery.shadowed": "shadowed",
     "recovery.escalated": "escalated",
     "recovery.reconciliation": "reconciliation",
@@ -89,6 +90,7 @@ DECISION_REASONS = (
     "not_side_effect_free",
     "exceeds_max_rollback",
     "unknown_side_effect",
+    "approval_provider_in_cycle",
 )
 RETRACT_REASONS = ("second_read_changed", "superseded")
 LIVELOCK_REASONS = ("same_signature_without_epoch_advance", "livelock_repeats")

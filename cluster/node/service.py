@@ -517,6 +517,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             return dict(
                 epoch=rb.epoch,
                 mode=rb.mode,
+                approver=rb.approver,
                 admission_frozen=book.cluster_frozen is not None,
                 admission_frozen_reason=book.cluster_frozen or "",
                 frozen_runs=len(book.frozen_runs),

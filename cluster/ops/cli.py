@@ -596,7 +596,9 @@ def explain(s: _Session, decision: str, fresh: bool | None) -> None:
 @click.option("--run", "run_id", default="", help="only decisions about this run's executions")
 @click.option(
     "--kind",
-    type=click.Choice(["victim", "tie_break", "shadow", "reconciliation", "escalation"], case_sensitive=False),
+    type=click.Choice(
+        ["victim", "tie_break", "shadow", "reconciliation", "escalation", "reassign"], case_sensitive=False
+    ),
     default=None,
     help="only this kind of decision",
 )
@@ -817,14 +819,45 @@ def mode(
     _emit_write(s, s.client().set_mode(number, run_id, side_effect_free, request_id))
 
 
-def _emit_mode(s: _Session) -> None:
-    from waitgraph.ops import render
+@main.command()
+@click.argument("approver_id", metavar="APPROVER", required=False)
+@click.option("--run", "run_id", default=None, help="set the approver of this run only")
+@click.option("--clear", is_flag=True, help="remove the setting (the cluster's, or with --run the run's)")
+@_REQUEST_ID
+@_operator_verb()
+def approver(s: _Session, approver_id: str | None, run_id: str | None, clear: bool, request_id: str | None) -> None:
+    """Name the independent approver (admin): a human:ID, or an exec:ID outside the run. A recovery
+    then moves an approval trapped in a cycle (its provider is a member) to it, cancelling no one
+    (a REASSIGN decision). --run sets it for one run (overrides the cluster's); --clear removes
+    it. Without APPROVER: print the cluster's (as the leader has it, else this node's replica)."""
+    if clear and approver_id is not None:
+        raise click.UsageError("--clear removes the approver: give no APPROVER")
+    if approver_id is None and not clear:
+        if run_id is not None:
+            raise click.UsageError("--run sets a run's approver: give APPROVER (or --clear)")
+        st = _leader_status(s)
+        current = st.approver if st.HasField("approver") else None
+        if s.output == "json":
+            s.json({"approver": current, "node_id": st.node_id, "role": st.role, "stale": st.role != "leader"})
+        else:
+            click.echo(f"{current or 'none'} (as {st.node_id} sees it)")
+        return
+    _emit_write(s, s.client().set_approver(approver_id, run_id, request_id))
 
+
+def _leader_status(s: _Session) -> Any:
+    """The leader's Status, else the first node that answered (its replica's view)."""
     reports = s.client().status_all()
     up = [r.status for r in reports if r.status is not None]
     if not up:
         raise next(r.error for r in reports if r.error is not None)
-    st = next((st for st in up if st.role == "leader"), up[0])
+    return next((st for st in up if st.role == "leader"), up[0])
+
+
+def _emit_mode(s: _Session) -> None:
+    from waitgraph.ops import render
+
+    st = _leader_status(s)
     current = render.enum_text(st.DESCRIPTOR.fields_by_name["mode"].enum_type, st.mode)
     if s.output == "json":
         s.json({"mode": current, "node_id": st.node_id, "role": st.role, "stale": st.role != "leader"})

@@ -479,6 +479,17 @@ def decision_json(d: Any) -> dict[str, Any]:
             for s in scores[:MAX_ROWS]  # rank order: the victim first
         ],
         "scores_total": len(scores),
+        "remedies": [{"remedy": r.remedy, "outcome": r.outcome, "reason": r.reason} for r in d.remedies],
+        "reassigned": [
+            {
+                "approval_id": r.approval_id,
+                "from_id": r.from_id,
+                "from_generation": r.from_generation,
+                "to_id": r.to_id,
+                "to_generation": r.to_generation,
+            }
+            for r in d.reassigned[:MAX_ROWS]
+        ],
     }
 
 

@@ -533,6 +533,15 @@ class OperatorClient:
             request.side_effect_free = side_effect_free
         return self.write("SetMode", request, request_id)
 
+    def set_approver(self, approver_id: str | None, run_id: str | None = None, request_id: str | None = None) -> Write:
+        """Name (or with ``approver_id`` None remove) the cluster's or one run's independent approver."""
+        request = commands_pb2.SetApproverRequest()
+        if approver_id is not None:
+            request.approver_id = approver_id
+        if run_id is not None:
+            request.run_id = run_id
+        return self.write("SetApprover", request, request_id)
+
     def freeze(self, reason: str, run_id: str | None = None, request_id: str | None = None) -> Write:
         request = commands_pb2.FreezeRequest(reason=reason)
         if run_id is not None:

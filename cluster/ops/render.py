@@ -966,6 +966,14 @@ def _history_story(d: Any, t: Any) -> list[str]:
 def _next_step(d: Any, kind: str | None, pick: str | None) -> str:
     """What the operator can do next, by decision kind."""
     pending = [c for c in d.cancellations if not c.HasField("stable_at_ms")]
+    if kind == "SHADOW" and d.reassigned:
+        return (
+            "Next: nothing was done, and the cycle stays until someone acts. The approver can decide the "
+            "approval by hand now; once such decisions look right, `waitgraph mode auto-safe` or `auto` lets "
+            "recovery reassign it."
+        )
+    if kind == "REASSIGN":
+        return "Next: the independent approver decides the approval; nobody has to be cancelled."
     if kind == "SHADOW":
         return (
             f"Next: nothing was done, and the cycle stays until someone acts. If {pick} is the right victim, "
@@ -984,6 +992,11 @@ def _next_step(d: Any, kind: str | None, pick: str | None) -> str:
     if pending:
         return "Next: the rollback is still converging; `waitgraph export` lists who has not acknowledged."
     return "Next: nothing; the recovery converged."
+
+
+def _reassigned(d: Any) -> str:
+    moves = ", ".join(f"{r.approval_id} from {at(r.from_id, r.from_generation)} to {r.to_id}" for r in d.reassigned)
+    return f"the approval was moved: {moves}"
 
 
 def explain_blocks(
@@ -1119,9 +1132,18 @@ def explain_blocks(
             f"yielded: {', '.join(yielded) or 'none'}; rolled back: {', '.join(rolled) or 'none'}. "
             f"Epoch {d.epoch_before} -> {epoch} was committed before anything was released."
         )
+    elif kind == "REASSIGN":
+        story.append(
+            f"An approval in the cycle was provided from inside it, and an independent approver is configured: "
+            f"instead of a victim, {_reassigned(d)}. Epoch {d.epoch_before} -> {epoch} was committed first; the "
+            "old provider, the approver and the waiters were told (each wait on it re-registered with its version "
+            "bumped). Nobody was cancelled or released."
+        )
     elif kind == "SHADOW":
         would = (
-            f"the victim would have been {pick}: {why}"
+            f"{_reassigned(d)} (a REASSIGN: nobody cancelled)"
+            if d.reassigned
+            else f"the victim would have been {pick}: {why}"
             if winner in (None, pick)
             else f"the lowest id, {winner}, would have won a livelock tie-break"
         )
@@ -1138,6 +1160,10 @@ def explain_blocks(
         story.append(
             f"Rolling back would exceed the configured max_rollback ({d.reason_code}): nothing was cancelled; "
             "the recovery was escalated to an operator."
+        )
+    if d.remedies:
+        story.append(
+            "Remedies, in order: " + "; ".join(f"{r.remedy} {r.outcome} ({r.reason})" for r in d.remedies) + "."
         )
     if d.policy_version != POLICY_VERSION:
         story.append(

@@ -394,6 +394,11 @@ class Decision:
     """What it released after the epoch commit (:class:`~waitgraph.sdk.views.Release`)."""
     epoch_before: int | None = None
     at_ms: int | None = None
+    remedies: tuple[tuple[str, str, str], ...] = ()
+    """(remedy, outcome, reason) in the order considered: prevent, reorder, reassign, victim."""
+    reassigned: tuple[tuple[str, str, int, str, int], ...] = ()
+    """(approval id, old provider, its generation, approver, its generation) moved by a REASSIGN
+    (or that a SHADOW decision would have moved)."""
 
 
 class DeadlockVictim(WaitgraphClientError):

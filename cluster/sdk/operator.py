@@ -103,6 +103,11 @@ class OperatorClient(Connection):
         """The rollout mode, for the cluster or one run (admin)."""
         return await self.submit(C.SetMode(mode=RolloutMode(mode), run_id=run_id))
 
+    async def set_approver(self, approver_id: str | None, *, run_id: str | None = None) -> Outcome:
+        """The independent approver (``human:`` or an ``exec:`` outside the run) of the cluster or
+        one run, that a recovery may move a trapped approval to (admin); None removes it."""
+        return await self.submit(C.SetApprover(approver_id=approver_id, run_id=run_id))
+
     async def freeze(self, reason: str, *, run_id: str | None = None) -> Outcome:
         """Stop admitting new delegations (for the cluster, or one run)."""
         return await self.submit(C.FreezeAdmission(reason=reason, run_id=run_id))

@@ -57,6 +57,7 @@ from waitgraph.statemachine.effects import (
     SessionJoined,
     VictimChosen,
     WaitClosed,
+    WaitRegistered,
     Yielded,
 )
 from waitgraph.statemachine.enums import CancelMode, EffectOutcome, ExecStatus
@@ -568,6 +569,14 @@ class Session:
                 w = self._waits.get(fx.edge_id)
                 if w is not None and w.version == fx.edge_version and w.generation == fx.waiter_generation:
                     w._on_closed(fx.reason)
+            case WaitRegistered():
+                # The coordinator re-registered our wait at a higher version (a REASSIGN moved the
+                # approval it waits on): follow it, or the close and its WaitClosed would not match.
+                w = self._waits.get(fx.edge_id)
+                if w is not None and w.generation == fx.waiter_generation and fx.edge_version > w.version:
+                    w.version = fx.edge_version
+                    versions = w.execution._edge_versions
+                    versions[w.target_id] = max(versions.get(w.target_id, 0), fx.edge_version)
             case VictimChosen():
                 self._decisions[fx.decision_id] = fx
                 if fx.epoch is not None and fx.decision_kind in ("VICTIM", "TIE_BREAK"):

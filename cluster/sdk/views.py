@@ -281,6 +281,10 @@ def decision_from_view(view: operator_pb2.DecisionView, role: str | None = None)
         released=tuple(Release(r.target_id, r.execution_id, r.at_ms) for r in view.released),
         epoch_before=view.epoch_before,
         at_ms=view.at_ms,
+        remedies=tuple((r.remedy, r.outcome, r.reason) for r in view.remedies),
+        reassigned=tuple(
+            (r.approval_id, r.from_id, r.from_generation, r.to_id, r.to_generation) for r in view.reassigned
+        ),
     )
 
 

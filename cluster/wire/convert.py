@@ -136,6 +136,7 @@ on OperatorService: the same request, cast by a voter agent's session."""
 OPERATOR_WRITES: dict[str, type[Command]] = {
     "Vote": C.VoteRecovery,
     "SetMode": C.SetMode,
+    "SetApprover": C.SetApprover,
     "Freeze": C.FreezeAdmission,
     "Unfreeze": C.UnfreezeAdmission,
     "CancelRun": C.CancelRun,
@@ -549,6 +550,8 @@ def decision_view(
         votes=_votes(d.votes),
         waits=[_write(w, operator_pb2.CycleWaitView) for w in d.waits],
         cancellations=list(cancellations),
+        remedies=[operator_pb2.RemedyView(remedy=r, outcome=o, reason=why) for r, o, why in d.remedies],
+        reassigned=[_write(r, operator_pb2.ReassignmentView) for r in d.reassigned],
     )
     return view
 

@@ -43,21 +43,21 @@ def test_the_demo_resolves_every_scenario() -> None:
     done = run_demo()
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
-    assert "all 4 scenarios resolved" in out
-    for n in (1, 2, 3, 4):
+    assert "all 5 scenarios resolved" in out
+    for n in (1, 2, 3, 4, 5):
         assert f"scenario {n} RESOLVED" in out
     # detection, votes, the epoch, the victim with its scores, convergence, no re-formation
-    assert out.count("DETECTED a deadlock") == 6  # scenario 4's cycle forms three times
+    assert out.count("DETECTED a deadlock") == 7  # scenario 4's cycle forms three times
     assert "members exec:s1-A, exec:s1-B" in out and "members exec:s2-subtask, exec:s2-supervisor" in out
     assert "members exec:s3-A, exec:s3-B, exec:s3-C, exec:s3-D;" in out  # E, F, G are not in the cycle
     assert re.search(r"VOTE node:n\d approves: 2 of quorum 2", out)
     for epoch in (1, 2, 3):
         assert f"EPOCH {epoch} committed" in out
     assert "victim exec:s1-B g1" in out and "victim exec:s2-subtask g1" in out and "victim exec:s3-D g1" in out
-    assert out.count("ExplainDecision d") == 6 and re.search(r"exec:s3-D g1 +no +yes .* victim", out)
+    assert out.count("ExplainDecision d") == 7 and re.search(r"exec:s3-D g1 +no +yes .* victim", out)
     assert "CancellationStable exec:s1-B@1" in out and "CancellationStable exec:s3-D@1" in out
     assert "RELEASED resource:s3-rd" in out  # the victim's lease, after the epoch commit
-    assert out.count("no re-formation: Cycles polled") == 3 and "RE-FORMED" not in out
+    assert out.count("no re-formation: Cycles polled") == 4 and "RE-FORMED" not in out
     # the agents' side: the typed exception, the fence, the retry under the new epoch
     assert out.count("DeadlockVictim raised in the blocked task") == 3 + 5  # scenario 4: 2 victims, 3 yields
     assert "StaleEpoch" in out and "presenting epoch 1" in out
@@ -84,6 +84,17 @@ def test_the_demo_resolves_every_scenario() -> None:
     assert re.search(r"every execution COMPLETED: exec:s4-A g\d+, .*exec:s4-E g1, exec:s4-F g1, exec:s4-G g1", out)
     assert all(f"exec:s4-{x} COMPLETED 3 batches at g1, never interrupted" in out for x in "EFG")
     assert "7 executions completed" in out
+    # scenario 2 (no approver) fell to the victim path; scenario 5 (an approver) is reassigned
+    assert "reassign not_applicable (no_independent_approver), victim applied (policy_v1)" in out
+    assert "members exec:s5-helper, exec:s5-lead" in out
+    assert re.search(r"DECISION d\d+: REASSIGN \(mode auto, .*approval_provider_in_cycle\): .*nobody is cancelled", out)
+    assert "REASSIGNED approval:s5-plan: exec:s5-lead (inside the cycle) no longer provides it" in out
+    assert "PROVIDED_BY approval:s5-plan -> human:reviewer" in out
+    assert "WAIT exec:s5-helper>approval:s5-plan re-registered at version 2" in out
+    assert "reassign applied (1_approval_to_independent_approver), victim not_needed" in out
+    assert "approval:s5-plan arrived (approval_granted, wait version 2)" in out
+    assert "every execution COMPLETED: exec:s5-helper g1, exec:s5-lead g1" in out
+    assert "nobody was cancelled: both completed at generation 1" in out
     # and nothing is left running
     pids = node_pids(out)
     assert len(pids) == 3 and all(gone(p) for p in pids)

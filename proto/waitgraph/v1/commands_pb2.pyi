@@ -341,6 +341,16 @@ class SetModeRequest(_message.Message):
     side_effect_free: bool
     def __init__(self, request_id: _Optional[str] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., run_id: _Optional[str] = ..., side_effect_free: _Optional[bool] = ...) -> None: ...
 
+class SetApproverRequest(_message.Message):
+    __slots__ = ("request_id", "approver_id", "run_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVER_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    approver_id: str
+    run_id: str
+    def __init__(self, request_id: _Optional[str] = ..., approver_id: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+
 class FreezeRequest(_message.Message):
     __slots__ = ("request_id", "run_id", "reason")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]

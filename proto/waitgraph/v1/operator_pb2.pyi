@@ -93,7 +93,7 @@ class PeerStatus(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., connected: _Optional[bool] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("node_id", "raft_address", "grpc_address", "role", "leader_id", "leader_address", "term", "commit_index", "applied_index", "has_quorum", "ready", "epoch", "mode", "admission_frozen", "admission_frozen_reason", "frozen_runs", "recovery_configured", "voters", "quorum", "max_rollback", "now_ms", "state_digest", "stale", "peers", "open_proposals", "decisions", "event_head_cursor", "event_horizon_cursor", "counters", "orphaned_executions", "durable")
+    __slots__ = ("node_id", "raft_address", "grpc_address", "role", "leader_id", "leader_address", "term", "commit_index", "applied_index", "has_quorum", "ready", "epoch", "mode", "admission_frozen", "admission_frozen_reason", "frozen_runs", "recovery_configured", "voters", "quorum", "max_rollback", "now_ms", "state_digest", "stale", "peers", "open_proposals", "decisions", "event_head_cursor", "event_horizon_cursor", "counters", "orphaned_executions", "durable", "approver")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +132,7 @@ class StatusResponse(_message.Message):
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
     ORPHANED_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
     DURABLE_FIELD_NUMBER: _ClassVar[int]
+    APPROVER_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     raft_address: str
     grpc_address: str
@@ -163,7 +164,8 @@ class StatusResponse(_message.Message):
     counters: _containers.ScalarMap[str, int]
     orphaned_executions: int
     durable: bool
-    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., ready: _Optional[bool] = ..., epoch: _Optional[int] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., admission_frozen: _Optional[bool] = ..., admission_frozen_reason: _Optional[str] = ..., frozen_runs: _Optional[int] = ..., recovery_configured: _Optional[bool] = ..., voters: _Optional[_Iterable[str]] = ..., quorum: _Optional[int] = ..., max_rollback: _Optional[int] = ..., now_ms: _Optional[int] = ..., state_digest: _Optional[str] = ..., stale: _Optional[bool] = ..., peers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., open_proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., event_head_cursor: _Optional[int] = ..., event_horizon_cursor: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., orphaned_executions: _Optional[int] = ..., durable: _Optional[bool] = ...) -> None: ...
+    approver: str
+    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., ready: _Optional[bool] = ..., epoch: _Optional[int] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., admission_frozen: _Optional[bool] = ..., admission_frozen_reason: _Optional[str] = ..., frozen_runs: _Optional[int] = ..., recovery_configured: _Optional[bool] = ..., voters: _Optional[_Iterable[str]] = ..., quorum: _Optional[int] = ..., max_rollback: _Optional[int] = ..., now_ms: _Optional[int] = ..., state_digest: _Optional[str] = ..., stale: _Optional[bool] = ..., peers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., open_proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., event_head_cursor: _Optional[int] = ..., event_horizon_cursor: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., orphaned_executions: _Optional[int] = ..., durable: _Optional[bool] = ..., approver: _Optional[str] = ...) -> None: ...
 
 class GraphRequest(_message.Message):
     __slots__ = ("run_id", "agent_id", "limit", "fresh", "statuses", "around", "hops")
@@ -522,7 +524,7 @@ class CancellationView(_message.Message):
     def __init__(self, scope_id: _Optional[str] = ..., run_id: _Optional[str] = ..., root_id: _Optional[str] = ..., root_generation: _Optional[int] = ..., cause: _Optional[str] = ..., cancel_generation: _Optional[int] = ..., requested_at_ms: _Optional[int] = ..., stable_at_ms: _Optional[int] = ..., pending: _Optional[int] = ..., quarantined: _Optional[int] = ...) -> None: ...
 
 class DecisionView(_message.Message):
-    __slots__ = ("decision_id", "digest", "signature", "policy_version", "kind", "mode", "reason_code", "epoch", "winner_id", "winner_generation", "scores", "roles", "released", "at_ms", "epoch_before", "proposer", "proposed_at_ms", "votes", "waits", "cancellations", "retired_at_ms")
+    __slots__ = ("decision_id", "digest", "signature", "policy_version", "kind", "mode", "reason_code", "epoch", "winner_id", "winner_generation", "scores", "roles", "released", "at_ms", "epoch_before", "proposer", "proposed_at_ms", "votes", "waits", "cancellations", "retired_at_ms", "remedies", "reassigned")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
@@ -544,6 +546,8 @@ class DecisionView(_message.Message):
     WAITS_FIELD_NUMBER: _ClassVar[int]
     CANCELLATIONS_FIELD_NUMBER: _ClassVar[int]
     RETIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    REMEDIES_FIELD_NUMBER: _ClassVar[int]
+    REASSIGNED_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     digest: str
     signature: str
@@ -565,7 +569,33 @@ class DecisionView(_message.Message):
     waits: _containers.RepeatedCompositeFieldContainer[CycleWaitView]
     cancellations: _containers.RepeatedCompositeFieldContainer[CancellationView]
     retired_at_ms: int
-    def __init__(self, decision_id: _Optional[str] = ..., digest: _Optional[str] = ..., signature: _Optional[str] = ..., policy_version: _Optional[str] = ..., kind: _Optional[_Union[_types_pb2.DecisionKind, str]] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., reason_code: _Optional[str] = ..., epoch: _Optional[int] = ..., winner_id: _Optional[str] = ..., winner_generation: _Optional[int] = ..., scores: _Optional[_Iterable[_Union[ScoreView, _Mapping]]] = ..., roles: _Optional[_Iterable[_Union[RoleView, _Mapping]]] = ..., released: _Optional[_Iterable[_Union[ReleaseView, _Mapping]]] = ..., at_ms: _Optional[int] = ..., epoch_before: _Optional[int] = ..., proposer: _Optional[str] = ..., proposed_at_ms: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[VoteView, _Mapping]]] = ..., waits: _Optional[_Iterable[_Union[CycleWaitView, _Mapping]]] = ..., cancellations: _Optional[_Iterable[_Union[CancellationView, _Mapping]]] = ..., retired_at_ms: _Optional[int] = ...) -> None: ...
+    remedies: _containers.RepeatedCompositeFieldContainer[RemedyView]
+    reassigned: _containers.RepeatedCompositeFieldContainer[ReassignmentView]
+    def __init__(self, decision_id: _Optional[str] = ..., digest: _Optional[str] = ..., signature: _Optional[str] = ..., policy_version: _Optional[str] = ..., kind: _Optional[_Union[_types_pb2.DecisionKind, str]] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., reason_code: _Optional[str] = ..., epoch: _Optional[int] = ..., winner_id: _Optional[str] = ..., winner_generation: _Optional[int] = ..., scores: _Optional[_Iterable[_Union[ScoreView, _Mapping]]] = ..., roles: _Optional[_Iterable[_Union[RoleView, _Mapping]]] = ..., released: _Optional[_Iterable[_Union[ReleaseView, _Mapping]]] = ..., at_ms: _Optional[int] = ..., epoch_before: _Optional[int] = ..., proposer: _Optional[str] = ..., proposed_at_ms: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[VoteView, _Mapping]]] = ..., waits: _Optional[_Iterable[_Union[CycleWaitView, _Mapping]]] = ..., cancellations: _Optional[_Iterable[_Union[CancellationView, _Mapping]]] = ..., retired_at_ms: _Optional[int] = ..., remedies: _Optional[_Iterable[_Union[RemedyView, _Mapping]]] = ..., reassigned: _Optional[_Iterable[_Union[ReassignmentView, _Mapping]]] = ...) -> None: ...
+
+class RemedyView(_message.Message):
+    __slots__ = ("remedy", "outcome", "reason")
+    REMEDY_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    remedy: str
+    outcome: str
+    reason: str
+    def __init__(self, remedy: _Optional[str] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReassignmentView(_message.Message):
+    __slots__ = ("approval_id", "from_id", "from_generation", "to_id", "to_generation")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    TO_ID_FIELD_NUMBER: _ClassVar[int]
+    TO_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    from_id: str
+    from_generation: int
+    to_id: str
+    to_generation: int
+    def __init__(self, approval_id: _Optional[str] = ..., from_id: _Optional[str] = ..., from_generation: _Optional[int] = ..., to_id: _Optional[str] = ..., to_generation: _Optional[int] = ...) -> None: ...
 
 class EpochAt(_message.Message):
     __slots__ = ("epoch", "at_ms")

@@ -96,6 +96,11 @@ class OperatorServiceStub:
                 request_serializer=waitgraph_dot_v1_dot_commands__pb2.SetModeRequest.SerializeToString,
                 response_deserializer=waitgraph_dot_v1_dot_types__pb2.Outcome.FromString,
                 _registered_method=True)
+        self.SetApprover = channel.unary_unary(
+                '/waitgraph.v1.OperatorService/SetApprover',
+                request_serializer=waitgraph_dot_v1_dot_commands__pb2.SetApproverRequest.SerializeToString,
+                response_deserializer=waitgraph_dot_v1_dot_types__pb2.Outcome.FromString,
+                _registered_method=True)
         self.Freeze = channel.unary_unary(
                 '/waitgraph.v1.OperatorService/Freeze',
                 request_serializer=waitgraph_dot_v1_dot_commands__pb2.FreezeRequest.SerializeToString,
@@ -235,6 +240,12 @@ class OperatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetApprover(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Freeze(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -356,6 +367,11 @@ def add_OperatorServiceServicer_to_server(servicer, server):
             'SetMode': grpc.unary_unary_rpc_method_handler(
                     servicer.SetMode,
                     request_deserializer=waitgraph_dot_v1_dot_commands__pb2.SetModeRequest.FromString,
+                    response_serializer=waitgraph_dot_v1_dot_types__pb2.Outcome.SerializeToString,
+            ),
+            'SetApprover': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetApprover,
+                    request_deserializer=waitgraph_dot_v1_dot_commands__pb2.SetApproverRequest.FromString,
                     response_serializer=waitgraph_dot_v1_dot_types__pb2.Outcome.SerializeToString,
             ),
             'Freeze': grpc.unary_unary_rpc_method_handler(
@@ -727,6 +743,33 @@ class OperatorService:
             target,
             '/waitgraph.v1.OperatorService/SetMode',
             waitgraph_dot_v1_dot_commands__pb2.SetModeRequest.SerializeToString,
+            waitgraph_dot_v1_dot_types__pb2.Outcome.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetApprover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/waitgraph.v1.OperatorService/SetApprover',
+            waitgraph_dot_v1_dot_commands__pb2.SetApproverRequest.SerializeToString,
             waitgraph_dot_v1_dot_types__pb2.Outcome.FromString,
             options,
             channel_credentials,
