@@ -122,6 +122,10 @@ def test_ten_executions_the_cycle_on_screen_the_victim_marked_its_scores_a_click
         assert "1 confirmed cycles" in page.inner_text("#sum-trouble")
         assert page.inner_text("#cycles .tag.confirmed") == "confirmed"
         assert page.inner_text("#victims .victim-id") == "exec:pipe-d"
+        # what recovery considered before the victim, in its order
+        steps = page.inner_text("#victims .remedies")
+        assert steps.startswith("Remedies, in order: prevent") and "reassign not_applicable" in steps, steps
+        assert steps.index("reassign") < steps.index("victim"), steps
         assert "stale by design" in page.inner_text("#read-note")
         # a click on the victim: its scores on every policy term, the victim's row first
         showcase.click_node(page, "exec:pipe-d")

@@ -785,7 +785,18 @@ function victimStory(d) {
   }
   if (d.kind === "VICTIM") return `Victim ${who}: ${why}. Epoch ${d.epoch} was committed before anything was released.`;
   if (d.kind === "TIE_BREAK") return `Livelock (${d.reason_code}): tie-break won by ${d.winner_id}; rolled back: ${who}.`;
+  if (d.kind === "REASSIGN") {
+    const moves = (d.reassigned || []).map((r) => `${r.approval_id} from ${r.from_id} to ${r.to_id}`).join("; ");
+    return `Reassigned ${moves || "an approval"}: nobody was cancelled. Epoch ${d.epoch} was committed first.`;
+  }
   return `${d.kind} (${d.reason_code}): nothing was cancelled.`;
+}
+
+// What recovery considered, in its order (prevent, reorder, reassign, victim), and what each did.
+function remedies(d) {
+  if (!d.remedies || !d.remedies.length) return null;
+  const parts = d.remedies.map((r) => `${r.remedy} ${r.outcome}${r.reason ? ` (${r.reason})` : ""}`);
+  return el("p", { class: "note remedies" }, `Remedies, in order: ${parts.join(" \u2192 ")}.`);
 }
 
 function victims(doc) {
@@ -796,12 +807,15 @@ function victims(doc) {
       el(
         "p",
         {},
-        el("span", { class: "tag victim" }, d.kind === "SHADOW" ? "victim (shadow)" : "victim"),
+        d.kind === "REASSIGN"
+          ? el("span", { class: "tag reassigned" }, "reassigned")
+          : el("span", { class: "tag victim" }, d.kind === "SHADOW" ? "victim (shadow)" : "victim"),
         " ",
         el("b", { class: "mono victim-id" }, d.victims.join(", ") || "-"),
         ` \u00b7 ${d.decision_id}, policy ${d.policy_version}, ${d.kind}, mode ${d.mode}`,
       ),
       el("p", {}, victimStory(d)),
+      remedies(d),
       scoreTable(d),
       more(d.scores_total, d.scores.length, "candidates"),
     ),
