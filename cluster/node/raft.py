@@ -58,8 +58,10 @@ acknowledgment wait for the disk, one flush per tick covering everything appende
   sent only after the next flush;
 - each tick (``_onTick``) first flushes the journal (and fsyncs the dump file and the data
   directory after a dump was written or received), then releases the held replies, then runs
-  pysyncobj's tick. The leader's entries are appended by ``_checkCommandsToApply`` after the
-  commit loop of a tick, so they are on disk before the next commit loop counts the leader's own
+  pysyncobj's tick. The leader's entries are appended (and sent) by ``_checkCommandsToApply``
+  after the commit loop of a tick, and flushed right after it (``WaitgraphSyncObj._checkCommandsToApply``),
+  in the same tick: the leader's flush overlaps the followers' instead of following their
+  answers, and the entries are on disk before the next commit loop counts the leader's own
   copy. The one append between the flush and the commit loop, the no-op of a node that wins an
   election inside the tick (a single-node cluster), is flushed by ``_SyncObj__onBecomeLeader``.
 
@@ -787,6 +789,13 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             return True
         self._last_ack[node] = (term, next_index, now)
         return False
+
+    def _checkCommandsToApply(self) -> None:
+        super()._checkCommandsToApply()
+        if self._fsync:
+            # A leader has just appended and sent this tick's entries: flush its copy now, while
+            # the followers flush theirs, rather than after the poll that brings their answers.
+            self.sync_journal()
 
     def _SyncObj__onBecomeLeader(self) -> None:
         super()._SyncObj__onBecomeLeader()
