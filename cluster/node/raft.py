@@ -277,6 +277,10 @@ class RaftConfig:
     group_max_bytes: int = 256 * 1024
     group_window_s: float = 0.001
     """How long a new envelope may wait for others while a group is already in flight."""
+    group_max_in_flight: int = 1
+    """Groups proposed and not yet answered, at most, before a window's end sends the next one; with
+    that many in flight, what waits goes when one is answered (or when it reaches
+    ``group_max_items`` / ``group_max_bytes``): a burst of unary writers fills fewer, fuller entries."""
     submit_timeout_s: float = 5.0
     append_entries_period_s: float = 0.1
     raft_min_timeout_s: float = 0.5
@@ -304,8 +308,8 @@ class RaftConfig:
             raise ValueError("a cluster password is required: without it the Raft port runs anyone's code")
         if self.group_max_bytes > APPEND_ENTRIES_BATCH_BYTES // 8:
             raise ValueError("group_max_bytes must stay far below the append_entries batch size")
-        if self.max_outstanding < 1 or self.group_max_items < 1:
-            raise ValueError("max_outstanding and group_max_items must be positive")
+        if self.max_outstanding < 1 or self.group_max_items < 1 or self.group_max_in_flight < 1:
+            raise ValueError("max_outstanding, group_max_items and group_max_in_flight must be positive")
 
     @property
     def journal_file(self) -> Path:
@@ -1436,7 +1440,8 @@ class RaftNode:
       is proposed at once (:meth:`submit`; those of one :meth:`submit_many` leave together at
       the next loop iteration). While a group is in flight, new envelopes wait up to
       ``group_window_s`` or until ``group_max_items`` / ``group_max_bytes``, then go as one log
-      entry; each caller gets its own Outcome, in order.
+      entry; each caller gets its own Outcome, in order. With ``group_max_in_flight`` groups in
+      flight already, the window's end does not send: they go when the oldest is answered.
     - **Backpressure.** At most ``max_outstanding`` envelopes (and barriers) are between
       :meth:`submit` and their answer; one more raises :class:`~waitgraph.node.errors.Exhausted` at
       once. pysyncobj's queue is bounded by the same number.
@@ -1596,7 +1601,7 @@ class RaftNode:
             self._flush()
         elif self._flush_handle is None:
             if self._in_flight:
-                self._flush_handle = loop.call_later(self.cfg.group_window_s, self._flush)
+                self._flush_handle = loop.call_later(self.cfg.group_window_s, self._window_over)
             elif alone:
                 self._flush()
             else:
@@ -1621,6 +1626,13 @@ class RaftNode:
             )
         self._outstanding += 1
         return self._loop
+
+    def _window_over(self) -> None:
+        """The window of the waiting envelopes ended: send them, unless ``group_max_in_flight``
+        groups are in flight already; then they go when one is answered (:meth:`_finish`)."""
+        self._flush_handle = None
+        if len(self._in_flight) < self.cfg.group_max_in_flight:
+            self._flush()
 
     def _flush(self) -> None:
         if self._flush_handle is not None:
@@ -1695,8 +1707,11 @@ class RaftNode:
         self._outstanding -= len(group.futures) if group.barrier is None else 1
         if group.deadline is not None:
             group.deadline.cancel()
-        if self._buffer and not self._in_flight and self._flush_handle is not None:
-            # Nothing in flight any more: send what is waiting now rather than at the window's end.
+        if self._buffer and (
+            not self._in_flight or (self._flush_handle is None and len(self._in_flight) < self.cfg.group_max_in_flight)
+        ):
+            # Nothing in flight any more: send what is waiting now rather than at the window's end;
+            # or the window ended while the pipeline was full and now there is room.
             self._flush()
 
     def _error_for(self, error: Any) -> ClusterError:
