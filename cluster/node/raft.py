@@ -281,6 +281,9 @@ class RaftConfig:
     """Groups proposed and not yet answered, at most, before a window's end sends the next one; with
     that many in flight, what waits goes when one is answered (or when it reaches
     ``group_max_items`` / ``group_max_bytes``): a burst of unary writers fills fewer, fuller entries."""
+    group_max_defer_s: float = 0.02
+    """How long the oldest group in flight may hold back the next one: a group that will never be
+    answered in time (forwarded to a leader that went away) does not hold later writes for long."""
     submit_timeout_s: float = 5.0
     append_entries_period_s: float = 0.1
     raft_min_timeout_s: float = 0.5
@@ -1417,6 +1420,8 @@ class Read(Generic[T]):
 @dataclass(slots=True, eq=False)
 class _Group:
     futures: list[asyncio.Future[Outcome]]
+    proposed_at: float = 0.0
+    """The loop's clock when it was handed to pysyncobj."""
     deadline: asyncio.TimerHandle | None = None
     settled: bool = False
     barrier: asyncio.Future[None] | None = None
@@ -1441,7 +1446,9 @@ class RaftNode:
       the next loop iteration). While a group is in flight, new envelopes wait up to
       ``group_window_s`` or until ``group_max_items`` / ``group_max_bytes``, then go as one log
       entry; each caller gets its own Outcome, in order. With ``group_max_in_flight`` groups in
-      flight already, the window's end does not send: they go when the oldest is answered.
+      flight already, the window's end does not send: they go when one is answered, or once the
+      oldest has been in flight ``group_max_defer_s`` (one that will not be answered soon, say
+      forwarded to a leader that went away, holds later writes that long at most).
     - **Backpressure.** At most ``max_outstanding`` envelopes (and barriers) are between
       :meth:`submit` and their answer; one more raises :class:`~waitgraph.node.errors.Exhausted` at
       once. pysyncobj's queue is bounded by the same number.
@@ -1464,6 +1471,8 @@ class RaftNode:
         self._buffer: list[tuple[bytes, asyncio.Future[Outcome]]] = []
         self._buffer_bytes = 0
         self._flush_handle: asyncio.Handle | asyncio.TimerHandle | None = None
+        self._deferred = False
+        """The pending ``_flush_handle`` is a window that ended with the pipeline full (``_window_over``)."""
         self._in_flight: set[_Group] = set()
         self._ready = threading.Event()
         self._stopped = False
@@ -1520,6 +1529,7 @@ class RaftNode:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
+        self._deferred = False
         buffered, self._buffer, self._buffer_bytes = self._buffer, [], 0
         for _, fut in buffered:  # never proposed
             if not fut.done():
@@ -1629,15 +1639,25 @@ class RaftNode:
 
     def _window_over(self) -> None:
         """The window of the waiting envelopes ended: send them, unless ``group_max_in_flight``
-        groups are in flight already; then they go when one is answered (:meth:`_finish`)."""
-        self._flush_handle = None
+        groups are in flight already; then they go when one is answered (:meth:`_finish`), or
+        once the oldest in flight was proposed ``group_max_defer_s`` ago, whichever comes first."""
+        self._flush_handle, self._deferred = None, False
         if len(self._in_flight) < self.cfg.group_max_in_flight:
             self._flush()
+            return
+        loop = self._loop
+        assert loop is not None
+        due = min(g.proposed_at for g in self._in_flight) + self.cfg.group_max_defer_s
+        if loop.time() >= due:
+            self._flush()
+            return
+        self._flush_handle, self._deferred = loop.call_at(due, self._window_over), True
 
     def _flush(self) -> None:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
+        self._deferred = False
         if not self._buffer:
             return
         buffered, self._buffer, self._buffer_bytes = self._buffer, [], 0
@@ -1649,6 +1669,7 @@ class RaftNode:
         loop = self._loop
         assert loop is not None
         self._in_flight.add(group)
+        group.proposed_at = loop.time()
         group.deadline = loop.call_later(
             self.cfg.submit_timeout_s,
             self._settle_error,
@@ -1708,7 +1729,7 @@ class RaftNode:
         if group.deadline is not None:
             group.deadline.cancel()
         if self._buffer and (
-            not self._in_flight or (self._flush_handle is None and len(self._in_flight) < self.cfg.group_max_in_flight)
+            not self._in_flight or (self._deferred and len(self._in_flight) < self.cfg.group_max_in_flight)
         ):
             # Nothing in flight any more: send what is waiting now rather than at the window's end;
             # or the window ended while the pipeline was full and now there is room.

@@ -83,7 +83,9 @@ async def test_a_lone_write_is_proposed_at_once_and_a_batch_goes_as_one_entry(tm
 async def test_unary_writes_wait_for_room_in_the_pipeline_then_go_as_one_entry(tmp_path, max_in_flight):
     """Unary writers one after the other while a group is in flight: with ``group_max_in_flight``
     groups in flight the window's end sends nothing; they go together when one is answered."""
-    node = await started(config(tmp_path, group_window_s=0.001, group_max_in_flight=max_in_flight))
+    node = await started(
+        config(tmp_path, group_window_s=0.001, group_max_in_flight=max_in_flight, group_max_defer_s=60.0)
+    )
     obj = node.obj
     held: list[tuple[bytes, object]] = []
     real = obj.apply_commands
@@ -112,6 +114,35 @@ async def test_unary_writes_wait_for_room_in_the_pipeline_then_go_as_one_entry(t
         outs = await asyncio.wait_for(asyncio.gather(*writes), 5)
         assert [o.result for o in outs] == [Result.APPLIED] * 4
         assert node.status().outstanding == 0
+    finally:
+        obj.apply_commands = real
+        await node.stop()
+
+
+@pytest.mark.timeout(30)
+async def test_a_group_never_answered_holds_the_next_ones_back_only_so_long(tmp_path):
+    """The oldest group in flight is never answered (forwarded to a leader that went away): the
+    next write still goes once that group has been in flight ``group_max_defer_s``."""
+    node = await started(config(tmp_path, group_window_s=0.001, group_max_defer_s=0.05))
+    obj = node.obj
+    held: list[tuple[bytes, object]] = []
+    real = obj.apply_commands
+    try:
+        obj.apply_commands = lambda payload, callback: held.append((payload, callback))
+        writes = [asyncio.ensure_future(node.submit(envelope(1)))]
+        await asyncio.sleep(0)
+        writes.append(asyncio.ensure_future(node.submit(envelope(2))))
+        await asyncio.sleep(0.005)
+        assert len(held) == 1  # the window ended; the pipeline is full
+        for _ in range(200):
+            if len(held) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(held) == 2 and not node._buffer  # sent while the first is still unanswered
+        for payload, callback in held:
+            real(payload, callback=callback)
+        outs = await asyncio.wait_for(asyncio.gather(*writes), 5)
+        assert [o.result for o in outs] == [Result.APPLIED] * 2
     finally:
         obj.apply_commands = real
         await node.stop()
