@@ -12,7 +12,10 @@ Rules kept here:
   at start and after a snapshot install it becomes "everything up to the next entry applied".
   Resuming after a cursor below the horizon is :class:`CursorExpired`: resync from the state.
 - Recording runs on pysyncobj's tick thread inside apply (under the machine lock): it only
-  appends and wakes the asyncio loop with one ``call_soon_threadsafe``; it never blocks on it.
+  appends and, when a watcher waits, wakes the asyncio loop with one ``call_soon_threadsafe``;
+  it never blocks on it. With nobody watching (most followers, most of the time) the loop is not
+  woken at all: a waiter registers under the journal's lock in the same step that finds nothing
+  new, so a record either sees it or came before that check.
 """
 
 from __future__ import annotations
@@ -181,7 +184,9 @@ class EventJournal:
                 self._events.append(Event(cursor, index, owners(state, fx), fx))
                 self._head = cursor
             self._evict()
-        self._schedule_wake()
+            waiting = self._wakeup is not None
+        if waiting:
+            self._schedule_wake()
 
     def _gap_horizon(self, index: int) -> int:
         """After a gap, entry ``index`` is the first one numbered completely (the next one if
@@ -227,13 +232,15 @@ class EventJournal:
         caller was busy is not lost."""
         if self._closed:
             return
-        with self._lock:
+        loop = asyncio.get_running_loop()
+        with self._lock:  # the check and the registration in one step (module docstring)
             if self._head > position:
                 return
-        if self._wakeup is None or self._wakeup.done():
-            self._wakeup = asyncio.get_running_loop().create_future()
+            if self._wakeup is None or self._wakeup.done():
+                self._wakeup = loop.create_future()
+            wakeup = self._wakeup
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._wakeup), timeout_s)
+            await asyncio.wait_for(asyncio.shield(wakeup), timeout_s)
 
     def position(self) -> tuple[int, int]:
         """(head, horizon) now. With a gap not yet resolved by an apply, the horizon is set from

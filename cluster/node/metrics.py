@@ -610,6 +610,8 @@ class GrpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             buckets=GRPC_LATENCY_BOUNDS_S,
             registry=None,
         )
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        """Per method: the server's handler and its measured wrapper, built once, not per call."""
 
     def collectors(self) -> tuple[Collector, ...]:
         return (self.started, self.handled, self.received, self.sent, self.latency)
@@ -629,6 +631,15 @@ class GrpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None:
             return handler
         full = str(handler_call_details.method).lstrip("/")
+        known = self._wrapped.get(full)
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = self._wrap(full, handler)
+        if full in self.methods:  # bounded: a client's made-up names are wrapped each time
+            self._wrapped[full] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, full: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         service, method = self._labels(full)
         log_name = full if full in self.methods else OTHER_METHOD
         if handler.unary_unary is not None:
@@ -649,22 +660,31 @@ class GrpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self.handled.labels(*labels, _code_name(context, fallback)).inc()
 
     def _unary(self, labels: Labels, log_name: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        # The method's children, looked up once (``labels()`` takes a lock and builds a key).
+        started_c, received_c = self.started.labels(*labels), self.received.labels(*labels)
+        sent_c, latency_h = self.sent.labels(*labels), self.latency.labels(*labels)
+        handled: dict[str, Any] = {}
+
         async def measured(request: Any, context: grpc.aio.ServicerContext) -> Any:
             started, fallback = self.clock(), grpc.StatusCode.UNKNOWN
-            self.started.labels(*labels).inc()
-            self.received.labels(*labels).inc()
+            started_c.inc()
+            received_c.inc()
             try:
                 with request_context(log_name, request):
                     response = await behavior(request, context)
                 fallback = grpc.StatusCode.OK
-                self.sent.labels(*labels).inc()
+                sent_c.inc()
                 return response
             except asyncio.CancelledError:
                 fallback = grpc.StatusCode.CANCELLED
                 raise
             finally:
-                self._finish(labels, context, fallback)
-                self.latency.labels(*labels).observe(self.clock() - started)
+                code = _code_name(context, fallback)
+                child = handled.get(code)
+                if child is None:
+                    child = handled[code] = self.handled.labels(*labels, code)
+                child.inc()
+                latency_h.observe(self.clock() - started)
 
         return measured
 

@@ -58,8 +58,10 @@ acknowledgment wait for the disk, one flush per tick covering everything appende
   sent only after the next flush;
 - each tick (``_onTick``) first flushes the journal (and fsyncs the dump file and the data
   directory after a dump was written or received), then releases the held replies, then runs
-  pysyncobj's tick. The leader's entries are appended by ``_checkCommandsToApply`` after the
-  commit loop of a tick, so they are on disk before the next commit loop counts the leader's own
+  pysyncobj's tick. The leader's entries are appended (and sent) by ``_checkCommandsToApply``
+  after the commit loop of a tick, and flushed right after it (``WaitgraphSyncObj._checkCommandsToApply``),
+  in the same tick: the leader's flush overlaps the followers' instead of following their
+  answers, and the entries are on disk before the next commit loop counts the leader's own
   copy. The one append between the flush and the commit loop, the no-op of a node that wins an
   election inside the tick (a single-node cluster), is flushed by ``_SyncObj__onBecomeLeader``.
 
@@ -275,6 +277,13 @@ class RaftConfig:
     group_max_bytes: int = 256 * 1024
     group_window_s: float = 0.001
     """How long a new envelope may wait for others while a group is already in flight."""
+    group_max_in_flight: int = 1
+    """Groups proposed and not yet answered, at most, before a window's end sends the next one; with
+    that many in flight, what waits goes when one is answered (or when it reaches
+    ``group_max_items`` / ``group_max_bytes``): a burst of unary writers fills fewer, fuller entries."""
+    group_max_defer_s: float = 0.02
+    """How long the oldest group in flight may hold back the next one: a group that will never be
+    answered in time (forwarded to a leader that went away) does not hold later writes for long."""
     submit_timeout_s: float = 5.0
     append_entries_period_s: float = 0.1
     raft_min_timeout_s: float = 0.5
@@ -302,8 +311,8 @@ class RaftConfig:
             raise ValueError("a cluster password is required: without it the Raft port runs anyone's code")
         if self.group_max_bytes > APPEND_ENTRIES_BATCH_BYTES // 8:
             raise ValueError("group_max_bytes must stay far below the append_entries batch size")
-        if self.max_outstanding < 1 or self.group_max_items < 1:
-            raise ValueError("max_outstanding and group_max_items must be positive")
+        if self.max_outstanding < 1 or self.group_max_items < 1 or self.group_max_in_flight < 1:
+            raise ValueError("max_outstanding, group_max_items and group_max_in_flight must be positive")
 
     @property
     def journal_file(self) -> Path:
@@ -794,6 +803,13 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             return True
         self._last_ack[node] = (term, next_index, now)
         return False
+
+    def _checkCommandsToApply(self) -> None:
+        super()._checkCommandsToApply()
+        if self._fsync:
+            # A leader has just appended and sent this tick's entries: flush its copy now, while
+            # the followers flush theirs, rather than after the poll that brings their answers.
+            self.sync_journal()
 
     def _SyncObj__onBecomeLeader(self) -> None:
         super()._SyncObj__onBecomeLeader()
@@ -1411,6 +1427,8 @@ class Read(Generic[T]):
 @dataclass(slots=True, eq=False)
 class _Group:
     futures: list[asyncio.Future[Outcome]]
+    proposed_at: float = 0.0
+    """The loop's clock when it was handed to pysyncobj."""
     deadline: asyncio.TimerHandle | None = None
     settled: bool = False
     barrier: asyncio.Future[None] | None = None
@@ -1434,7 +1452,10 @@ class RaftNode:
       is proposed at once (:meth:`submit`; those of one :meth:`submit_many` leave together at
       the next loop iteration). While a group is in flight, new envelopes wait up to
       ``group_window_s`` or until ``group_max_items`` / ``group_max_bytes``, then go as one log
-      entry; each caller gets its own Outcome, in order.
+      entry; each caller gets its own Outcome, in order. With ``group_max_in_flight`` groups in
+      flight already, the window's end does not send: they go when one is answered, or once the
+      oldest has been in flight ``group_max_defer_s`` (one that will not be answered soon, say
+      forwarded to a leader that went away, holds later writes that long at most).
     - **Backpressure.** At most ``max_outstanding`` envelopes (and barriers) are between
       :meth:`submit` and their answer; one more raises :class:`~waitgraph.node.errors.Exhausted` at
       once. pysyncobj's queue is bounded by the same number.
@@ -1457,6 +1478,8 @@ class RaftNode:
         self._buffer: list[tuple[bytes, asyncio.Future[Outcome]]] = []
         self._buffer_bytes = 0
         self._flush_handle: asyncio.Handle | asyncio.TimerHandle | None = None
+        self._deferred = False
+        """The pending ``_flush_handle`` is a window that ended with the pipeline full (``_window_over``)."""
         self._in_flight: set[_Group] = set()
         self._ready = threading.Event()
         self._stopped = False
@@ -1513,6 +1536,7 @@ class RaftNode:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
+        self._deferred = False
         buffered, self._buffer, self._buffer_bytes = self._buffer, [], 0
         for _, fut in buffered:  # never proposed
             if not fut.done():
@@ -1594,7 +1618,7 @@ class RaftNode:
             self._flush()
         elif self._flush_handle is None:
             if self._in_flight:
-                self._flush_handle = loop.call_later(self.cfg.group_window_s, self._flush)
+                self._flush_handle = loop.call_later(self.cfg.group_window_s, self._window_over)
             elif alone:
                 self._flush()
             else:
@@ -1620,10 +1644,27 @@ class RaftNode:
         self._outstanding += 1
         return self._loop
 
+    def _window_over(self) -> None:
+        """The window of the waiting envelopes ended: send them, unless ``group_max_in_flight``
+        groups are in flight already; then they go when one is answered (:meth:`_finish`), or
+        once the oldest in flight was proposed ``group_max_defer_s`` ago, whichever comes first."""
+        self._flush_handle, self._deferred = None, False
+        if len(self._in_flight) < self.cfg.group_max_in_flight:
+            self._flush()
+            return
+        loop = self._loop
+        assert loop is not None
+        due = min(g.proposed_at for g in self._in_flight) + self.cfg.group_max_defer_s
+        if loop.time() >= due:
+            self._flush()
+            return
+        self._flush_handle, self._deferred = loop.call_at(due, self._window_over), True
+
     def _flush(self) -> None:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
+        self._deferred = False
         if not self._buffer:
             return
         buffered, self._buffer, self._buffer_bytes = self._buffer, [], 0
@@ -1635,6 +1676,7 @@ class RaftNode:
         loop = self._loop
         assert loop is not None
         self._in_flight.add(group)
+        group.proposed_at = loop.time()
         group.deadline = loop.call_later(
             self.cfg.submit_timeout_s,
             self._settle_error,
@@ -1693,8 +1735,11 @@ class RaftNode:
         self._outstanding -= len(group.futures) if group.barrier is None else 1
         if group.deadline is not None:
             group.deadline.cancel()
-        if self._buffer and not self._in_flight and self._flush_handle is not None:
-            # Nothing in flight any more: send what is waiting now rather than at the window's end.
+        if self._buffer and (
+            not self._in_flight or (self._deferred and len(self._in_flight) < self.cfg.group_max_in_flight)
+        ):
+            # Nothing in flight any more: send what is waiting now rather than at the window's end;
+            # or the window ended while the pipeline was full and now there is room.
             self._flush()
 
     def _error_for(self, error: Any) -> ClusterError:

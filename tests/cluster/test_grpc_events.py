@@ -130,3 +130,33 @@ async def test_watchers_are_woken_from_the_apply_thread() -> None:
     await asyncio.wait_for(journal.wait(head, 5), 0.1)  # already newer: no wait at all
     journal.close()
     await asyncio.wait_for(journal.wait(journal.position()[0], 5), 1)
+
+
+async def test_the_loop_is_woken_only_while_a_watcher_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Recording with nobody waiting (a follower nobody watches) costs the loop no wake-up; a
+    watcher that registers in between is still woken by the next record."""
+    loop = asyncio.get_running_loop()
+    wakes: list[object] = []
+    threadsafe = loop.call_soon_threadsafe
+
+    def counted(callback, *args):  # type: ignore[no-untyped-def]
+        if getattr(callback, "__self__", None) is journal:  # not the executor's own hand-backs
+            wakes.append(callback)
+        return threadsafe(callback, *args)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    journal = EventJournal()
+    log = Log(journal)
+    journal.bind(lambda: log.last, loop)
+    for agent in "abc":
+        await loop.run_in_executor(None, log.entry, join(agent))
+    assert wakes == []
+    head = journal.position()[0]
+    waiter = loop.create_task(journal.wait(head, 5))
+    await asyncio.sleep(0)
+    await loop.run_in_executor(None, log.entry, join("d"))
+    await asyncio.wait_for(waiter, 2)
+    assert len(wakes) == 1
+    await loop.run_in_executor(None, log.entry, join("e"))  # the watcher went: no wake again
+    await asyncio.sleep(0)
+    assert len(wakes) == 1

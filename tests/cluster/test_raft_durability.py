@@ -146,6 +146,38 @@ def test_a_leader_counts_its_own_copy_only_once_flushed(tmp_path: Path, fsync: b
     obj.destroy()
 
 
+@pytest.mark.parametrize("fsync", [True, False])
+def test_a_leader_flushes_in_the_tick_that_appends_and_sends(tmp_path: Path, fsync: bool) -> None:
+    """The leader's flush overlaps the followers': its new entry is sent first, then flushed in the
+    same tick, not after the poll that brings the followers' answers."""
+    obj = node(tmp_path, [LEADER, OTHER], fsync=fsync)
+    t = transport(obj)
+    obj._SyncObj__onNodeConnected(TCPNode(LEADER))
+    obj.doTick(0)
+    obj._SyncObj__raftElectionDeadline = 0
+    obj.doTick(0)
+    t.deliver(LEADER, {"type": "response_vote", "term": obj.raftCurrentTerm})
+    assert obj._isLeader()
+    obj.doTick(0)
+    events: list[Any] = []
+    observe_flushes(obj, events)
+    send = t.send
+
+    def observed_send(peer: Any, message: Any) -> bool:
+        if message.get("type") == "append_entries" and message.get("entries"):
+            events.append(("sent", message["entries"][-1][1]))
+        return send(peer, message)
+
+    t.send = observed_send  # type: ignore[method-assign]
+    obj.apply_commands(envelope(1), callback=lambda result, error: None)
+    obj.doTick(0)  # appends the command at 3, sends it, and (with the option) flushes it
+    if fsync:
+        assert events == [("sent", 3), ("flush", 3)]
+    else:
+        assert events == [("sent", 3)]
+    obj.destroy()
+
+
 def test_a_single_node_flushes_its_election_no_op_before_committing_it(tmp_path: Path) -> None:
     obj = node(tmp_path, [], fsync=True)
     events: list[Any] = []

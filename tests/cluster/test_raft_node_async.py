@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from waitgraph.node import raft
 from waitgraph.node.errors import Exhausted, NotLeader, ReadFailed, Stopped
 from waitgraph.node.raft import RaftConfig, RaftNode
 from waitgraph.statemachine.outcome import Result
@@ -74,6 +75,76 @@ async def test_a_lone_write_is_proposed_at_once_and_a_batch_goes_as_one_entry(tm
         assert [o.result for o in outs] == [Result.APPLIED] * 4
         assert node.status().counters["entries_applied"] == before + 1  # one log entry for the four
     finally:
+        await node.stop()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("max_in_flight", [1, 2])
+async def test_unary_writes_wait_for_room_in_the_pipeline_then_go_as_one_entry(tmp_path, max_in_flight):
+    """Unary writers one after the other while a group is in flight: with ``group_max_in_flight``
+    groups in flight the window's end sends nothing; they go together when one is answered."""
+    node = await started(
+        config(tmp_path, group_window_s=0.001, group_max_in_flight=max_in_flight, group_max_defer_s=60.0)
+    )
+    obj = node.obj
+    held: list[tuple[bytes, object]] = []
+    real = obj.apply_commands
+    try:
+        obj.apply_commands = lambda payload, callback: held.append((payload, callback))
+        writes = [asyncio.ensure_future(node.submit(envelope(1)))]
+        await asyncio.sleep(0)
+        assert len(held) == 1  # alone, nothing in flight: proposed at once
+        for i in range(2, 5):  # one at a time, each well past the window
+            writes.append(asyncio.ensure_future(node.submit(envelope(i))))
+            await asyncio.sleep(0.02)
+        if max_in_flight == 1:
+            assert len(held) == 1 and len(node._buffer) == 3  # the windows ended; nothing sent
+        else:
+            assert len(held) == 2 and len(raft._batch_items(held[1][0]) or [held[1][0]]) == 1
+        first, callback = held[0]
+        real(first, callback=callback)  # answering the oldest makes room: what waits goes now
+        await asyncio.wait_for(writes[0], 5)
+        if max_in_flight == 1:
+            assert len(held) == 2 and len(raft._batch_items(held[1][0]) or []) == 3  # one entry for the three
+        else:
+            assert len(held) == 3 and len(raft._batch_items(held[2][0]) or []) == 2
+        assert not node._buffer
+        for payload, callback in held[1:]:
+            real(payload, callback=callback)
+        outs = await asyncio.wait_for(asyncio.gather(*writes), 5)
+        assert [o.result for o in outs] == [Result.APPLIED] * 4
+        assert node.status().outstanding == 0
+    finally:
+        obj.apply_commands = real
+        await node.stop()
+
+
+@pytest.mark.timeout(30)
+async def test_a_group_never_answered_holds_the_next_ones_back_only_so_long(tmp_path):
+    """The oldest group in flight is never answered (forwarded to a leader that went away): the
+    next write still goes once that group has been in flight ``group_max_defer_s``."""
+    node = await started(config(tmp_path, group_window_s=0.001, group_max_defer_s=0.05))
+    obj = node.obj
+    held: list[tuple[bytes, object]] = []
+    real = obj.apply_commands
+    try:
+        obj.apply_commands = lambda payload, callback: held.append((payload, callback))
+        writes = [asyncio.ensure_future(node.submit(envelope(1)))]
+        await asyncio.sleep(0)
+        writes.append(asyncio.ensure_future(node.submit(envelope(2))))
+        await asyncio.sleep(0.005)
+        assert len(held) == 1  # the window ended; the pipeline is full
+        for _ in range(200):
+            if len(held) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(held) == 2 and not node._buffer  # sent while the first is still unanswered
+        for payload, callback in held:
+            real(payload, callback=callback)
+        outs = await asyncio.wait_for(asyncio.gather(*writes), 5)
+        assert [o.result for o in outs] == [Result.APPLIED] * 2
+    finally:
+        obj.apply_commands = real
         await node.stop()
 
 
