@@ -43,6 +43,7 @@ from .enums import CancelMode, EffectOutcome, ExecStatus
 from .ids import ActorKind, Kind, actor_kind, id_kind, kind_of, validate_name
 from .lifecycle import Event, end_attempt, next_status, open_edge, release_holding, set_status
 from .outcome import Outcome, applied, noop
+from .queues import YIELD_REASON
 from .recovery_state import (
     POLICY_VERSION,
     CycleWait,
@@ -578,7 +579,7 @@ def _yield(ctx: Ctx, d: Decision, execution_id: str, winner_id: str, epoch: int)
         ex.generation,
         winner.execution_id,
         winner.generation,
-        st.shared_text("yield_to_winner"),
+        st.shared_text(YIELD_REASON),
         None,
         CancelMode.COOPERATIVE,
         version,

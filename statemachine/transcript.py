@@ -85,7 +85,14 @@ def render_value(value: object) -> str:
 
 
 def render_effect(fx: Effect) -> str:
-    parts = [f"{f.name}={render_value(getattr(fx, f.name))}" for f in dataclasses.fields(fx)]
+    """Every field, except one added to a released version while it is at its default (as the
+    codec leaves it out): transcripts written before it was added still read the same."""
+    added = getattr(fx, "ADDED", ())
+    parts = [
+        f"{f.name}={render_value(getattr(fx, f.name))}"
+        for f in dataclasses.fields(fx)
+        if f.name not in added or getattr(fx, f.name) != f.default
+    ]
     return " ".join([fx.KIND, *parts])
 
 
@@ -180,6 +187,14 @@ def render_state(st: State) -> list[str]:
                 f"edge_version={e.edge_version} deadline_ms={render_value(e.deadline_ms)} "
                 f"cancel_mode={e.cancel_mode.value} reason={render_value(e.reason)}"
             )
+    if st.queues:
+        out.append("queues:")
+        for tid in sorted(st.queues):
+            entries = " ".join(
+                e.waiter_id + (f"(p{e.priority})" if e.priority else "") + (f"(passed{e.passed})" if e.passed else "")
+                for e in st.queues[tid]
+            )
+            out.append(f"  {tid}: {entries}")
     return out
 
 

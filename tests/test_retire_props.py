@@ -472,13 +472,14 @@ def test_a_rejected_retirement_changes_nothing() -> None:
     assert sm.snapshot() == before
 
 
-@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("version", [2, 3, 4])
 def test_an_older_snapshot_still_restores(version: int) -> None:
-    """Snapshots of the formats before this one restore: v2 (no tombstones) and v3 (tombstones of
-    executions and runs, no ``touched_ms`` of targets). The next snapshot is v4, otherwise the
-    same state: no target tombstones, and every target touched at the snapshot's ``now_ms`` (it
-    retires one retention after the upgrade). The derived retirement index is rebuilt from the
-    records (a settled run retires after it)."""
+    """Snapshots of the formats before this one restore: v2 (no tombstones), v3 (tombstones of
+    executions and runs, no ``touched_ms`` of targets) and v4 (no grant queues). The next snapshot
+    is v5, otherwise the same state: no target tombstones, and before v4 every target touched at
+    the snapshot's ``now_ms`` (it retires one retention after the upgrade); the queues are
+    rebuilt from the open waits (tests/test_queues.py checks their order). The derived retirement
+    index is rebuilt from the records (a settled run retires after it)."""
     import msgspec
 
     sm = StateMachine()
@@ -493,19 +494,24 @@ def test_an_older_snapshot_still_restores(version: int) -> None:
     while (env := finish_envelope(sm.state, min)) is not None:
         sm.apply(env)
     plain = msgspec.msgpack.decode(sm.snapshot())
-    assert plain["v"] == 4 and plain["retired"][2] == []
-    touched = plain["targets"].pop("touched_ms")
+    assert plain["v"] == 5 and plain["retired"][2] == []
+    queues = plain.pop("queues")
+    touched = plain["targets"]["touched_ms"]
     assert touched, "the log should leave targets"
-    if version == 2:
-        plain.pop("retired")
-    else:
-        plain["retired"].pop()
+    if version < 4:
+        plain["targets"].pop("touched_ms")
+        if version == 2:
+            plain.pop("retired")
+        else:
+            plain["retired"].pop()
     plain["v"] = version
     restored = State.restore(pack(plain))
     again = msgspec.msgpack.decode(restored.snapshot())
-    assert again["v"] == 4
-    assert again.pop("retired") == (plain.pop("retired") if version == 3 else [[], []]) + [[]]
-    assert again["targets"].pop("touched_ms") == [plain["now_ms"]] * len(touched)
+    assert again["v"] == 5
+    assert again.pop("queues") == queues
+    if version < 4:
+        assert again.pop("retired") == (plain.pop("retired") if version == 3 else [[], []]) + [[]]
+        assert again["targets"].pop("touched_ms") == [plain["now_ms"]] * len(touched)
     assert {k: v for k, v in again.items() if k != "v"} == {k: v for k, v in plain.items() if k != "v"}
     assert invariants.check(restored) == []
     settled = retirable(restored, restored.now_ms)
