@@ -54,6 +54,8 @@ class DecisionKind(StrEnum):
     """An UNKNOWN non-compensatable side effect: runs frozen, a human decides."""
     ESCALATION = "ESCALATION"
     """The recovery would roll back more executions than the configuration allows."""
+    REORDER = "REORDER"
+    """A soft cycle broken by reordering grant queues (statemachine/reorder.py): no victim."""
 
 
 @dataclass(slots=True)
@@ -189,6 +191,8 @@ class Decision:
     which outlives the proposal record."""
     waits: list[CycleWait] = field(default_factory=list)
     """The cycle's waits at the decision, in the candidate's edge order."""
+    reorders: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
+    """REORDER: (target id, queue before, queue after) of each queue it reordered."""
 
 
 @dataclass(slots=True)
@@ -302,6 +306,7 @@ class RecoveryBook:
                     d.proposed_at_ms,
                     [list(v) for v in d.votes],
                     [w.to_plain() for w in d.waits],
+                    *([[[t, list(b), list(a)] for t, b, a in d.reorders]] if d.reorders else []),
                 ]
                 for d in self.decisions.values()
             ],
@@ -361,7 +366,9 @@ class RecoveryBook:
         old_rows: list[str] = []
         for row in raw["decisions"]:
             (did, digest, sig, pv, kind, mode, reason, epoch, winner, wgen, scores, roles, released, at) = row[:14]
-            before, proposer, proposed_at, votes, waits = [*row[14:], 0, "", 0, [], []][:5]
+            tail: list[Any] = row[14:]
+            defaults: list[Any] = [0, "", 0, [], [], []]
+            before, proposer, proposed_at, votes, waits, reorders = [*tail, *defaults[len(tail) :]]
             if len(row) == 14:
                 before = epoch - 1 if epoch is not None else 0
                 if epoch is None:
@@ -386,6 +393,7 @@ class RecoveryBook:
                 proposed_at,
                 [(v, bool(ok), t) for v, ok, t in votes],
                 [CycleWait.from_plain(w) for w in waits],
+                [(t, list(b), list(a)) for t, b, a in reorders],
             )
         for row in raw["proposals"]:
             (digest, sig, members, edges, idx, proposer, at, ep, status, yes, no, did, closed, why) = row[:14]

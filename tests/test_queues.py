@@ -31,6 +31,7 @@ from waitgraph.statemachine.effects import Acquired, WaitClosed
 from waitgraph.statemachine.enums import EffectOutcome
 from waitgraph.statemachine.outcome import Outcome, Result
 from waitgraph.statemachine.queues import GRANTED, order
+from waitgraph.statemachine.recovery_state import DecisionKind, RolloutMode
 from waitgraph.statemachine.state import State
 
 RES, POOL = "resource:db", "pool:gpu"
@@ -322,3 +323,61 @@ def test_queue_position_is_visible_in_graph_the_cli_table_and_the_live_view_deta
     assert [e["queue_position"] for e in target["waited_on_by"]] == [1, 0]
     waiter = liveview.details(w.st, "exec:a")
     assert waiter is not None and [e["queue_position"] for e in waiter["waits"]] == [1]
+
+
+# -- soft cycles and REORDER through the recovery transaction ---------------------------------
+
+
+def soft_shape(mode: RolloutMode) -> World:
+    """PostgreSQL's deadlock-soft shape (tests/transcripts/queues/soft_deadlock.txt)."""
+    w = World()
+    for tid in ("pool:a1", "pool:a2", "resource:x1", "resource:x2"):
+        w.target(tid)
+    for n in ("h1", "h2", "d1", "d2", "e1", "e2"):
+        w.execution(n)
+    for e, tid in (("h1", "pool:a1"), ("h2", "pool:a2"), ("d1", "resource:x1"), ("d2", "resource:x2")):
+        w.hold(f"exec:{e}", tid)
+    for e, tid in (("e1", "pool:a1"), ("d2", "pool:a1"), ("e2", "pool:a2"), ("d1", "pool:a2")):
+        queued(w, f"exec:{e}", tid)
+    queued(w, "exec:e1", "resource:x1")
+    queued(w, "exec:e2", "resource:x2")
+    w.configure(mode=mode, window_ms=0)
+    return w
+
+
+def recover_soft(w: World) -> Outcome:
+    from waitgraph.statemachine.recovery import propose_command
+    from waitgraph.statemachine.reorder import soft_candidates
+
+    assert w.candidates() == []
+    [(c, _)] = soft_candidates(w.st)
+    assert w.do("node:n1", propose_command(c, 0)).ok
+    w.vote_all(c)
+    return w.commit(c)
+
+
+def test_a_soft_cycle_is_reordered_by_a_voted_decision_and_nobody_is_cancelled() -> None:
+    w = soft_shape(RolloutMode.AUTO)
+    statuses = {e: x.status for e, x in w.st.executions.items()}
+    out = recover_soft(w)
+    d = w.st.recovery.decisions["d1"]
+    assert d.kind is DecisionKind.REORDER and d.winner_id is None and d.epoch == 1 == w.st.recovery.epoch
+    assert d.reorders == [("pool:a2", ["exec:e2", "exec:d1"], ["exec:d1", "exec:e2"])]
+    assert len(d.scores) == 4 and d.released == []
+    assert order(w.st.queues, "pool:a2") == ["exec:d1", "exec:e2"]
+    assert {e: x.status for e, x in w.st.executions.items()} == statuses  # nobody cancelled
+    assert [type(fx).__name__ for fx in out.effects] == ["EpochCommitted", "VictimChosen"]
+    sound(w)
+    plain = State.restore(w.st.snapshot()).recovery.decisions["d1"]
+    assert plain.reorders == d.reorders
+
+
+def test_shadow_mode_reports_a_reorder_and_changes_no_queue() -> None:
+    w = soft_shape(RolloutMode.SHADOW)
+    before = {tid: order(w.st.queues, tid) for tid in w.st.queues}
+    recover_soft(w)
+    d = w.st.recovery.decisions["d1"]
+    assert d.kind is DecisionKind.SHADOW and d.epoch is None and w.st.recovery.epoch == 0
+    assert d.reorders == [("pool:a2", ["exec:e2", "exec:d1"], ["exec:d1", "exec:e2"])]
+    assert {tid: order(w.st.queues, tid) for tid in w.st.queues} == before
+    sound(w)

@@ -79,6 +79,7 @@ class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DECISION_KIND_SHADOW: _ClassVar[DecisionKind]
     DECISION_KIND_RECONCILIATION: _ClassVar[DecisionKind]
     DECISION_KIND_ESCALATION: _ClassVar[DecisionKind]
+    DECISION_KIND_REORDER: _ClassVar[DecisionKind]
 
 class Result(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -132,6 +133,7 @@ DECISION_KIND_TIE_BREAK: DecisionKind
 DECISION_KIND_SHADOW: DecisionKind
 DECISION_KIND_RECONCILIATION: DecisionKind
 DECISION_KIND_ESCALATION: DecisionKind
+DECISION_KIND_REORDER: DecisionKind
 RESULT_UNSPECIFIED: Result
 RESULT_APPLIED: Result
 RESULT_NOOP: Result
