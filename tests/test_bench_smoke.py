@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
         ("bench_liveview.py", ["--sizes", "50", "--repeat", "1"], "under the lock"),
         ("bench_apply.py", ["--rounds", "2", "--repeat", "1"], "RegisterWait (re-register)"),
         ("bench_retention.py", ["--executions", "3000", "--step", "1000"], "too_many_executions: 0"),
+        ("bench_handoff.py", ["--agents", "8", "--slots", "2", "--acquisitions", "100"], "wake-and-race"),
     ],
 )
 def test_benchmark_script_runs(script: str, args: list[str], expect: str) -> None:
