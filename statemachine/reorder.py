@@ -24,7 +24,7 @@ Rules kept here:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .detect import Candidate, wait_satisfiers
@@ -165,13 +165,15 @@ def soft_cycles(st: State) -> list[SoftCycle]:
     for x, y, _ in soft:
         succ.setdefault(x, set()).add(y)
     nodes = set(succ) | {v for vs in succ.values() for v in vs}
-    out = []
-    for comp in _sccs(nodes, succ):
-        inside = set(comp)
-        mine = tuple(e for e in soft if e[0] in inside and e[1] in inside)
-        if mine and _cyclic(comp, succ):
-            out.append(SoftCycle(tuple(comp), mine))
-    return out
+    comps = _sccs(nodes, succ)
+    comp_of = {v: i for i, comp in enumerate(comps) for v in comp}
+    inside: dict[int, list[SoftEdge]] = {}
+    for e in soft:  # sorted, so each component's list is too
+        if comp_of[e[0]] == comp_of[e[1]]:
+            inside.setdefault(comp_of[e[0]], []).append(e)
+    return [
+        SoftCycle(tuple(comp), tuple(inside[i])) for i, comp in enumerate(comps) if i in inside and _cyclic(comp, succ)
+    ]
 
 
 def _pinned(entries: Sequence[QueueEntry], limit: int, holders: Mapping[str, int], st: State) -> list[tuple[str, str]]:
@@ -190,29 +192,125 @@ def _pinned(entries: Sequence[QueueEntry], limit: int, holders: Mapping[str, int
     return out
 
 
+class _Local:
+    """Hard and soft edges of single executions, both ways, read on demand from the state's
+    indexes (``waits_of``, ``waits_on``, ``satisfies``, the queues): a second read or a reorder
+    costs what the cycle reaches, not the whole state."""
+
+    def __init__(self, st: State) -> None:
+        self.st = st
+        self._hard: dict[str, set[str]] = {}
+        self._soft: dict[str, list[tuple[str, str]]] = {}
+        self._behind: dict[str, list[tuple[str, str]]] = {}
+
+    def _waiting(self, v: str) -> bool:
+        ex = self.st.executions.get(v)
+        return ex is not None and ex.status is ExecStatus.WAITING
+
+    def hard(self, v: str) -> set[str]:
+        out = self._hard.get(v)
+        if out is None:
+            out = set()
+            if self._waiting(v):
+                for edge in self.st.waits_of(v):
+                    out.update(wait_satisfiers(self.st, edge) or ())
+            self._hard[v] = out
+        return out
+
+    def _queues_of(self, v: str) -> list[str]:
+        st = self.st
+        return [e.target_id for e in st.waits_of(v) if e.target_id in st.queues]
+
+    def _lines(self, v: str) -> None:
+        st = self.st
+        ahead: list[tuple[str, str]] = []
+        behind: list[tuple[str, str]] = []
+        for tid in self._queues_of(v):
+            holders = st.targets[tid].holders
+            if not _grantable(st, v, holders):
+                continue
+            ok = [e.waiter_id for e in st.queues[tid] if _grantable(st, e.waiter_id, holders)]
+            i = ok.index(v)
+            ahead += [(y, tid) for y in ok[:i]]
+            behind += [(x, tid) for x in ok[i + 1 :]]
+        self._soft[v], self._behind[v] = ahead, behind
+
+    def soft(self, v: str) -> list[tuple[str, str]]:
+        """(the waiter ahead, target) of each soft edge out of ``v``."""
+        if v not in self._soft:
+            self._lines(v)
+        return self._soft[v]
+
+    def soft_in(self, v: str) -> list[tuple[str, str]]:
+        """(the waiter behind, target) of each soft edge into ``v``."""
+        if v not in self._behind:
+            self._lines(v)
+        return self._behind[v]
+
+    def hard_in(self, v: str) -> set[str]:
+        st = self.st
+        waiters = {e.waiter_id for e in st.waits_on(v)}
+        for tid in st.satisfies.get(v, ()):
+            waiters.update(e.waiter_id for e in st.waits_on(tid))
+        return {w for w in waiters if v in self.hard(w)}
+
+
+def still_soft(st: State, c: Candidate) -> SoftCycle | None:
+    """The second read of a soft candidate: its members still WAITING at their generations, its
+    edges still open at their versions, and still strongly connected through hard and soft edges
+    among them with a soft edge inside; then the cycle (None otherwise). Reads only what the
+    members wait for and the queues they are in."""
+    members = dict(c.members)
+    if not members:
+        return None
+    for m, gen in members.items():
+        ex = st.executions.get(m)
+        if ex is None or ex.generation != gen or ex.status is not ExecStatus.WAITING:
+            return None
+    for eid, ver in c.edges:
+        waiter, _, tid = eid.partition(">")
+        edge = st.wait(waiter, tid) if waiter in members else None
+        if edge is None or edge.edge_version != ver:
+            return None
+    local = _Local(st)
+    succ = {
+        m: {u for u in local.hard(m) if u in members} | {y for y, _ in local.soft(m) if y in members} for m in members
+    }
+    soft = tuple(sorted((m, y, t) for m in members for y, t in local.soft(m) if y in members))
+    comps = _sccs(members, succ)
+    if not soft or len(comps) != 1 or not _cyclic(comps[0], succ):
+        return None
+    cycle = SoftCycle(tuple(sorted(members)), soft)
+    return cycle if soft_candidate(st, cycle).digest == c.digest else None
+
+
 def find_reorder(st: State, cycle: SoftCycle) -> Reorder | None:
     """New orders for ``cycle``'s queues under which no cycle is left, or None when none exists."""
     movable = set(cycle.queues)
-    fixed = _hard_succ(st)
-    for x, y, tid in soft_edges(st):
-        if tid not in movable:
-            fixed.setdefault(x, set()).add(y)
+    local = _Local(st)
     limit = st.limits.queue_pass_limit
     entries = {tid: st.queues[tid] for tid in sorted(movable)}
     # The executions a new soft edge could close a cycle through: those on a path (fixed edges
     # or any soft edge) from a movable queue's waiter back to one.
-    every = {k: set(v) for k, v in fixed.items()}
-    for x, y, _ in soft_edges(st):
-        every.setdefault(x, set()).add(y)
-    grantable = set()
+    peers: dict[str, set[str]] = {}
     for tid, q in entries.items():
         mine = [e.waiter_id for e in q if _grantable(st, e.waiter_id, st.targets[tid].holders)]
-        grantable.update(mine)
         for x in mine:  # a reorder may put any of them ahead of any other
-            every.setdefault(x, set()).update(y for y in mine if y != x)
-    involved = _reach(grantable, every) & _reach(grantable, _reverse(every))
+            peers.setdefault(x, set()).update(y for y in mine if y != x)
+    grantable = set(peers)
+
+    def fixed(v: str) -> set[str]:
+        return local.hard(v) | {y for y, t in local.soft(v) if t not in movable}
+
+    def forward(v: str) -> set[str]:
+        return local.hard(v) | {y for y, _ in local.soft(v)} | peers.get(v, set())
+
+    def backward(v: str) -> set[str]:
+        return local.hard_in(v) | {x for x, _ in local.soft_in(v)} | peers.get(v, set())
+
+    involved = _reach_by(grantable, forward) & _reach_by(grantable, backward)
     nodes = involved | grantable
-    sub = {v: {u for u in fixed.get(v, ()) if u in involved} if v in involved else set() for v in nodes}
+    sub = {v: {u for u in fixed(v) if u in involved} if v in involved else set() for v in nodes}
     for tid, queue in entries.items():
         for behind, ahead in _pinned(queue, limit, st.targets[tid].holders, st):
             sub[behind].add(ahead)
@@ -256,12 +354,12 @@ def _reverse(succ: Mapping[str, Iterable[str]]) -> dict[str, set[str]]:
     return out
 
 
-def _reach(starts: Iterable[str], succ: Mapping[str, Iterable[str]]) -> set[str]:
+def _reach_by(starts: Iterable[str], succ: Callable[[str], Iterable[str]]) -> set[str]:
     seen = set(starts)
     stack = sorted(seen)
     while stack:
         v = stack.pop()
-        for u in sorted(succ.get(v, ())):
+        for u in sorted(succ(v)):
             if u not in seen:
                 seen.add(u)
                 stack.append(u)
@@ -329,16 +427,6 @@ def soft_candidate(st: State, cycle: SoftCycle) -> Candidate:
             if (m, edge.target_id) in soft_waits or (sats and inside.intersection(sats)):
                 edges.append((edge.edge_id, edge.edge_version))
     return Candidate.build(((m, st.executions[m].generation) for m in cycle.members), edges)
-
-
-def still_soft(st: State, c: Candidate) -> SoftCycle | None:
-    """The second read of a soft candidate: the soft cycle of the state that has exactly its
-    members (at their generations) and its edges (at their versions), or None."""
-    members = c.member_ids
-    for cycle in soft_cycles(st):
-        if cycle.members == members and soft_candidate(st, cycle).digest == c.digest:
-            return cycle
-    return None
 
 
 def soft_candidates(st: State) -> list[tuple[Candidate, SoftCycle]]:

@@ -588,7 +588,14 @@ def _soft_world(data: st.DataObject) -> State:
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_soft_edges_cycles_and_reorders_agree_with_brute_force(data: st.DataObject) -> None:
-    from waitgraph.statemachine.reorder import apply_orders, find_reorder, soft_cycles, soft_edges
+    from waitgraph.statemachine.reorder import (
+        apply_orders,
+        find_reorder,
+        soft_candidate,
+        soft_cycles,
+        soft_edges,
+        still_soft,
+    )
 
     state = _soft_world(data)
     soft = spec_soft_edges(state)
@@ -608,6 +615,8 @@ def test_soft_edges_cycles_and_reorders_agree_with_brute_force(data: st.DataObje
     assert [(c.members, c.soft) for c in cycles] == expected
     limit = state.limits.queue_pass_limit
     for cycle in cycles:
+        # the second read (members and their queues only) recognises the cycle it was proposed as
+        assert still_soft(state, soft_candidate(state, cycle)) == cycle
         movable = cycle.queues
         queued_waiters = {x for x, _, t in soft_edges(state) if t in movable} | {
             y for _, y, t in soft_edges(state) if t in movable
@@ -630,6 +639,7 @@ def test_soft_edges_cycles_and_reorders_agree_with_brute_force(data: st.DataObje
                 assert chosen == valid[0]
             copy = State.restore(state.snapshot())
             apply_orders(copy, found)
+            assert still_soft(copy, soft_candidate(state, cycle)) is None  # broken: a commit would retract
             assert not any(
                 set(c.queues) & set(movable) and set(c.members) & set(cycle.members) for c in soft_cycles(copy)
             )
