@@ -1,7 +1,7 @@
 """Detection benchmark (issue: deadlock detection): full pass, incremental pass, networkx.
 
 Prints tables; asserts nothing. Usage:
-    scripts/bench detect [--sizes 10000,100000,1000000] [--adds 2000] [--seed 1]
+    scripts/bench detect [--sizes 10000,100000,1000000] [--adds 2000] [--seed 1] [--soft-shapes 100,1000,10000]
     python scripts/bench_detect.py [same options]
 
 Graphs (State built directly, not through commands, so that a million executions take seconds):
@@ -34,6 +34,13 @@ Columns:
   falls back to a full pass once it has explored an eighth of the waiters).
 - ``explored``: executions the incremental pass looked at (median).
 
+Graphs with soft edges (grant queues, docs/queues.md; ``--soft-shapes``, 0 to skip): k copies of
+PostgreSQL's deadlock-soft shape (six executions: two running holders of two full pools, four
+WAITING members, two hard edges and two soft ones), built through real commands. Columns: the
+hard ``full_pass`` (it finds nothing: none of them is a deadlock yet), ``soft_cycles`` (the pure
+Python projection of hard + soft edges and their SCCs, over the whole state), ``find_reorder`` for
+one cycle (it reads what the cycle reaches), and all k reorders.
+
 The cyclic garbage collector is frozen after the graphs are built (``gc.freeze()``), for every
 measurement alike, so that neither side pays for re-scanning the millions of objects of the state
 itself. ``full_pass`` also pauses the collector while it runs (part of its implementation: it
@@ -57,9 +64,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import networkx as nx
 
+from waitgraph.statemachine import Envelope, Result, StateMachine
+from waitgraph.statemachine.commands import (
+    Acquire,
+    CreateExecution,
+    CreateTarget,
+    JoinSession,
+    RegisterWait,
+    StartExecution,
+)
 from waitgraph.statemachine.detect import IncrementalDetector, _components, _successors, full_pass, wait_satisfiers
 from waitgraph.statemachine.enums import CancelMode, ExecStatus
 from waitgraph.statemachine.ids import Kind
+from waitgraph.statemachine.reorder import find_reorder, soft_cycles, soft_edges
 from waitgraph.statemachine.state import Execution, Limits, State, Target, WaitEdge
 
 W, R, P = ExecStatus.WAITING, ExecStatus.RUNNING, ExecStatus.PENDING
@@ -320,6 +337,7 @@ def main() -> None:
     ap.add_argument("--adds", type=int, default=2000, help="single-edge additions timed on the random graph")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--graphs", default="random,cycle,chain")
+    ap.add_argument("--soft-shapes", default="100,1000,10000", help="copies of the deadlock-soft shape; 0 skips")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"python {sys.version.split()[0]}, networkx {nx.__version__}, seed {args.seed}", flush=True)
@@ -337,6 +355,81 @@ def main() -> None:
             f"{full_s:>9.3f}{nx_s:>8.3f}{nx_s / full_s:>7.1f}x{nx_off:>10.3f}{nx_off / full_s:>5.1f}x"
             f"{kern:>9.3f}{nx_s / kern:>7.1f}x{_us(p50):>10}{_us(p90):>10}{explored:>10,.0f}"
         )
+    shapes = [int(x) for x in args.soft_shapes.split(",") if int(x)]
+    if shapes:
+        print()
+        head = (
+            f"{'soft':<7}{'execs':>9}{'waits':>8}{'soft edges':>11}{'hard cands':>11}{'soft cycles':>12}"
+            f"{'reorders':>9}{'full s':>9}{'soft s':>9}{'one reorder':>12}{'all reorders s':>15}"
+        )
+        print(head)
+        print("-" * len(head))
+        for k, n, waits, soft, hard, cycles, plans, full_s, soft_s, one_s, all_s in map(measure_soft, shapes):
+            print(
+                f"{k:<7,}{n:>9,}{waits:>8,}{soft:>11,}{hard:>11}{cycles:>12,}{plans:>9,}"
+                f"{full_s:>9.3f}{soft_s:>9.3f}{_us(one_s):>12}{all_s:>15.2f}"
+            )
+
+
+def soft_graph(k: int) -> StateMachine:
+    """k copies of the deadlock-soft shape, through commands (tests/transcripts/queues/soft_deadlock.txt)."""
+    sm = StateMachine()
+
+    def do(actor: str, cmd: Any) -> None:
+        out = sm.apply(Envelope(actor=actor, at_ms=0, request_id=None, command=cmd))
+        if out.result is not Result.APPLIED:
+            raise SystemExit(f"setup refused: {cmd} -> {out.code}")
+
+    for i in range(k):
+        names = [f"{x}-{i}" for x in ("h1", "h2", "d1", "d2", "e1", "e2")]
+        for n in names:
+            do(f"agent:{n}", JoinSession(agent_id=n, lease_ms=86_400_000))
+            do(f"agent:{n}", CreateExecution(execution_id=f"exec:{n}", run_id=f"run-{n}", observed_cancel_generation=0))
+            do(f"agent:{n}", StartExecution(execution_id=f"exec:{n}", generation=1, observed_cancel_generation=0))
+        h1, h2, d1, d2, e1, e2 = names
+        for t in ("pool:a1", "pool:a2", "resource:x1", "resource:x2"):
+            do("operator:op", CreateTarget(target_id=f"{t}-{i}", slots=1))
+        for e, t in ((h1, "pool:a1"), (h2, "pool:a2"), (d1, "resource:x1"), (d2, "resource:x2")):
+            do(f"agent:{e}", Acquire(target_id=f"{t}-{i}", execution_id=f"exec:{e}", generation=1))
+        for e, t, g in (
+            (e1, "pool:a1", 0),
+            (d2, "pool:a1", 0),
+            (e2, "pool:a2", 0),
+            (d1, "pool:a2", 0),
+            (e1, "resource:x1", 1),
+            (e2, "resource:x2", 1),
+        ):
+            do(
+                f"agent:{e}",
+                RegisterWait(
+                    waiter_id=f"exec:{e}", waiter_generation=1, target_id=f"{t}-{i}", target_generation=g, reason="q"
+                ),
+            )
+    return sm
+
+
+def measure_soft(k: int) -> tuple[Any, ...]:
+    st = soft_graph(k).state
+    full_s, cands = timed(lambda: full_pass(st), 3)
+    soft_s, cycles = timed(lambda: soft_cycles(st), 3)
+    one_s, _ = timed(lambda: find_reorder(st, cycles[0]), 3)
+    t0 = time.perf_counter()
+    plans = [find_reorder(st, c) for c in cycles]
+    all_s = time.perf_counter() - t0
+    edges = len(soft_edges(st))
+    return (
+        k,
+        len(st.executions),
+        st.edge_count,
+        edges,
+        len(cands),
+        len(cycles),
+        sum(p is not None for p in plans),
+        full_s,
+        soft_s,
+        one_s,
+        all_s,
+    )
 
 
 def _us(seconds: float) -> str:

@@ -194,11 +194,15 @@ class RegisterWait:
     it inside a candidate deadlock; nothing changes, so the caller re-plans instead of being
     cancelled later. Off by default (today's behaviour), and then never encoded, so the bytes of
     a command without it are those of the release before.
+
+    ``priority``: the wait's place in a resource's or pool's grant queue (statemachine/queues.py):
+    higher goes first, FIFO among equals, bounded by ``Limits.queue_pass_limit``; 0 by default (then
+    never encoded). Ignored for other kinds; a re-register keeps the place the wait has.
     """
 
     KIND: ClassVar[str] = "RegisterWait"
     VERSION: ClassVar[int] = 1
-    ADDED: ClassVar[tuple[str, ...]] = ("refuse_deadlock",)
+    ADDED: ClassVar[tuple[str, ...]] = ("refuse_deadlock", "priority")
     """Fields added after this version was released (see ``codec``): written only when set."""
     waiter_id: str
     waiter_generation: int
@@ -209,6 +213,7 @@ class RegisterWait:
     cancel_mode: CancelMode = CancelMode.COOPERATIVE
     edge_version: int = 1
     refuse_deadlock: bool = False
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

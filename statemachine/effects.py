@@ -133,12 +133,17 @@ class WaitRegistered:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitClosed:
+    """``lease``: set when the wait closed because its waiter was handed the target (reason
+    ``granted``, statemachine/queues.py): the waiter now holds it at that lease, no Acquire needed."""
+
     KIND: ClassVar[str] = "WaitClosed"
     VERSION: ClassVar[int] = 1
+    ADDED: ClassVar[tuple[str, ...]] = ("lease",)
     edge_id: str
     waiter_generation: int
     edge_version: int
     reason: str
+    lease: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,6 +27,10 @@ The rules:
 "Unsettled" rather than PENDING/RUNNING/WAITING: an execution asked to stop (CANCEL_REQUESTED,
 CANCELLING, QUARANTINED) keeps what it holds and waits for until it settles (DESIGN.md §5); it
 only cannot acquire or register anything new, which ``apply`` refuses.
+- grant queues (statemachine/queues.py): a queue exists only for a resource or pool that has
+  waiters, lists each of them exactly once and nobody else; a pass-over count is never negative.
+  (The order itself is history, a priority newcomer and a reorder's doing: primary data, in the
+  snapshot, not derivable.)
 - sessions: every ACTIVE session's current expiry is on the expiry heap.
 - per-agent counts: ``open_executions_by_agent`` and ``open_edges_by_agent`` (kept incrementally
   for the per-agent limits) equal a recount from the executions and the wait edges.
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 from .enums import SETTLED, ExecStatus, SessionStatus
 from .ids import DECLARED_KINDS, HELD_KINDS, OUTSIDE_KINDS, TARGET_KINDS, Kind
+from .queues import QUEUED_KINDS
 from .recovery_state import ProposalStatus
 from .state import State, WaitEdge, count_by_agent, retirement_index, target_index
 
@@ -61,6 +66,7 @@ def check(state: State) -> list[str]:
     """Every structural invariant ``state`` violates, as sentences; ``[]`` when it is sound."""
     out: list[str] = []
     _check_waits(state, out)
+    _check_queues(state, out)
     _check_targets(state, out)
     _check_executions(state, out)
     _check_sessions(state, out)
@@ -101,6 +107,32 @@ def _check_retirement(st: State, out: list[str]) -> None:
             out.append(f"target {tid} was touched at {at_ms} ms, after now ({st.now_ms} ms)")
         if (at_ms, tid) not in queued:
             out.append(f"target {tid} is retirable since {at_ms} ms but is not queued for retirement")
+
+
+def _check_queues(st: State, out: list[str]) -> None:
+    for tid in sorted(st.queues):
+        queue = st.queues[tid]
+        t = st.targets.get(tid)
+        if t is None or t.kind not in QUEUED_KINDS:
+            out.append(f"{tid} has a grant queue but is not a resource or pool")
+        if not queue:
+            out.append(f"the grant queue of {tid} is empty (it should have been removed)")
+        waiters = [e.waiter_id for e in queue]
+        if len(set(waiters)) != len(waiters):
+            out.append(f"the grant queue of {tid} lists a waiter twice: {' '.join(waiters)}")
+        waiting = {e.waiter_id for e in st.waits_on(tid)}
+        for w in sorted(set(waiters) - waiting):
+            out.append(f"{w} is in the grant queue of {tid} but has no open wait on it")
+        for e in queue:
+            if e.passed < 0:
+                out.append(f"{e.waiter_id} in the grant queue of {tid} was passed over {e.passed} times")
+    for tid in sorted(st.waits_by_target):
+        t = st.targets.get(tid)
+        if t is not None and t.kind in QUEUED_KINDS:
+            queued = {e.waiter_id for e in st.queues.get(tid, ())}
+            for edge in st.waits_on(tid):
+                if edge.waiter_id not in queued:
+                    out.append(f"wait {edge.edge_id} is open but not in the grant queue of {tid}")
 
 
 def _check_agent_counts(st: State, out: list[str]) -> None:

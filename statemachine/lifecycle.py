@@ -14,8 +14,10 @@ import heapq
 from enum import StrEnum
 
 from . import errors as E
+from . import queues as Q
 from .context import Ctx
 from .effects import (
+    Acquired,
     ClaimReleased,
     ExecutionStateChanged,
     GenerationAdvanced,
@@ -25,6 +27,7 @@ from .effects import (
     WaitRegistered,
 )
 from .enums import SETTLED, ExecStatus
+from .ids import Kind
 from .state import Execution, Target, WaitEdge
 
 
@@ -136,10 +139,11 @@ def set_status(ctx: Ctx, ex: Execution, nxt: ExecStatus, cause: str) -> None:
     ctx.state.touch(ex.execution_id)
 
 
-def open_edge(ctx: Ctx, ex: Execution, edge: WaitEdge) -> None:
+def open_edge(ctx: Ctx, ex: Execution, edge: WaitEdge, priority: int = 0) -> None:
     """Add a checked edge of ``ex``'s current attempt (an agent's RegisterWait, or an edge the
-    coordinator registers itself, like a tie-break loser waiting behind the winner)."""
-    ctx.state.add_wait(edge)
+    coordinator registers itself, like a tie-break loser waiting behind the winner); ``priority``
+    places a wait on a resource or pool in its queue."""
+    ctx.state.add_wait(edge, priority)
     ex.edge_hwm[edge.target_id] = edge.edge_version
     ctx.state.touch(ex.execution_id)
     ctx.state.touch_target(edge.target_id, ctx.now)
@@ -155,8 +159,9 @@ def open_edge(ctx: Ctx, ex: Execution, edge: WaitEdge) -> None:
     )
 
 
-def close_wait(ctx: Ctx, edge: WaitEdge, reason: str, wake: bool = True) -> None:
-    """Close one edge; with ``wake`` a waiter whose last wait closed goes WAITING -> RUNNING."""
+def close_wait(ctx: Ctx, edge: WaitEdge, reason: str, wake: bool = True, lease: int | None = None) -> None:
+    """Close one edge; with ``wake`` a waiter whose last wait closed goes WAITING -> RUNNING.
+    ``lease``: the waiter was handed the target at that lease (:func:`hand_off`)."""
     st = ctx.state
     st.remove_wait(edge)
     st.touch(edge.waiter_id)
@@ -167,6 +172,7 @@ def close_wait(ctx: Ctx, edge: WaitEdge, reason: str, wake: bool = True) -> None
             waiter_generation=edge.waiter_generation,
             edge_version=edge.edge_version,
             reason=reason,
+            lease=lease,
         )
     )
     waiter = st.executions[edge.waiter_id]
@@ -195,7 +201,63 @@ def release_holding(ctx: Ctx, t: Target, execution_id: str, reason: str) -> None
     ctx.fx.append(
         Released(target_id=t.target_id, execution_id=execution_id, generation=gen, lease=t.version, reason=reason)
     )
-    wake_waiters(ctx, t.target_id, "target_released")
+    if t.kind in Q.QUEUED_KINDS:
+        hand_off(ctx, t, execution_id)
+    else:
+        wake_waiters(ctx, t.target_id, "target_released")
+
+
+def grant(ctx: Ctx, t: Target, ex: Execution) -> int:
+    """``ex`` holds ``t`` from now at the next lease (an Acquire's or a hand-off's grant)."""
+    st = ctx.state
+    t.version += 1
+    t.holders[ex.execution_id] = ex.generation
+    st.add_satisfies(ex.execution_id, t.target_id)
+    st.touch_target(t.target_id, ctx.now)
+    touch_waiters(ctx, t.target_id)
+    ctx.fx.append(
+        Acquired(target_id=t.target_id, execution_id=ex.execution_id, generation=ex.generation, lease=t.version)
+    )
+    return t.version
+
+
+def hand_off(ctx: Ctx, t: Target, released_by: str) -> None:
+    """A resource or pool has free capacity: grant it to the head(s) of its queue in this apply.
+
+    Each grantee's wait closes with reason ``granted`` and the lease, so its agent holds the target
+    without another round trip. An entry whose execution may not hold now (asked to stop, yielding
+    to a tie-break winner, already a holder of this pool, or ``released_by``, which has just let
+    it go) keeps its place and is passed by. When capacity is left over and nobody
+    queued can take it, the rest are woken as before (a wait on a free target would dangle). The
+    waits left on an exclusive resource now wait for the new lease: their ``target_generation``
+    follows it, so each stays a hard edge to the new holder.
+    """
+    st = ctx.state
+    executions = st.executions
+
+    def eligible(waiter_id: str) -> bool:
+        ex = executions[waiter_id]
+        if ex.status not in LIVE or waiter_id in t.holders or waiter_id == released_by:
+            return False
+        # a tie-break loser yields: nothing is handed to it while it waits behind the winner
+        return not any(e.reason == Q.YIELD_REASON and e.target_id.startswith("exec:") for e in st.waits_of(waiter_id))
+
+    while len(t.holders) < t.slots:
+        waiter_id = Q.grantable(st.queues, t.target_id, eligible)
+        if waiter_id is None:
+            break
+        ex = executions[waiter_id]
+        edge = st.wait(waiter_id, t.target_id)
+        assert edge is not None, "a queue entry is an open wait"
+        lease = grant(ctx, t, ex)
+        close_wait(ctx, edge, Q.GRANTED, lease=lease)
+    if len(t.holders) < t.slots:
+        wake_waiters(ctx, t.target_id, "target_released")
+    elif t.kind is Kind.RESOURCE:
+        for edge in st.waits_on(t.target_id):
+            if edge.target_generation != t.version:
+                edge.target_generation = t.version
+                st.touch(edge.waiter_id)
 
 
 def close_satisfier(ctx: Ctx, t: Target, reason: str) -> None:

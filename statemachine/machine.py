@@ -78,7 +78,6 @@ from .context import (
 )
 from .detect import closing_path
 from .effects import (
-    Acquired,
     ApprovalDecided,
     ArtifactProduced,
     CostRecorded,
@@ -110,6 +109,7 @@ from .lifecycle import (
     close_satisfier,
     close_wait,
     end_attempt,
+    grant,
     new_attempt,
     next_status,
     open_edge,
@@ -508,7 +508,6 @@ def _declare_satisfier(ctx: Ctx, cmd: DeclareSatisfier) -> Outcome:
 
 
 def _acquire(ctx: Ctx, cmd: Acquire) -> Outcome:
-    st = ctx.state
     t = _target(ctx, cmd.target_id, HELD_KINDS)
     ex = owned_execution(ctx, cmd.execution_id, generation=cmd.generation)
     check_current(ex, cmd.generation)
@@ -525,14 +524,7 @@ def _acquire(ctx: Ctx, cmd: Acquire) -> Outcome:
             lease=t.version,
             holder=holder,
         )
-    t.version += 1
-    t.holders[ex.execution_id] = ex.generation
-    st.add_satisfies(ex.execution_id, t.target_id)
-    st.touch_target(t.target_id, ctx.now)
-    touch_waiters(ctx, t.target_id)
-    ctx.fx.append(
-        Acquired(target_id=t.target_id, execution_id=ex.execution_id, generation=ex.generation, lease=t.version)
-    )
+    grant(ctx, t, ex)
     return applied(ctx.fx)
 
 
@@ -551,8 +543,11 @@ def _release(ctx: Ctx, cmd: Release) -> Outcome:
 # -- wait edges -----------------------------------------------------------------------------------
 
 
-def _check_wait_target(ctx: Ctx, cmd: RegisterWait, kind: Kind) -> str:
+def _check_wait_target(ctx: Ctx, cmd: RegisterWait, kind: Kind, existing: WaitEdge | None) -> str:
     """Refuse a wait whose resolving event already happened or that names a stale target state.
+
+    A queued wait on a resource (``existing``) follows the lease as it is handed on
+    (:func:`lifecycle.hand_off`): its re-register may name the lease it was first registered at.
 
     Returns the target's id as the state already stores it, so the new edge shares that string
     instead of keeping its own copy (a large share of an edge's memory).
@@ -601,7 +596,7 @@ def _check_wait_target(ctx: Ctx, cmd: RegisterWait, kind: Kind) -> str:
     else:
         if not t.holders:
             raise satisfied(f"{cmd.target_id} is free; acquire it")
-        if tg < t.version:
+        if tg < t.version and (existing is None or existing.target_generation != t.version):
             raise E.precondition(
                 "stale_target_generation",
                 f"{cmd.target_id} lease {tg} is over; it is at lease {t.version}",
@@ -629,7 +624,7 @@ def _register_wait(ctx: Ctx, cmd: RegisterWait) -> Outcome:
         what = "an open edge" if existing else "a closed edge"
         return noop("stale_edge_version", f"edge version {cmd.edge_version} <= {hwm} of {what}")
     nxt = next_status(ex, Event.BLOCK)
-    target_id = _check_wait_target(ctx, cmd, kind)
+    target_id = _check_wait_target(ctx, cmd, kind, existing)
     if existing is None:
         if len(st.waits_by_waiter.get(ex.execution_id, ())) >= st.limits.max_edges_per_execution:
             raise E.exhausted("too_many_edges", f"{ex.execution_id} has {st.limits.max_edges_per_execution} open waits")
@@ -644,11 +639,14 @@ def _register_wait(ctx: Ctx, cmd: RegisterWait) -> Outcome:
                 agent_id=ex.agent_id,
                 limit=agent_limit,
             )
+    tg = cmd.target_generation
+    if existing is not None and kind is Kind.RESOURCE:
+        tg = max(tg, existing.target_generation)  # a queued wait follows the handed-on lease
     edge = WaitEdge(
         ex.execution_id,
         ex.generation,
         target_id,
-        cmd.target_generation,
+        tg,
         st.shared_text(cmd.reason),
         cmd.deadline_ms,
         cmd.cancel_mode,
@@ -658,8 +656,8 @@ def _register_wait(ctx: Ctx, cmd: RegisterWait) -> Outcome:
     if cmd.refuse_deadlock:
         _refuse_deadlock(ctx, edge)
     if existing is not None:
-        st.remove_wait(existing)
-    open_edge(ctx, ex, edge)
+        st.remove_wait(existing, keep_place=True)
+    open_edge(ctx, ex, edge, priority=cmd.priority)
     set_status(ctx, ex, nxt, "waiting")
     return applied(ctx.fx)
 

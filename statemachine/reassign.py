@@ -208,12 +208,17 @@ _VICTIM_STEP = {
 }
 
 
-def remedy_log(p: Plan, kind: DecisionKind, reason: str) -> list[tuple[str, str, str]]:
-    """(remedy, outcome, reason) for each of :data:`REMEDIES`, for a decision of ``kind``."""
-    log = [
-        ("prevent", NOT_APPLICABLE, "closing_wait_did_not_ask_refuse_deadlock"),
-        ("reorder", NOT_APPLICABLE, "no_queues"),
-    ]
+def remedy_log(p: Plan, kind: DecisionKind, reason: str, reordered: bool = False) -> list[tuple[str, str, str]]:
+    """(remedy, outcome, reason) for each of :data:`REMEDIES`, for a decision of ``kind``;
+    ``reordered``: a soft cycle, broken (or, in shadow, would be) by reordering its queues."""
+    log = [("prevent", NOT_APPLICABLE, "closing_wait_did_not_ask_refuse_deadlock")]
+    if reordered:
+        log.append(("reorder", APPLIED if kind is DecisionKind.REORDER else SHADOWED, "soft_cycle"))
+        log.append(("reassign", NOT_NEEDED, "reorder_breaks_the_cycle"))
+        log.append(("victim", NOT_NEEDED, "reorder_breaks_the_cycle"))
+        return log
+    # a cycle of hard edges only (holders, producers, approvers): no queue order can break it
+    log.append(("reorder", NOT_APPLICABLE, "hard_cycle"))
     if p.moves:
         log.append(("reassign", APPLIED if kind is DecisionKind.REASSIGN else SHADOWED, p.reason))
         log.append(("victim", NOT_NEEDED, "reassign_breaks_the_cycle"))

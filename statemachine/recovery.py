@@ -21,6 +21,8 @@ tie-break (lowest id wins) instead of another speculative rollback.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from . import cancel, reassign
 from . import errors as E
 from .commands import CommitRecovery, ConfigureRecovery, ProposeRecovery, SetMode, VoteRecovery
@@ -43,6 +45,7 @@ from .enums import CancelMode, EffectOutcome, ExecStatus
 from .ids import ActorKind, Kind, actor_kind, id_kind, kind_of, validate_name
 from .lifecycle import Event, end_attempt, next_status, open_edge, release_holding, set_status
 from .outcome import Outcome, applied, noop
+from .queues import YIELD_REASON
 from .recovery_state import (
     POLICY_VERSION,
     CycleWait,
@@ -55,6 +58,7 @@ from .recovery_state import (
     RolloutMode,
     Score,
 )
+from .reorder import Reorder, apply_orders, find_reorder, still_soft
 from .state import State, WaitEdge
 from .telemetry import COST_BOUNDS, generation_bucket
 from .telemetry import bump as bump_labelled
@@ -203,8 +207,13 @@ def acts(rb: RecoveryBook, mode: RolloutMode, runs: list[str]) -> bool:
     return mode is RolloutMode.AUTO or (mode is RolloutMode.AUTO_SAFE and all(r in rb.side_effect_free for r in runs))
 
 
+NO_REORDER = "no_reorder"
+"""The retraction of a soft cycle that no reorder may break (the queues' anti-starvation bound)."""
+
+
 def reproposable(st: State, digest: str) -> bool:
-    """A cycle decided in shadow whose runs are now in a mode that acts may be proposed again.
+    """A cycle decided in shadow whose runs are now in a mode that acts may be proposed again
+    (and a soft cycle retracted ``no_reorder`` once it is a hard candidate).
 
     Switching shadow -> auto-safe or auto must act on the deadlocks that already stand, not only
     on new ones: the standing cycle's digest is unchanged, so without this rule the shadow
@@ -214,6 +223,10 @@ def reproposable(st: State, digest: str) -> bool:
     """
     rb = st.recovery
     p = rb.proposals.get(digest)
+    if p is not None and p.status is ProposalStatus.RETRACTED and p.close_reason == NO_REORDER:
+        # A soft cycle no reorder could break, retracted without a decision, that the hand-offs
+        # have made hard since: the same members and edges, so the same digest, now for the victim path.
+        return still_deadlocked(st, _as_candidate(p))
     if p is None or p.status is not ProposalStatus.COMMITTED or p.decision_id is None:
         return False
     d = rb.decisions.get(p.decision_id)
@@ -234,7 +247,7 @@ def propose(ctx: Ctx, cmd: ProposeRecovery) -> Outcome:
         return noop("already_proposed", f"{c.digest[:16]} is already {known.status.value}")
     for digest in sorted({rb.open_members[m] for m in c.member_ids if m in rb.open_members}):
         other = rb.proposals[digest]
-        if still_deadlocked(st, _as_candidate(other)):
+        if _stands(st, _as_candidate(other)):
             raise E.precondition(
                 "overlapping_recovery",
                 f"members overlap open recovery {digest[:16]}; one cohort at a time",
@@ -258,7 +271,7 @@ def propose(ctx: Ctx, cmd: ProposeRecovery) -> Outcome:
     st.bump("recovery.proposed")
     bump_labelled(st, "recovery.proposed", generation=_generation(p.members))
     rb.trajectory_of(c.signature).observe(rb.epoch, ctx.now, rb.config.livelock_repeats + 1)
-    if not still_deadlocked(st, c):
+    if not _stands(st, c):
         _retract(ctx, p, "second_read_changed")
         return applied(ctx.fx)
     ctx.fx.append(
@@ -399,8 +412,18 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
     if approvals < cfg.quorum:
         raise E.precondition("no_quorum", f"{approvals} of {cfg.quorum} votes", approvals=approvals, quorum=cfg.quorum)
     c = _as_candidate(p)
-    if not still_deadlocked(st, c):
+    soft = None if still_deadlocked(st, c) else still_soft(st, c)
+    if soft is None and not still_deadlocked(st, c):
         _retract(ctx, p, "second_read_changed")
+        return applied(ctx.fx)
+    # A soft cycle (statemachine/reorder.py) is broken by reordering queues, never by a victim:
+    # with no reorder left it is retracted, and becomes a hard candidate once the hand-off makes it one.
+    found = find_reorder(st, soft) if soft is not None else None
+    if soft is not None and found is None:
+        _retract(ctx, p, NO_REORDER)
+        # Nothing was decided: seeing the cycle again (hard, after the hand-offs) is not a
+        # recovery re-forming it, so the livelock guard forgets this sighting.
+        rb.trajectory_of(c.signature).observations.clear()
         return applied(ctx.fx)
     # -- every check has passed; from here on nothing is refused --
     members = list(c.member_ids)
@@ -444,8 +467,8 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
             p.proposed_at_ms,
             list(p.votes),
             waits,
-            reassign.remedy_log(plan, kind, reason),
-            list(plan.moves),
+            reassign.remedy_log(plan, kind, reason, reordered=found is not None),
+            [] if found is not None else list(plan.moves),
         )
         rb.add_decision(d)
         bump_labelled(st, "deadlocks.confirmed", reason=_reason_code(reason), generation=generation)
@@ -481,6 +504,9 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
         )
         return d
 
+    if found is not None:  # reorder: before reassigning and the victim policy (cancels no one, moves no one)
+        _reorder(ctx, found, c, mode, runs, decide)
+        return applied(ctx.fx)
     if plan.moves:
         # Reassigning cancels no one, so it comes before the victim policy and its guards.
         kept = [(m, "kept") for m in members]
@@ -568,6 +594,45 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
     return applied(ctx.fx)
 
 
+def _stands(st: State, c: Candidate) -> bool:
+    """The second read of a proposal: a hard candidate still deadlocked, or a soft cycle still there."""
+    return still_deadlocked(st, c) or still_soft(st, c) is not None
+
+
+def _reorder(
+    ctx: Ctx,
+    found: Reorder,
+    c: Candidate,
+    mode: RolloutMode,
+    runs: list[str],
+    decide: Callable[[DecisionKind, str, str | None, list[tuple[str, str]], int | None], Decision],
+) -> None:
+    """REORDER: the epoch first, then the decision (queues before and after, every score), then
+    the new queue orders; nobody is cancelled or released. In shadow mode only reported."""
+    st, rb = ctx.state, book(ctx.state)
+    moved = {w for _, before, after in found.queues for w, b in zip(after, before, strict=True) if w != b}
+    roles = [(m, "reordered" if m in moved else "kept") for m in c.member_ids]
+    record = [(tid, list(before), list(after)) for tid, before, after in found.queues]
+    if not acts(rb, mode, runs):
+        reason = "shadow_mode" if mode is RolloutMode.SHADOW else "not_side_effect_free"
+        d = decide(DecisionKind.SHADOW, reason, None, roles, None)
+        d.reorders = record
+        st.bump("recovery.shadowed")
+        _count_outcome(st, mode, "shadowed")
+        return
+    rb.epoch += 1
+    epoch = rb.epoch
+    ctx.fx.append(EpochCommitted(epoch=epoch, digest=c.digest))
+    st.bump("recovery.committed")
+    _count_outcome(st, mode, "reordered")
+    d = decide(DecisionKind.REORDER, "soft_cycle_reordered", None, roles, epoch)
+    d.reorders = record
+    apply_orders(st, found)
+    for _, _, after in found.queues:
+        for w in after:
+            st.touch(w)
+
+
 def _roll_back(ctx: Ctx, d: Decision, execution_id: str, epoch: int) -> None:
     """CAS WAITING -> CANCELLING at the decided generation, start the cancellation, then release."""
 
@@ -598,7 +663,7 @@ def _yield(ctx: Ctx, d: Decision, execution_id: str, winner_id: str, epoch: int)
         ex.generation,
         winner.execution_id,
         winner.generation,
-        st.shared_text("yield_to_winner"),
+        st.shared_text(YIELD_REASON),
         None,
         CancelMode.COOPERATIVE,
         version,

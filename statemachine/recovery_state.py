@@ -54,6 +54,8 @@ class DecisionKind(StrEnum):
     """An UNKNOWN non-compensatable side effect: runs frozen, a human decides."""
     ESCALATION = "ESCALATION"
     """The recovery would roll back more executions than the configuration allows."""
+    REORDER = "REORDER"
+    """A soft cycle broken by reordering grant queues (statemachine/reorder.py): no victim."""
     REASSIGN = "REASSIGN"
     """An approval provided from inside the cycle moved to an independent approver; no one is
     cancelled (statemachine/reassign.py)."""
@@ -197,6 +199,8 @@ class Decision:
     reorder, reassign, victim: ``reassign.REMEDIES``); empty on decisions made before it existed."""
     reassigned: list[Reassignment] = field(default_factory=list)
     """The approvals moved (REASSIGN) or that would have been moved (SHADOW), in target id order."""
+    reorders: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
+    """REORDER: (target id, queue before, queue after) of each queue it reordered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +338,7 @@ class RecoveryBook:
                     [w.to_plain() for w in d.waits],
                     [list(r) for r in d.remedies],
                     [r.to_plain() for r in d.reassigned],
+                    [[t, list(b), list(a)] for t, b, a in d.reorders],
                 ]
                 for d in self.decisions.values()
             ],
@@ -400,9 +405,9 @@ class RecoveryBook:
         old_rows: list[str] = []
         for row in raw["decisions"]:
             (did, digest, sig, pv, kind, mode, reason, epoch, winner, wgen, scores, roles, released, at) = row[:14]
-            defaults: list[Any] = [0, "", 0, [], [], [], []]
+            defaults: list[Any] = [0, "", 0, [], [], [], [], []]
             tail = [*row[14:], *defaults[len(row) - 14 :]]
-            before, proposer, proposed_at, votes, waits, remedies, moved = tail
+            before, proposer, proposed_at, votes, waits, remedies, moved, reorders = tail
             if len(row) == 14:
                 before = epoch - 1 if epoch is not None else 0
                 if epoch is None:
@@ -429,6 +434,7 @@ class RecoveryBook:
                 [CycleWait.from_plain(w) for w in waits],
                 [(r, o, why) for r, o, why in remedies],
                 [Reassignment(a, f, fg, t, tg) for a, f, fg, t, tg in moved],
+                [(t, list(b), list(a)) for t, b, a in reorders],
             )
         for row in raw["proposals"]:
             (digest, sig, members, edges, idx, proposer, at, ep, status, yes, no, did, closed, why) = row[:14]

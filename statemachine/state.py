@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from . import queues as Q
 from .cancel_state import CancelBook
 from .codec import outcome_from_plain, outcome_to_plain, pack
 from .enums import SETTLED, CancelMode, EffectOutcome, ExecStatus, SessionStatus
@@ -40,13 +41,16 @@ _CANCEL_MODE = {m.value: m for m in CancelMode}
 _KIND = {m.value: m for m in Kind}
 
 SNAPSHOT_FORMAT = "waitgraph-state"
-SNAPSHOT_VERSION = 5
+SNAPSHOT_VERSION = 6
 """v3 adds the retirement tombstones (``retired``); v4 adds when each target last changed
 (``touched_ms``) and the tombstones of retired targets; v5 adds the independent approvers
-(``recovery.approvers``) and each decision's remedies and reassignments. v2 and v3 snapshots
-still read: their targets count as touched at the snapshot's ``now_ms``, so they retire one
-retention after it; before v5 no approver is configured and decisions list no remedies."""
-READABLE_VERSIONS = frozenset({2, 3, 4, 5})
+(``recovery.approvers``) and each decision's remedies and reassignments; v6 the grant queues
+(``queues``) and each decision's reorders. v2 and v3 snapshots still read: their targets count as
+touched at the snapshot's ``now_ms``, so they retire one retention after it; before v5 no approver
+is configured and decisions list no remedies; before v6 the queues are rebuilt from the open
+waits (:func:`queues.rebuild`: by registration time, then waiter id) and decisions list no
+reorders."""
+READABLE_VERSIONS = frozenset({2, 3, 4, 5, 6})
 
 
 @dataclass(slots=True)
@@ -73,6 +77,9 @@ class Limits:
     """Open wait edges over all of one agent's executions: two per allowed open execution (most
     wait on one or two things) and 1% of ``max_total_edges``, so 100 flooding agents are needed
     to fill the cluster. Edges the coordinator opens itself (a yield) count but are not refused."""
+    queue_pass_limit: int = 3
+    """How many times a later waiter may go ahead of a queued one (a higher priority, a reorder)
+    before that waiter's place is fixed (statemachine/queues.py): the anti-starvation bound."""
 
 
 @dataclass(slots=True)
@@ -183,6 +190,9 @@ class State:
         self.recovery = RecoveryBook()
         self.cancel = CancelBook()
         """The cancellation protocol's records (statemachine/cancel_state.py)."""
+        self.queues: Q.Queues = {}
+        """Grant queues of resources and pools (statemachine/queues.py): exactly the open waits on
+        them, in grant order. Written only by :meth:`add_wait` and :meth:`remove_wait`."""
         # -- derived, rebuilt on restore --
         self.waits_by_target: dict[str, WaitEdge | dict[str, WaitEdge]] = {}
         """target id -> its one open wait, or waiter id -> wait when several wait on it. Most targets
@@ -331,7 +341,12 @@ class State:
         """An execution of ``agent_id`` entered (+1) or left (-1) the live state, or changed hands."""
         _count(self.owned_by_agent, agent_id, by)
 
-    def add_wait(self, edge: WaitEdge) -> None:
+    def add_wait(self, edge: WaitEdge, priority: int = 0) -> None:
+        """Open ``edge``; a wait on a resource or pool takes its place in the target's queue (a
+        re-registered one, removed with ``keep_place``, is still there and keeps it)."""
+        t = self.targets.get(edge.target_id)
+        if t is not None and t.kind in Q.QUEUED_KINDS:
+            Q.enqueue(self.queues, edge.target_id, edge.waiter_id, priority, self.limits.queue_pass_limit)
         self.waits_by_waiter.setdefault(edge.waiter_id, {})[edge.target_id] = edge
         _file_by_target(self.waits_by_target, edge)
         self.edge_count += 1
@@ -339,7 +354,11 @@ class State:
         if edge.deadline_ms is not None:
             heapq.heappush(self.deadlines, (edge.deadline_ms, edge.waiter_id, edge.target_id, edge.edge_version))
 
-    def remove_wait(self, edge: WaitEdge) -> None:
+    def remove_wait(self, edge: WaitEdge, keep_place: bool = False) -> None:
+        """Close ``edge`` in the indexes; it leaves its target's queue unless ``keep_place`` (the
+        same wait is re-registered at once, see ``machine._register_wait``)."""
+        if not keep_place:
+            Q.dequeue(self.queues, edge.target_id, edge.waiter_id)
         by_waiter = self.waits_by_waiter[edge.waiter_id]
         del by_waiter[edge.target_id]
         if not by_waiter:
@@ -368,6 +387,7 @@ class State:
             "idempotency": [[a, r, fp, outcome_to_plain(o)] for (a, r), (fp, o) in self.idempotency.items()],
             "limits": [getattr(self.limits, f.name) for f in fields(Limits)],
             "now_ms": self.now_ms,
+            "queues": Q.to_plain(self.queues),
             "recovery": self.recovery.to_plain(),
             "retired": [
                 list(self.retired_executions.items()),
@@ -419,6 +439,17 @@ class State:
             st.waits_by_waiter, st.waits_by_target, st.deadlines, st.edge_count = _waits_from(
                 raw["waits"], st.shared_text
             )
+            if raw["v"] >= 6:
+                st.queues = Q.from_plain(raw["queues"])
+            else:
+                st.queues = Q.rebuild(
+                    (
+                        (e.target_id, e.waiter_id, e.registered_at_ms)
+                        for w in st.waits_by_waiter.values()
+                        for e in w.values()
+                    ),
+                    {tid: t.kind for tid, t in st.targets.items()},
+                )
             st.open_executions_by_agent, st.open_edges_by_agent = count_by_agent(st.executions, st.waits_by_waiter)
             if raw["v"] >= 3:
                 retired = raw["retired"]

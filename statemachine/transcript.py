@@ -41,6 +41,7 @@ from .ids import HELD_KINDS, Kind, kind_of
 from .machine import StateMachine
 from .outcome import Outcome, Result
 from .recovery import propose_command
+from .reorder import find_reorder, soft_candidates
 from .state import Limits, State
 
 SEPARATOR = "----"
@@ -85,7 +86,14 @@ def render_value(value: object) -> str:
 
 
 def render_effect(fx: Effect) -> str:
-    parts = [f"{f.name}={render_value(getattr(fx, f.name))}" for f in dataclasses.fields(fx)]
+    """Every field, except one added to a released version while it is at its default (as the
+    codec leaves it out): transcripts written before it was added still read the same."""
+    added = getattr(fx, "ADDED", ())
+    parts = [
+        f"{f.name}={render_value(getattr(fx, f.name))}"
+        for f in dataclasses.fields(fx)
+        if f.name not in added or getattr(fx, f.name) != f.default
+    ]
     return " ".join([fx.KIND, *parts])
 
 
@@ -180,6 +188,14 @@ def render_state(st: State) -> list[str]:
                 f"edge_version={e.edge_version} deadline_ms={render_value(e.deadline_ms)} "
                 f"cancel_mode={e.cancel_mode.value} reason={render_value(e.reason)}"
             )
+    if st.queues:
+        out.append("queues:")
+        for tid in sorted(st.queues):
+            entries = " ".join(
+                e.waiter_id + (f"(p{e.priority})" if e.priority else "") + (f"(passed{e.passed})" if e.passed else "")
+                for e in st.queues[tid]
+            )
+            out.append(f"  {tid}: {entries}")
     return out
 
 
@@ -508,6 +524,28 @@ def _verb_detect(r: _Runner, block: _Block) -> list[str]:
     return out or ["no candidates"]
 
 
+def _verb_soft(r: _Runner, block: _Block) -> list[str]:
+    """``soft``: the soft cycles (statemachine/reorder.py), each as ``#N`` for ``propose #N``: its
+    members and edges as a candidate, its soft edges (waiter behind ahead on target), and the
+    reorder that breaks it (queue before => after) or ``no reorder``."""
+    r.no_args(block)
+    st = r.machine.state
+    found = soft_candidates(st)
+    r.detected = [c for c, _ in found]
+    out = []
+    for i, (c, cyc) in enumerate(found, 1):
+        out.append(f"soft cycle #{i} digest={c.digest[:16]} signature={c.signature}")
+        out.append("  members=" + ",".join(f"{m}@g{g}" for m, g in c.members))
+        out.append("  edges=" + ",".join(f"{e}@v{v}" for e, v in c.edges))
+        out.append("  soft=" + ",".join(f"{x}~>{y}@{t}" for x, y, t in cyc.soft))
+        plan = find_reorder(st, cyc)
+        if plan is None:
+            out.append("  no reorder")
+        for tid, before, after in plan.queues if plan is not None else ():
+            out.append(f"  reorder {tid}: {' '.join(before)} => {' '.join(after)}")
+    return out or ["no soft cycles"]
+
+
 def _verb_propose(r: _Runner, block: _Block) -> list[str]:
     """``propose #N [as=...] [at=...]``: ProposeRecovery with candidate #N's members and edges."""
     rest = r.envelope_keys(block)
@@ -535,6 +573,8 @@ def _verb_decision(r: _Runner, block: _Block) -> list[str]:
         )
     out.append("  roles=" + ",".join(f"{m}:{role}" for m, role in d.roles))
     out.append("  released=" + (",".join(f"{t}<-{m}" for t, m in d.released) or "none"))
+    for tid, before, after in d.reorders:
+        out.append(f"  reordered {tid}: {' '.join(before)} => {' '.join(after)}")
     if d.reassigned:
         out.append(
             "  reassigned="
@@ -552,6 +592,7 @@ _VERBS: dict[str, Callable[[_Runner, _Block], list[str]]] = {
     "decision": _verb_decision,
     "detect": _verb_detect,
     "propose": _verb_propose,
+    "soft": _verb_soft,
     "digest": _verb_digest,
     "limits": _verb_limits,
     "snapshot-roundtrip": _verb_snapshot_roundtrip,

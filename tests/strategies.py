@@ -455,6 +455,8 @@ def _register_wait(c: _Gen, st_: State) -> Built:
         # a quarter of the waits ask to be refused a deadlock (a rejection must change nothing),
         # chosen by a value already drawn, so the choices of every other command stay the same
         refuse_deadlock=reason == "lock",
+        # a grant-queue priority, also from a drawn value (0 for most: then not encoded)
+        priority=1 if reason == "x" else -1 if reason == REASONS[3] else 0,
     )
     return cmd, _owner_actor(st_, waiter_id)
 

@@ -22,11 +22,12 @@ ROOT = Path(__file__).resolve().parent.parent
     ("script", "args", "expect"),
     [
         ("bench_core.py", ["--edges", "2000", "--ops", "2000"], "applies/s"),
-        ("bench_detect.py", ["--sizes", "2000", "--adds", "50"], "incr"),
+        ("bench_detect.py", ["--sizes", "2000", "--adds", "50", "--soft-shapes", "10"], "soft cycles"),
         ("bench_cancel.py", ["--sizes", "200", "--repeat", "1"], "CancelRun"),
         ("bench_liveview.py", ["--sizes", "50", "--repeat", "1"], "under the lock"),
         ("bench_apply.py", ["--rounds", "2", "--repeat", "1"], "RegisterWait (re-register)"),
         ("bench_retention.py", ["--executions", "3000", "--step", "1000"], "too_many_executions: 0"),
+        ("bench_handoff.py", ["--agents", "8", "--slots", "2", "--acquisitions", "100"], "wake-and-race"),
     ],
 )
 def test_benchmark_script_runs(script: str, args: list[str], expect: str) -> None:

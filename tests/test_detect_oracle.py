@@ -17,8 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.test_detect import fenced
+from tests.test_queues import queued
+from tests.world import World
 from waitgraph.statemachine.commands import (
     Acquire,
+    CancelRun,
     CloseWait,
     Command,
     CompleteExecution,
@@ -479,3 +482,173 @@ def test_incremental_equals_full_on_a_long_random_run() -> None:
         assert det.open_candidates() == full
         seen += bool(full)
     assert seen > 100  # the run does form deadlocks, often
+
+
+# -- soft edges and the reorder search (statemachine/reorder.py), against brute force ----------
+
+
+def spec_soft_edges(state: State) -> list[tuple[str, str, str]]:
+    """docs/queues.md: x -> y when both wait in one grant queue, y ahead of x, and y may be
+    granted (WAITING, not a holder of the target)."""
+    out = []
+    for tid, queue in state.queues.items():
+        t = state.targets[tid]
+        ok = [
+            e.waiter_id
+            for e in queue
+            if state.executions[e.waiter_id].status is ExecStatus.WAITING and e.waiter_id not in t.holders
+        ]
+        out += [(ok[j], ok[i], tid) for i in range(len(ok)) for j in range(i + 1, len(ok))]
+    return sorted(out)
+
+
+def _graph(state: State, soft: list[tuple[str, str, str]]) -> dict[str, set[str]]:
+    g: dict[str, set[str]] = {}
+    for w, waits in state.waits_by_waiter.items():
+        if state.executions[w].status is ExecStatus.WAITING:
+            for edge in waits.values():
+                g.setdefault(w, set()).update(spec_satisfiers(state, edge) or ())
+    for x, y, _ in soft:
+        g.setdefault(x, set()).add(y)
+    return g
+
+
+def _reaches(g: dict[str, set[str]], a: str) -> set[str]:
+    seen, todo = set(), [a]
+    while todo:
+        for u in g.get(todo.pop(), ()):
+            if u not in seen:
+                seen.add(u)
+                todo.append(u)
+    return seen
+
+
+def _on_cycle(g: dict[str, set[str]], v: str) -> bool:
+    return v in _reaches(g, v)
+
+
+def _queue_orders(state: State, tid: str, limit: int) -> list[tuple[str, ...]]:
+    """Every order of the queue's grantable waiters among their own places (the others stay),
+    that moves nobody ahead of a waiter passed over ``limit`` times who was ahead of it."""
+    from itertools import permutations
+
+    queue = state.queues[tid]
+    before = [e.waiter_id for e in queue]
+    t = state.targets[tid]
+    mine = [w for w in before if state.executions[w].status is ExecStatus.WAITING and w not in t.holders]
+    pinned = {e.waiter_id for e in queue if e.passed >= limit}
+    out = []
+    for perm in permutations(mine):
+        it = iter(perm)
+        after = tuple(next(it) if w in mine else w for w in before)
+        if all(after.index(p) < after.index(b) for p in pinned for b in before[before.index(p) + 1 :]):
+            out.append(after)
+    return out
+
+
+def _soft_world(data: st.DataObject) -> State:
+    """A small state of queued waits: 3..6 executions, 2..3 resources or pools, each full (held by
+    some of them or by a running outsider), waits queued in a drawn order, some entries passed
+    over to the limit (pinned)."""
+    w = World()
+    n = data.draw(st.integers(3, 6), label="executions")
+    names = [f"exec:e{i}" for i in range(n)]
+    for i in range(n):
+        w.execution(f"e{i}")
+    w.execution("out")
+    targets = []
+    for k in range(data.draw(st.integers(2, 3), label="targets")):
+        slots = data.draw(st.sampled_from([1, 1, 2]), label="slots")
+        tid = f"pool:p{k}" if slots > 1 or data.draw(st.booleans(), label="pool") else f"resource:r{k}"
+        w.target(tid, slots=slots)
+        holders = data.draw(
+            st.lists(st.sampled_from([*names, "exec:out"]), min_size=slots, max_size=slots, unique=True)
+        )
+        for h in holders:
+            w.hold(h, tid)
+        targets.append(tid)
+    for _ in range(data.draw(st.integers(4, 12), label="waits")):
+        e, tid = data.draw(st.sampled_from(names)), data.draw(st.sampled_from(targets))
+        t = w.st.targets[tid]
+        # a holder may wait for a second permit of a pool (never grantable, so no soft edge to it)
+        if w.st.wait(e, tid) is None and (e not in t.holders or (tid.startswith("pool:") and t.slots > 1)):
+            queued(w, e, tid)
+    # one queued waiter may be asked to stop: it keeps its places, but nobody waits behind it
+    if data.draw(st.booleans(), label="cancel one"):
+        e = data.draw(st.sampled_from(names))
+        run_id = w.st.executions[e].run_id
+        w.ok(w.owner(e), CancelRun(run_id=run_id, observed_cancel_generation=0, reason="stop"))
+    for queue in w.st.queues.values():
+        for entry in queue:
+            if data.draw(st.integers(0, 4), label="pinned") == 0:
+                entry.passed = w.st.limits.queue_pass_limit
+    return w.st
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_soft_edges_cycles_and_reorders_agree_with_brute_force(data: st.DataObject) -> None:
+    from waitgraph.statemachine.reorder import (
+        apply_orders,
+        find_reorder,
+        soft_candidate,
+        soft_cycles,
+        soft_edges,
+        still_soft,
+    )
+
+    state = _soft_world(data)
+    soft = spec_soft_edges(state)
+    assert soft_edges(state) == soft
+    g = _graph(state, soft)
+    # soft cycles: the strongly connected sets of hard + soft edges with a soft edge inside
+    nodes = sorted(set(g) | {u for us in g.values() for u in us})
+    reach = {v: _reaches(g, v) for v in nodes}
+    comps = sorted({tuple(sorted(u for u in nodes if u == v or (u in reach[v] and v in reach[u]))) for v in nodes})
+    expected = []
+    for comp in comps:
+        inside = set(comp)
+        mine = tuple(e for e in soft if e[0] in inside and e[1] in inside)
+        if mine and (len(comp) > 1 or comp[0] in g.get(comp[0], ())):
+            expected.append((comp, mine))
+    cycles = soft_cycles(state)
+    assert [(c.members, c.soft) for c in cycles] == expected
+    limit = state.limits.queue_pass_limit
+    for cycle in cycles:
+        # the second read (members and their queues only) recognises the cycle it was proposed as
+        assert still_soft(state, soft_candidate(state, cycle)) == cycle
+        movable = cycle.queues
+        queued_waiters = {x for x, _, t in soft_edges(state) if t in movable} | {
+            y for _, y, t in soft_edges(state) if t in movable
+        }
+        choices: list[dict[str, tuple[str, ...]]] = [{}]
+        for tid in movable:
+            choices = [{**c, tid: order} for c in choices for order in _queue_orders(state, tid, limit)]
+        valid = []
+        for c in choices:
+            g2 = _graph(state, spec_soft_edges_in(state, c))
+            if not any(_on_cycle(g2, v) for v in queued_waiters):
+                valid.append(c)
+        found = find_reorder(state, cycle)
+        assert (found is not None) == bool(valid), (cycle, valid)
+        if found is not None:
+            chosen = {tid: tuple(e.waiter_id for e in state.queues[tid]) for tid in movable}
+            chosen.update({tid: after for tid, _, after in found.queues})
+            assert chosen in valid, (chosen, valid)
+            if len(valid) == 1:
+                assert chosen == valid[0]
+            copy = State.restore(state.snapshot())
+            apply_orders(copy, found)
+            assert still_soft(copy, soft_candidate(state, cycle)) is None  # broken: a commit would retract
+            assert not any(
+                set(c.queues) & set(movable) and set(c.members) & set(cycle.members) for c in soft_cycles(copy)
+            )
+
+
+def spec_soft_edges_in(state: State, orders: dict[str, tuple[str, ...]]) -> list[tuple[str, str, str]]:
+    """:func:`spec_soft_edges` with some queues in another order."""
+    copy = State.restore(state.snapshot())
+    for tid, order in orders.items():
+        by_id = {e.waiter_id: e for e in copy.queues[tid]}
+        copy.queues[tid] = [by_id[w] for w in order]
+    return spec_soft_edges(copy)

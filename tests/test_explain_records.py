@@ -91,6 +91,7 @@ def test_trajectory_totals_count_every_sighting_and_rollback_beyond_the_guard_wi
     w.ok(owner, AckCancel(execution_id=victim, generation=1, cancel_generation=0, side_effects=EffectOutcome.NONE))
     w.ok(owner, RetryExecution(execution_id=victim, generation=1))
     w.ok(owner, StartExecution(execution_id=victim, generation=2, observed_cancel_generation=0))
+    w.release(ring[1], "resource:r0")  # the rollback handed r0 to the other member; it puts it back
     w.ok(owner, Acquire(target_id="resource:r0", execution_id=victim, generation=2, observed_epoch=1))
     w.wait(ring[1], "resource:r0")
     w.wait(victim, "resource:r1")

@@ -144,9 +144,11 @@ def test_victim_holdings_are_released_only_after_the_epoch_commit() -> None:
     assert seq.index("EpochCommitted") < seq.index("Released")
     rel = next(e for e in out.effects if isinstance(e, Released))
     assert (rel.target_id, rel.execution_id) == ("resource:browser-9", "exec:A")
-    assert w.st.targets["resource:browser-9"].holders == {}
     assert w.st.recovery.decisions["d1"].released == [("resource:browser-9", "exec:A")]
-    # B was woken: its wait on the browser closed with the release.
+    # The release handed the browser to B, the head of its queue, in the same apply (after the
+    # epoch commit and the release): B holds it at the next lease and its wait closed `granted`.
+    assert seq.index("Released") < seq.index("Acquired")
+    assert w.st.targets["resource:browser-9"].holders == {"exec:B": 1}
     assert w.st.executions["exec:B"].status is ExecStatus.RUNNING
     assert c.digest in w.st.recovery.proposals
 
@@ -170,6 +172,7 @@ def test_fenced_victim_cannot_acquire_under_an_older_epoch() -> None:
         "agent:A", Acquire(target_id="resource:browser-9", execution_id="exec:A", generation=2, observed_epoch=0)
     )
     assert stale.result is Result.REJECTED and stale.code == "stale_epoch"
+    w.release("exec:B", "resource:browser-9")  # the rollback handed it to B; B is done with it
     assert w.do(
         "agent:A", Acquire(target_id="resource:browser-9", execution_id="exec:A", generation=2, observed_epoch=1)
     ).ok
@@ -419,15 +422,15 @@ def test_seed_pipeline_recovers_with_one_rollback_and_the_cycle_never_reforms() 
     assert d.kind is DecisionKind.VICTIM and d.epoch == 1
     victim = d.winner_id
     assert victim == "exec:a0"  # all scores equal: the lowest id
-    # The runtime does what woken agents do: the woken waiter takes the released resource,
-    # finishes and releases; the rest follow. The victim retries behind them.
+    # The released resource is handed to its waiter in the rollback itself (fair grant queue); it
+    # finishes and its release hands the next one on; the rest follow. The victim retries behind.
     from waitgraph.statemachine.commands import AckCancel, CompleteExecution
 
     w.ok("agent:a0", AckCancel(execution_id=victim, generation=1, cancel_generation=0, side_effects=EffectOutcome.NONE))
     order = ["exec:a3", "exec:a2", "exec:a1"]
     for eid in order:
         res = f"resource:r{(ring.index(eid) + 1) % 4}"
-        w.hold(eid, res)
+        assert w.st.targets[res].holders == {eid: 1} and w.st.wait(eid, res) is None
         w.ok(w.owner(eid), CompleteExecution(execution_id=eid, generation=1, observed_cancel_generation=0))
         assert full_pass(w.st) == [], f"a cycle re-formed after {eid}"
     w.ok("agent:a0", RetryExecution(execution_id=victim, generation=1))
@@ -491,8 +494,9 @@ def test_recurring_signature_within_window_escalates_to_tie_break() -> None:
     )
     w.ok(w.owner(victim), RetryExecution(execution_id=victim, generation=1))
     w.ok(w.owner(victim), StartExecution(execution_id=victim, generation=2, observed_cancel_generation=0))
-    w.ok(w.owner(victim), Acquire(target_id="resource:r0", execution_id=victim, generation=2, observed_epoch=1))
     other = ring[1]
+    w.release(other, "resource:r0")  # the rollback handed r0 to the other member; it puts it back
+    w.ok(w.owner(victim), Acquire(target_id="resource:r0", execution_id=victim, generation=2, observed_epoch=1))
     w.wait(other, "resource:r0")
     w.wait(victim, "resource:r1")
     w.recover()

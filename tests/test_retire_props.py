@@ -472,15 +472,16 @@ def test_a_rejected_retirement_changes_nothing() -> None:
     assert sm.snapshot() == before
 
 
-@pytest.mark.parametrize("version", [2, 3, 4])
+@pytest.mark.parametrize("version", [2, 3, 4, 5])
 def test_an_older_snapshot_still_restores(version: int) -> None:
     """Snapshots of the formats before this one restore: v2 (no tombstones), v3 (tombstones of
-    executions and runs, no ``touched_ms`` of targets) and v4 (no approvers, decisions without
-    remedies or reassignments). The next snapshot is v5, otherwise the same state: no target
-    tombstones (before v4), every target touched at the snapshot's ``now_ms`` (it retires one
-    retention after the upgrade), no approver, and decisions with empty remedies and
-    reassignments. The derived retirement index is rebuilt from the records (a settled run
-    retires after it)."""
+    executions and runs, no ``touched_ms`` of targets), v4 (no approvers, decisions without
+    remedies or reassignments) and v5 (no grant queues, decisions without reorders). The next
+    snapshot is v6, otherwise the same state: no target tombstones (before v4), every target
+    touched at the snapshot's ``now_ms`` (it retires one retention after the upgrade), no approver
+    (before v5), decisions with empty remedies, reassignments and reorders, and the queues rebuilt
+    from the open waits (tests/test_queues.py checks their order). The derived retirement index is
+    rebuilt from the records (a settled run retires after it)."""
     import msgspec
 
     sm = StateMachine()
@@ -495,14 +496,18 @@ def test_an_older_snapshot_still_restores(version: int) -> None:
     while (env := finish_envelope(sm.state, min)) is not None:
         sm.apply(env)
     plain = msgspec.msgpack.decode(sm.snapshot())
-    assert plain["v"] == 5 and plain["retired"][2] == []
-    assert plain["recovery"].pop("approvers") == [None, []]
+    assert plain["v"] == 6 and plain["retired"][2] == []
+    queues = plain.pop("queues")
     decisions = plain["recovery"]["decisions"]
-    assert decisions and all(len(row) == 21 and row[20] == [] for row in decisions)
-    plain["recovery"]["decisions"] = [row[:19] for row in decisions]  # as v4 wrote them
+    assert decisions and all(len(row) == 22 and row[20] == row[21] == [] for row in decisions)
+    plain["recovery"]["decisions"] = [row[:21] for row in decisions]  # as v5 wrote them
+    if version < 5:
+        assert plain["recovery"].pop("approvers") == [None, []]
+        plain["recovery"]["decisions"] = [row[:19] for row in plain["recovery"]["decisions"]]  # as v4 did
+    touched = plain["targets"]["touched_ms"]
+    assert touched, "the log should leave targets"
     if version < 4:
-        touched = plain["targets"].pop("touched_ms")
-        assert touched, "the log should leave targets"
+        plain["targets"].pop("touched_ms")
         if version == 2:
             plain.pop("retired")
         else:
@@ -510,10 +515,13 @@ def test_an_older_snapshot_still_restores(version: int) -> None:
     plain["v"] = version
     restored = State.restore(pack(plain))
     again = msgspec.msgpack.decode(restored.snapshot())
-    assert again["v"] == 5
-    assert again["recovery"].pop("approvers") == [None, []]
-    assert again["recovery"]["decisions"] == [[*row, [], []] for row in plain["recovery"].pop("decisions")]
+    assert again["v"] == 6
+    assert again.pop("queues") == queues
+    pad: list[list[Any]] = [[]] if version == 5 else [[], [], []]
+    assert again["recovery"]["decisions"] == [[*row, *pad] for row in plain["recovery"].pop("decisions")]
     again["recovery"].pop("decisions")
+    if version < 5:
+        assert again["recovery"].pop("approvers") == [None, []]
     if version < 4:
         assert again.pop("retired") == (plain.pop("retired") if version == 3 else [[], []]) + [[]]
         assert again["targets"].pop("touched_ms") == [plain["now_ms"]] * len(touched)

@@ -73,6 +73,7 @@ from waitgraph.statemachine.enums import EffectOutcome, ExecStatus
 from waitgraph.statemachine.errors import CodecError, Status
 from waitgraph.statemachine.machine import StateMachine
 from waitgraph.statemachine.outcome import Outcome, Result
+from waitgraph.statemachine.queues import QueueEntry
 from waitgraph.statemachine.state import Limits, State, WaitEdge, count_by_agent
 
 
@@ -507,6 +508,22 @@ CORRUPTIONS: dict[str, tuple[Callable[[State], object], str]] = {
     "agent's open executions off": (
         lambda s: s.open_executions_by_agent.update(a1=5),
         "open_executions_by_agent[a1] is 5; a recount gives 2",
+    ),
+    "stale waiter left in a grant queue": (
+        lambda s: s.queues["resource:browser"].append(QueueEntry("exec:e3", 0)),
+        "exec:e3 is in the grant queue of resource:browser but has no open wait on it",
+    ),
+    "queued wait missing from its grant queue": (
+        lambda s: s.queues.pop("pool:workers"),
+        "wait exec:e2>pool:workers is open but not in the grant queue of pool:workers",
+    ),
+    "waiter queued twice": (
+        lambda s: s.queues["resource:browser"].append(QueueEntry("exec:e1", 0)),
+        "lists a waiter twice",
+    ),
+    "grant queue on an artifact": (
+        lambda s: s.queues.update({"artifact:spec": [QueueEntry("exec:e1", 0)]}),
+        "artifact:spec has a grant queue but is not a resource or pool",
     ),
     "agent's open edges off": (
         lambda s: s.open_edges_by_agent.pop("a1"),

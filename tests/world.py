@@ -12,6 +12,7 @@ from waitgraph.statemachine.commands import (
     DeclareSatisfier,
     JoinSession,
     RegisterWait,
+    Release,
     SetMode,
     StartExecution,
     VoteRecovery,
@@ -82,6 +83,10 @@ class World:
             self.owner(eid),
             Acquire(target_id=tid, execution_id=eid, generation=self.gen(eid), observed_epoch=self.st.recovery.epoch),
         )
+
+    def release(self, eid: str, tid: str) -> Outcome:
+        """``eid`` lets ``tid`` go (handing it to the head of its grant queue, if any)."""
+        return self.ok(self.owner(eid), Release(target_id=tid, execution_id=eid, generation=self.gen(eid)))
 
     def produces(self, eid: str, tid: str, version: int = 1) -> None:
         self.target(tid)

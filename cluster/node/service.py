@@ -56,6 +56,7 @@ from waitgraph.statemachine.enums import ExecStatus
 from waitgraph.statemachine.errors import CodecError, Rejection, Status, WaitgraphError, not_found
 from waitgraph.statemachine.ids import validate_name
 from waitgraph.statemachine.outcome import Outcome, Result
+from waitgraph.statemachine.queues import positions as queue_positions
 from waitgraph.statemachine.recovery import livelock_reason
 from waitgraph.statemachine.recovery_state import Decision, DecisionKind, ProposalStatus
 from waitgraph.statemachine.state import State, is_orphaned, orphaned_count
@@ -423,9 +424,11 @@ def graph_response(
         targets = [t for _, t in sorted(st.targets.items())]
     sessions = [s for a, s in sorted(st.sessions.items()) if agent_id is None or a == agent_id]
     runs = [r for k, r in sorted(st.runs.items()) if run_id is None or k == run_id]
+    shown_waits = cap(waits)
+    places = queue_positions(st.queues, (e.target_id for e in shown_waits))
     return operator_pb2.GraphResponse(
         executions=[convert.execution_view(ex, is_orphaned(st, ex)) for ex in execs],
-        waits=[convert.wait_view(e) for e in cap(waits)],
+        waits=[convert.wait_view(e, places.get(e.target_id, {}).get(e.waiter_id)) for e in shown_waits],
         targets=[convert.target_view(t) for t in cap(targets)],
         sessions=[convert.session_view(s) for s in cap(sessions)],
         runs=[convert.run_view(r, cancel_state(st, r.run_id)) for r in cap(runs)],

@@ -39,6 +39,8 @@ from waitgraph.ops import render
 from waitgraph.statemachine import StateMachine
 from waitgraph.statemachine.cancel import export_pending
 from waitgraph.statemachine.enums import ExecStatus
+from waitgraph.statemachine.queues import position as queue_position
+from waitgraph.statemachine.queues import positions as queue_positions
 from waitgraph.statemachine.state import State, is_orphaned
 from waitgraph.wire import convert
 
@@ -341,7 +343,10 @@ def picture_decisions(cycles: Any, decisions: Iterable[Any]) -> list[Any]:
 def details(st: State, node_id: str) -> dict[str, Any] | None:
     """Everything about one execution or target, as plain values (call it under the machine lock:
     it copies a few entries), with the raw decisions it took part in under ``_decisions`` (they
-    never change once applied: convert them outside the lock with :func:`decision_details`)."""
+    never change once applied: convert them outside the lock with :func:`decision_details`).
+    A wait on a resource or pool carries its ``queue_position`` (0 = granted next; None for other
+    targets) and a target its whole grant ``queue``."""
+    places = queue_positions(st.queues, (node_id,)).get(node_id, {})
     waits_in = [
         {
             "waiter_id": e.waiter_id,
@@ -351,6 +356,7 @@ def details(st: State, node_id: str) -> dict[str, Any] | None:
             "edge_version": e.edge_version,
             "deadline_ms": e.deadline_ms,
             "registered_at_ms": e.registered_at_ms,
+            "queue_position": places.get(e.waiter_id),
         }
         for e in st.waits_on(node_id)
     ]
@@ -391,6 +397,7 @@ def details(st: State, node_id: str) -> dict[str, Any] | None:
                     "deadline_ms": e.deadline_ms,
                     "cancel_mode": e.cancel_mode.value,
                     "registered_at_ms": e.registered_at_ms,
+                    "queue_position": queue_position(st.queues, e.target_id, node_id),
                 }
                 for e in st.waits_of(node_id)
             ],
@@ -415,6 +422,9 @@ def details(st: State, node_id: str) -> dict[str, Any] | None:
         "approved": t.approved,
         "holders": [{"execution_id": h, "generation": g} for h, g in sorted(t.holders.items())],
         "waited_on_by": waits_in,
+        "queue": [
+            {"waiter_id": e.waiter_id, "priority": e.priority, "passed": e.passed} for e in st.queues.get(node_id, ())
+        ],
         "_decisions": [d for d in st.recovery.decisions.values() if any(tid == node_id for tid, _ in d.released)],
     }
 

@@ -516,6 +516,7 @@ def graph_blocks(graph: Any, cycles: Any = None) -> list[Block]:
                 _enum(w, "cancel_mode"),
                 w.edge_version,
                 wall(deadline) if deadline else None,
+                w.queue_position if w.HasField("queue_position") else None,
             ]
         )
     runs = [[r.run_id, r.root_id, r.cancel_generation, _enum(r, "cancel_state")] for r in graph.runs]
@@ -527,7 +528,7 @@ def graph_blocks(graph: Any, cycles: Any = None) -> list[Block]:
             f"EXECUTIONS ({len(execs)})",
         ),
         Table(["target", "slots", "version", "holders", "satisfier"], targets, f"TARGETS ({len(targets)})"),
-        Table(["waiter", "target", "reason", "mode", "version", "deadline"], waits, f"WAITS ({len(waits)})"),
+        Table(["waiter", "target", "reason", "mode", "version", "deadline", "queue"], waits, f"WAITS ({len(waits)})"),
         Table(["run", "root", "cancel gen", "cancel state"], runs, f"RUNS ({len(runs)})"),
         Table(["agent", "incarnation", "status", "expires"], sessions, f"SESSIONS ({len(sessions)})"),
     ]

@@ -568,7 +568,7 @@ class Session:
             case WaitClosed():
                 w = self._waits.get(fx.edge_id)
                 if w is not None and w.version == fx.edge_version and w.generation == fx.waiter_generation:
-                    w._on_closed(fx.reason)
+                    w._on_closed(fx.reason, fx.lease)
             case WaitRegistered():
                 # The coordinator re-registered our wait at a higher version (a REASSIGN moved the
                 # approval it waits on): follow it, or the close and its WaitClosed would not match.
@@ -875,6 +875,7 @@ class Execution:
         cancel_mode: CancelMode = CancelMode.COOPERATIVE,
         local_threshold_s: float | None = None,
         refuse_deadlock: bool | None = None,
+        priority: int = 0,
     ) -> Wait:
         """Register WAIT(this execution -> ``target_id``) before the block runs, close it after.
 
@@ -885,6 +886,8 @@ class Execution:
         cluster refuses it and changes nothing, and entering the block raises
         :class:`~.errors.WouldDeadlock` with the cycle's ``path``, so the caller can re-plan
         instead of becoming a victim later; such a wait registers at once, never locally first.
+        ``priority``: the wait's place in a resource's or pool's grant queue (higher first, FIFO
+        among equals; docs/queues.md).
         """
         return Wait(
             self,
@@ -895,6 +898,7 @@ class Execution:
             cancel_mode=cancel_mode,
             threshold_s=local_threshold_s,
             refuse_deadlock=self.session.refuse_deadlock if refuse_deadlock is None else refuse_deadlock,
+            priority=priority,
         )
 
     def holding(
@@ -906,6 +910,7 @@ class Execution:
         reason: str | None = None,
         local_threshold_s: float | None = None,
         refuse_deadlock: bool | None = None,
+        priority: int = 0,
     ) -> Holding:
         """Hold a resource, reservation or pool permit for the block (like a redis-py/kazoo lock).
 
@@ -914,6 +919,9 @@ class Execution:
         once when this execution already holds a scarce resource, else after the local threshold.
         ``refuse_deadlock`` (default: the session's): that wait is refused when it would close a
         hard cycle, and entering raises :class:`~.errors.WouldDeadlock` (nothing is held).
+        A registered wait takes a place in the target's grant queue (``priority``: higher first,
+        FIFO among equals); when the holder releases, the cluster hands the target to the head of
+        the queue in the same transition and the block starts holding it, without acquiring again.
         """
         return Holding(
             self,
@@ -923,6 +931,7 @@ class Execution:
             reason=reason,
             threshold_s=local_threshold_s,
             refuse_deadlock=self.session.refuse_deadlock if refuse_deadlock is None else refuse_deadlock,
+            priority=priority,
         )
 
     def delegate(
@@ -1102,7 +1111,9 @@ class Wait:
     Attributes: ``edge_id``, ``version`` (the edge version registered), ``registered``,
     ``satisfied`` (the target was already resolved when the SDK tried to register),
     ``closed_reason`` (the cluster's reason: ``target_produced``, ``target_released``,
-    ``approval_granted``, ``target_waiter_finished``, ``deadline_exceeded``...).
+    ``approval_granted``, ``target_waiter_finished``, ``deadline_exceeded``, ``granted``...),
+    ``granted_lease`` (with ``granted``: the cluster handed this execution the resource or pool
+    slot at that lease when it was released; it holds it now).
     """
 
     def __init__(
@@ -1117,6 +1128,7 @@ class Wait:
         threshold_s: float | None = None,
         immediate: bool = False,
         refuse_deadlock: bool = False,
+        priority: int = 0,
     ) -> None:
         self.execution = execution
         self.session = execution.session
@@ -1129,6 +1141,8 @@ class Wait:
         self.threshold_s = threshold_s
         self.immediate = immediate
         self.refuse_deadlock = refuse_deadlock
+        self.priority = priority
+        self.granted_lease: int | None = None
         self.generation = execution.generation
         self.version = 0
         self.registered = False
@@ -1206,6 +1220,7 @@ class Wait:
                             cancel_mode=self.cancel_mode,
                             edge_version=self.version,
                             refuse_deadlock=self.refuse_deadlock,
+                            priority=self.priority,
                         )
                     )
                 except StaleGeneration as exc:
@@ -1291,9 +1306,10 @@ class Wait:
 
     # -- the cluster's answers ----------------------------------------------------------------------------
 
-    def _on_closed(self, reason: str) -> None:
+    def _on_closed(self, reason: str, lease: int | None = None) -> None:
         if self.closed_reason is None:
             self.closed_reason = reason
+            self.granted_lease = lease
             self.registered = False
             if self._wake is not None:
                 self._wake.set()
@@ -1406,10 +1422,12 @@ class Holding:
         threshold_s: float | None = None,
         poll_interval_s: float = 0.05,
         refuse_deadlock: bool = False,
+        priority: int = 0,
     ) -> None:
         self.execution = execution
         self.session = execution.session
         self.target_id = target_id
+        self.priority = priority
         self.wait = wait
         self.timeout_s = timeout_s
         self.reason = reason or f"waiting to acquire {target_id}"
@@ -1419,6 +1437,9 @@ class Holding:
         self.lease: int | None = None
         self.waits = 0
         """How many wait edges the acquisition registered (0: it never blocked on the cluster)."""
+        self.handed_over = False
+        """The release of the previous holder handed the target to this one (its wait closed
+        ``granted`` with the lease): held without an Acquire of its own."""
         self._held = False
 
     async def enter(self, interrupt_task: bool = True) -> Holding:
@@ -1455,12 +1476,29 @@ class Holding:
                 reason=self.reason,
                 immediate=True,
                 refuse_deadlock=self.refuse_deadlock,
+                priority=self.priority,
             )
             self.waits += 1
             try:
                 await _block(w, interrupt_task, remaining)
             except StaleGeneration:
                 continue  # leased again meanwhile: try to acquire, then wait on the new lease
+            except BaseException:
+                if w.granted_lease is not None:  # handed over just as the wait was given up
+                    self._take(w.granted_lease)
+                    await self.exit(None)
+                raise
+            if w.granted_lease is not None:
+                # Handed over by the release itself (fair grant queue): held already, no Acquire.
+                self._take(w.granted_lease)
+                self.handed_over = True
+                return self
+
+    def _take(self, lease: int) -> None:
+        ex = self.execution
+        ex.holdings[self.target_id] = ex.holdings.get(self.target_id, 0) + 1
+        self.lease = lease
+        self._held = True
 
     async def exit(self, exc: BaseException | None) -> None:
         if not self._held:

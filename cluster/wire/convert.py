@@ -486,8 +486,9 @@ def target_view(t: Target) -> operator_pb2.TargetView:
     return view
 
 
-def wait_view(e: WaitEdge) -> operator_pb2.WaitView:
-    view: operator_pb2.WaitView = _write(e, operator_pb2.WaitView)
+def wait_view(e: WaitEdge, queue_position: int | None = None) -> operator_pb2.WaitView:
+    """``queue_position``: the wait's place in its target's grant queue (``queues.position``)."""
+    view: operator_pb2.WaitView = _write(e, operator_pb2.WaitView, queue_position=queue_position)
     return view
 
 
@@ -602,7 +603,7 @@ def convergence_response(c: Convergence) -> operator_pb2.ConvergenceResponse:
 _VIEWS: tuple[tuple[type[Message], type, frozenset[str]], ...] = (
     (operator_pb2.ExecutionView, Execution, frozenset({"side_effects", "orphaned"})),
     (operator_pb2.TargetView, Target, frozenset({"holders"})),
-    (operator_pb2.WaitView, WaitEdge, frozenset()),
+    (operator_pb2.WaitView, WaitEdge, frozenset({"queue_position"})),
     (operator_pb2.SessionView, Session, frozenset()),
     (operator_pb2.RunView, Run, frozenset({"cancel_state"})),
     (operator_pb2.Cycle, Candidate, frozenset({"members", "edges", "proposal_status"})),

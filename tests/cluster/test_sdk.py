@@ -221,7 +221,7 @@ async def test_waiting_for_closes_its_edge_on_exception_and_on_cancellation(clus
 @pytest.mark.timeout(60)
 async def test_holding_releases_on_exit_and_a_contender_waits_registered_until_then(cluster: GrpcCluster) -> None:
     t = tag()
-    A, B, lock = f"exec:HA-{t}", f"exec:HB-{t}", f"resource:lock-{t}"
+    A, B, C, lock = f"exec:HA-{t}", f"exec:HB-{t}", f"exec:HC-{t}", f"resource:lock-{t}"
     async with (
         client(cluster, "a") as ca,
         client(cluster, "b") as cb,
@@ -244,20 +244,39 @@ async def test_holding_releases_on_exit_and_a_contender_waits_registered_until_t
                 assert conflict.value.code == "target_held" and conflict.value.fields["holder"] == A
                 assert conflict.value.field_int("lease") == h.lease
 
-                async def contender() -> int | None:
-                    async with eb.holding(lock) as hb:
-                        return hb.lease
+                async def contender(ex: Any, priority: int) -> tuple[int | None, bool, int]:
+                    async with ex.holding(lock, priority=priority) as held:
+                        return held.lease, held.handed_over, held.waits
 
-                task = asyncio.get_running_loop().create_task(contender())
+                task = asyncio.get_running_loop().create_task(contender(eb, 0))
 
                 async def registered() -> list[Any]:
                     return await waits_of(op, B)
 
                 (edge,) = await until(registered, 10, "B's registered wait on the lock")
                 assert edge.target_id == lock and edge.target_generation == h.lease
-                assert not task.done()
-            lease_b = await asyncio.wait_for(task, 10)  # A's exit released the lock to B
-            assert lease_b == h.lease + 1
+                assert edge.HasField("queue_position") and edge.queue_position == 0
+                # C queues after B with a higher priority: it goes ahead of B.
+                async with sb.execution(C) as ec:
+                    task_c = asyncio.get_running_loop().create_task(contender(ec, 5))
+
+                    async def registered_c() -> list[Any]:
+                        return await waits_of(op, C)
+
+                    (edge_c,) = await until(registered_c, 10, "C's registered wait on the lock")
+                    assert edge_c.queue_position == 0
+                    ((edge,),) = [await waits_of(op, B)]
+                    assert edge.queue_position == 1
+                    assert not task.done() and not task_c.done()
+                    with pytest.raises(Conflict):
+                        await eb.acquire(lock)  # the queue is not jumped by acquiring
+                    await ea.release(lock)  # (the block's own exit then releases nothing: a no-op)
+                    # A's release handed the lock to C (the head) in the same apply: C holds it
+                    # without acquiring, and its exit hands it on to B the same way.
+                    lease_c, handed_c, waits_c = await asyncio.wait_for(task_c, 10)
+                lease_b, handed_b, waits_b = await asyncio.wait_for(task, 10)
+                assert (lease_c, handed_c, waits_c) == (h.lease + 1, True, 1)
+                assert (lease_b, handed_b, waits_b) == (h.lease + 2, True, 1)
             assert await holders_of(op, lock) == [] and await waits_of(op, B) == []
 
 

@@ -162,7 +162,7 @@ class ReleaseRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., target_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class RegisterWaitRequest(_message.Message):
-    __slots__ = ("request_id", "waiter_id", "waiter_generation", "target_id", "target_generation", "reason", "deadline_ms", "cancel_mode", "edge_version", "refuse_deadlock")
+    __slots__ = ("request_id", "waiter_id", "waiter_generation", "target_id", "target_generation", "reason", "deadline_ms", "cancel_mode", "edge_version", "refuse_deadlock", "priority")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     WAITER_ID_FIELD_NUMBER: _ClassVar[int]
     WAITER_GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +173,7 @@ class RegisterWaitRequest(_message.Message):
     CANCEL_MODE_FIELD_NUMBER: _ClassVar[int]
     EDGE_VERSION_FIELD_NUMBER: _ClassVar[int]
     REFUSE_DEADLOCK_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     waiter_id: str
     waiter_generation: int
@@ -183,7 +184,8 @@ class RegisterWaitRequest(_message.Message):
     cancel_mode: _types_pb2.CancelMode
     edge_version: int
     refuse_deadlock: bool
-    def __init__(self, request_id: _Optional[str] = ..., waiter_id: _Optional[str] = ..., waiter_generation: _Optional[int] = ..., target_id: _Optional[str] = ..., target_generation: _Optional[int] = ..., reason: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., cancel_mode: _Optional[_Union[_types_pb2.CancelMode, str]] = ..., edge_version: _Optional[int] = ..., refuse_deadlock: _Optional[bool] = ...) -> None: ...
+    priority: int
+    def __init__(self, request_id: _Optional[str] = ..., waiter_id: _Optional[str] = ..., waiter_generation: _Optional[int] = ..., target_id: _Optional[str] = ..., target_generation: _Optional[int] = ..., reason: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., cancel_mode: _Optional[_Union[_types_pb2.CancelMode, str]] = ..., edge_version: _Optional[int] = ..., refuse_deadlock: _Optional[bool] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class CloseWaitRequest(_message.Message):
     __slots__ = ("request_id", "waiter_id", "waiter_generation", "target_id", "edge_version", "reason")

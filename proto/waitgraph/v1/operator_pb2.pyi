@@ -260,7 +260,7 @@ class TargetView(_message.Message):
     def __init__(self, target_id: _Optional[str] = ..., slots: _Optional[int] = ..., version: _Optional[int] = ..., satisfier_id: _Optional[str] = ..., satisfier_generation: _Optional[int] = ..., satisfier_for: _Optional[int] = ..., approved: _Optional[bool] = ..., holders: _Optional[_Iterable[_Union[HolderView, _Mapping]]] = ...) -> None: ...
 
 class WaitView(_message.Message):
-    __slots__ = ("edge_id", "waiter_id", "waiter_generation", "target_id", "target_generation", "reason", "deadline_ms", "cancel_mode", "edge_version", "registered_at_ms")
+    __slots__ = ("edge_id", "waiter_id", "waiter_generation", "target_id", "target_generation", "reason", "deadline_ms", "cancel_mode", "edge_version", "registered_at_ms", "queue_position")
     EDGE_ID_FIELD_NUMBER: _ClassVar[int]
     WAITER_ID_FIELD_NUMBER: _ClassVar[int]
     WAITER_GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -271,6 +271,7 @@ class WaitView(_message.Message):
     CANCEL_MODE_FIELD_NUMBER: _ClassVar[int]
     EDGE_VERSION_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
     edge_id: str
     waiter_id: str
     waiter_generation: int
@@ -281,7 +282,8 @@ class WaitView(_message.Message):
     cancel_mode: _types_pb2.CancelMode
     edge_version: int
     registered_at_ms: int
-    def __init__(self, edge_id: _Optional[str] = ..., waiter_id: _Optional[str] = ..., waiter_generation: _Optional[int] = ..., target_id: _Optional[str] = ..., target_generation: _Optional[int] = ..., reason: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., cancel_mode: _Optional[_Union[_types_pb2.CancelMode, str]] = ..., edge_version: _Optional[int] = ..., registered_at_ms: _Optional[int] = ...) -> None: ...
+    queue_position: int
+    def __init__(self, edge_id: _Optional[str] = ..., waiter_id: _Optional[str] = ..., waiter_generation: _Optional[int] = ..., target_id: _Optional[str] = ..., target_generation: _Optional[int] = ..., reason: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., cancel_mode: _Optional[_Union[_types_pb2.CancelMode, str]] = ..., edge_version: _Optional[int] = ..., registered_at_ms: _Optional[int] = ..., queue_position: _Optional[int] = ...) -> None: ...
 
 class SessionView(_message.Message):
     __slots__ = ("agent_id", "incarnation", "lease_ms", "expires_at_ms", "status")

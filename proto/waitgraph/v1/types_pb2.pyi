@@ -79,6 +79,7 @@ class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DECISION_KIND_SHADOW: _ClassVar[DecisionKind]
     DECISION_KIND_RECONCILIATION: _ClassVar[DecisionKind]
     DECISION_KIND_ESCALATION: _ClassVar[DecisionKind]
+    DECISION_KIND_REORDER: _ClassVar[DecisionKind]
     DECISION_KIND_REASSIGN: _ClassVar[DecisionKind]
 
 class Result(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -133,6 +134,7 @@ DECISION_KIND_TIE_BREAK: DecisionKind
 DECISION_KIND_SHADOW: DecisionKind
 DECISION_KIND_RECONCILIATION: DecisionKind
 DECISION_KIND_ESCALATION: DecisionKind
+DECISION_KIND_REORDER: DecisionKind
 DECISION_KIND_REASSIGN: DecisionKind
 RESULT_UNSPECIFIED: Result
 RESULT_APPLIED: Result
@@ -303,16 +305,18 @@ class WaitRegistered(_message.Message):
     def __init__(self, edge_id: _Optional[str] = ..., waiter_generation: _Optional[int] = ..., target_generation: _Optional[int] = ..., edge_version: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., cancel_mode: _Optional[_Union[CancelMode, str]] = ...) -> None: ...
 
 class WaitClosed(_message.Message):
-    __slots__ = ("edge_id", "waiter_generation", "edge_version", "reason")
+    __slots__ = ("edge_id", "waiter_generation", "edge_version", "reason", "lease")
     EDGE_ID_FIELD_NUMBER: _ClassVar[int]
     WAITER_GENERATION_FIELD_NUMBER: _ClassVar[int]
     EDGE_VERSION_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
     edge_id: str
     waiter_generation: int
     edge_version: int
     reason: str
-    def __init__(self, edge_id: _Optional[str] = ..., waiter_generation: _Optional[int] = ..., edge_version: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    lease: int
+    def __init__(self, edge_id: _Optional[str] = ..., waiter_generation: _Optional[int] = ..., edge_version: _Optional[int] = ..., reason: _Optional[str] = ..., lease: _Optional[int] = ...) -> None: ...
 
 class ArtifactProduced(_message.Message):
     __slots__ = ("artifact_id", "version")
