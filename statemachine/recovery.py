@@ -623,7 +623,9 @@ def _reorder(
     rb.epoch += 1
     epoch = rb.epoch
     ctx.fx.append(EpochCommitted(epoch=epoch, digest=c.digest))
-    st.bump("recovery.committed")
+    # a recovery of this signature like any other, so the livelock guard sees one that re-forms
+    rb.trajectory_of(c.signature).recover(epoch, ctx.now, rb.config.livelock_repeats + 1)
+    st.bump("recovery.reordered")  # not recovery.committed: that one counts rollbacks
     _count_outcome(st, mode, "reordered")
     d = decide(DecisionKind.REORDER, "soft_cycle_reordered", None, roles, epoch)
     d.reorders = record

@@ -71,9 +71,10 @@ Reader = Callable[[Callable[[StateMachine], Any]], Any]
 RAFT_ROLES = ("follower", "candidate", "leader")
 RECOVERY_OUTCOMES = {
     # counter in State.counters -> outcome label; each committed proposal bumps exactly one of the
-    # first five (statemachine/recovery.py), which is why their sum is the confirmed deadlocks.
+    # first six (statemachine/recovery.py), which is why their sum is the confirmed deadlocks.
     "recovery.committed": "rolled_back",
     "recovery.reassigned": "reassigned",
+    "recovery.reordered": "reordered",
     "recovery.shadowed": "shadowed",
     "recovery.escalated": "escalated",
     "recovery.reconciliation": "reconciliation",
@@ -91,8 +92,9 @@ DECISION_REASONS = (
     "exceeds_max_rollback",
     "unknown_side_effect",
     "approval_provider_in_cycle",
+    "soft_cycle_reordered",
 )
-RETRACT_REASONS = ("second_read_changed", "superseded")
+RETRACT_REASONS = ("second_read_changed", "superseded", "no_reorder")
 LIVELOCK_REASONS = ("same_signature_without_epoch_advance", "livelock_repeats")
 VICTIM_KINDS = (DecisionKind.VICTIM.value, DecisionKind.TIE_BREAK.value, DecisionKind.SHADOW.value)
 CANCEL_CAUSES = ("operator", "parent", "recovery")
