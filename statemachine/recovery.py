@@ -58,7 +58,7 @@ from .recovery_state import (
     RolloutMode,
     Score,
 )
-from .reorder import Reorder, apply_orders, find_reorder, still_soft
+from .reorder import Reorder, apply_orders, find_reorder, soft_candidates, still_soft
 from .state import State, WaitEdge
 from .telemetry import COST_BOUNDS, generation_bucket
 from .telemetry import bump as bump_labelled
@@ -247,7 +247,7 @@ def propose(ctx: Ctx, cmd: ProposeRecovery) -> Outcome:
         return noop("already_proposed", f"{c.digest[:16]} is already {known.status.value}")
     for digest in sorted({rb.open_members[m] for m in c.member_ids if m in rb.open_members}):
         other = rb.proposals[digest]
-        if _stands(st, _as_candidate(other)):
+        if stands(st, _as_candidate(other)):
             raise E.precondition(
                 "overlapping_recovery",
                 f"members overlap open recovery {digest[:16]}; one cohort at a time",
@@ -271,7 +271,7 @@ def propose(ctx: Ctx, cmd: ProposeRecovery) -> Outcome:
     st.bump("recovery.proposed")
     bump_labelled(st, "recovery.proposed", generation=_generation(p.members))
     rb.trajectory_of(c.signature).observe(rb.epoch, ctx.now, rb.config.livelock_repeats + 1)
-    if not _stands(st, c):
+    if not stands(st, c):
         _retract(ctx, p, "second_read_changed")
         return applied(ctx.fx)
     ctx.fx.append(
@@ -594,9 +594,20 @@ def commit(ctx: Ctx, cmd: CommitRecovery) -> Outcome:
     return applied(ctx.fx)
 
 
-def _stands(st: State, c: Candidate) -> bool:
-    """The second read of a proposal: a hard candidate still deadlocked, or a soft cycle still there."""
+def stands(st: State, c: Candidate) -> bool:
+    """The second read of a proposal: a hard candidate still deadlocked, or a soft cycle still
+    there (what a voter approves, cluster/node/loops.py, and what apply re-validates)."""
     return still_deadlocked(st, c) or still_soft(st, c) is not None
+
+
+def soft_proposals(st: State) -> list[Candidate]:
+    """The soft cycles worth a proposal (read by the leader's detection loop): those a reorder
+    breaks. One that none breaks would be proposed, then retracted (``no_reorder``), every
+    period; it waits instead until a hand-off makes it hard, and the detector proposes it then.
+    Only a queue with two waiters can make a soft edge, so without one this reads no wait."""
+    if all(len(q) < 2 for q in st.queues.values()):
+        return []
+    return [c for c, cycle in soft_candidates(st) if find_reorder(st, cycle) is not None]
 
 
 def _reorder(

@@ -358,6 +358,42 @@ def recover_soft(w: World) -> Outcome:
     return w.commit(c)
 
 
+def test_the_leaders_loop_proposes_a_soft_cycle_and_voters_approve_it() -> None:
+    """cluster/node/loops.py's survey (the pure read each period): the leader proposes the soft
+    cycle a reorder breaks, each voter approves it while it stands, and the commit reorders."""
+    from waitgraph.node.loops import survey
+    from waitgraph.statemachine.commands import VoteRecovery
+    from waitgraph.statemachine.detect import IncrementalDetector
+    from waitgraph.statemachine.recovery import propose_command
+
+    w = soft_shape(RolloutMode.AUTO)
+    leader = survey(w.m, "node:n1", True, w.st.now_ms, IncrementalDetector())
+    assert [sorted(m for m, _ in c.members) for c in leader.proposals] == [["exec:d1", "exec:d2", "exec:e1", "exec:e2"]]
+    [c] = leader.proposals
+    assert w.do("node:n1", propose_command(c, 0)).ok
+    for voter in ("node:n1", "node:n2", "node:n3"):
+        [(digest, approve, _)] = survey(w.m, voter, False, w.st.now_ms, None).votes
+        assert digest == c.digest and approve, voter  # still_deadlocked alone would reject it
+        assert w.do(voter, VoteRecovery(digest=c.digest, approve=approve)).ok
+    assert survey(w.m, "node:n1", True, w.st.now_ms, IncrementalDetector()).commits
+    w.commit(c)
+    assert w.st.recovery.decisions["d1"].kind is DecisionKind.REORDER
+    again = survey(w.m, "node:n1", True, w.st.now_ms, IncrementalDetector())
+    assert again.proposals == [] and again.commits == []  # broken: nothing left to propose
+
+
+def test_a_soft_cycle_no_reorder_breaks_is_not_proposed_every_period() -> None:
+    from waitgraph.node.loops import survey
+    from waitgraph.statemachine.detect import IncrementalDetector
+    from waitgraph.statemachine.reorder import soft_candidates
+
+    w = soft_shape(RolloutMode.AUTO)
+    for entry in (*w.st.queues["pool:a1"], *w.st.queues["pool:a2"]):
+        entry.passed = w.st.limits.queue_pass_limit  # nobody may be passed again: no reorder
+    assert soft_candidates(w.st)  # the soft cycle is there
+    assert survey(w.m, "node:n1", True, w.st.now_ms, IncrementalDetector()).proposals == []
+
+
 def test_a_soft_cycle_is_reordered_by_a_voted_decision_and_nobody_is_cancelled() -> None:
     w = soft_shape(RolloutMode.AUTO)
     statuses = {e: x.status for e, x in w.st.executions.items()}

@@ -6,13 +6,16 @@ Rules kept here:
   and decides what to propose; the proposals go through :meth:`RaftNode.submit`, which forwards
   a follower's command to the leader.
 - Leader only (it has a quorum): incremental detection over the replica -> ProposeRecovery for
-  each candidate without a proposal yet; CommitRecovery for each open proposal whose
-  confirmation window has passed (logical time) and whose approvals reach the quorum; Tick and
-  ReemitCancels when something is due; the recovery bootstrap on first leadership.
+  each candidate without a proposal yet, and for each soft cycle a reorder breaks
+  (``recovery.soft_proposals``: a full soft pass, only while some queue has two waiters);
+  CommitRecovery for each open proposal whose confirmation window has passed (logical time) and
+  whose approvals reach the quorum; Tick and ReemitCancels when something is due; the recovery
+  bootstrap on first leadership.
 - Every node, leader or follower: VoteRecovery as ``node:<id>`` for each open proposal it is a
-  voter of and has not voted on: approve when the candidate is still a deadlock on its *own*
-  replica (``still_deadlocked``), reject when it is not (apply re-validated the proposal at its
-  log position, so a replica that applied it and no longer sees the cycle has seen it dissolve).
+  voter of and has not voted on: approve when the candidate is still a deadlock (or a soft
+  cycle: statemachine/reorder.py) on its *own* replica (``recovery.stands``), reject when it is
+  not (apply re-validated the proposal at its log position, so a replica that applied it and no
+  longer sees the cycle has seen it dissolve).
 - Leader only, too: RetireSettled (statemachine/retire.py) when a run's retention has passed or a
   tombstone is due, and once per retention anyway (it also sweeps decisions, proposals,
   trajectories and sessions); again at once while a pass says ``more``.
@@ -47,10 +50,10 @@ from waitgraph.statemachine.commands import (
     Tick,
     VoteRecovery,
 )
-from waitgraph.statemachine.detect import Candidate, IncrementalDetector, still_deadlocked
+from waitgraph.statemachine.detect import Candidate, IncrementalDetector
 from waitgraph.statemachine.effects import RetirementPassed
 from waitgraph.statemachine.outcome import Outcome, Result
-from waitgraph.statemachine.recovery import propose_command, reproposable
+from waitgraph.statemachine.recovery import propose_command, reproposable, soft_proposals, stands
 from waitgraph.statemachine.recovery_state import ProposalStatus, RolloutMode
 from waitgraph.statemachine.retire import retire_due
 from waitgraph.statemachine.state import State
@@ -118,7 +121,7 @@ def survey(
         # answer the new proposal's vote with the old one's outcome.
         instance = f"{p.digest[:16]}@{p.proposed_at_ms}"
         if actor in cfg.voters and actor not in p.approvals and actor not in p.rejections:
-            out.votes.append((p.digest, still_deadlocked(st, Candidate.build(p.members, p.edges)), instance))
+            out.votes.append((p.digest, stands(st, Candidate.build(p.members, p.edges)), instance))
         if leader:
             approvals = sum(1 for v in p.approvals if v in cfg.voters)
             if approvals >= cfg.quorum and now >= p.proposed_at_ms + cfg.confirmation_window_ms:
@@ -127,7 +130,8 @@ def survey(
         return out
     if detector is not None and cfg.voters:
         detector.pass_(st)
-        for c in detector.open_candidates():
+        # hard cycles, then soft ones a reorder breaks (statemachine/reorder.py: queues)
+        for c in [*detector.open_candidates(), *soft_proposals(st)]:
             if c.digest not in rb.proposals:
                 out.proposals.append(c)
             elif reproposable(st, c.digest):
