@@ -149,6 +149,14 @@ def test_ten_executions_the_cycle_on_screen_the_victim_marked_its_scores_a_click
         page.wait_for_function("() => liveview.cy.getElementById('exec:pipe-f').length > 0", timeout=20_000)
         assert page.evaluate("liveview.graphVersion") > version
         assert page.evaluate("performance.getEntriesByType('navigation').length") == 1  # never reloaded
+        # the lock's grant queue: pipe-d first (it waited first), the newcomer second
+        page.evaluate("select('resource:a-lock')")
+        page.wait_for_function("() => document.getElementById('details').dataset.id === 'resource:a-lock'")
+        rows = page.eval_on_selector_all(
+            "#details table:last-of-type tr", "trs => trs.map(r => [...r.cells].map(c => c.textContent))"
+        )
+        queue = {r[0].split("@")[0]: r[3] for r in rows if r and r[0].startswith("exec:")}
+        assert queue == {"exec:pipe-d": "1", "exec:pipe-f": "2"}, rows
 
 
 @needs_browser

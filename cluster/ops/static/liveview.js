@@ -636,10 +636,15 @@ function facts(rows) {
   return el("table", { class: "facts" }, el("tbody", {}, rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v)))));
 }
 
+// A wait's place in its target's grant queue (resources and pools): 0 is granted next.
+function place(w) {
+  return w.queue_position === null || w.queue_position === undefined ? "-" : String(w.queue_position + 1);
+}
+
 function waitedOnBy(d, now) {
   return table(
-    ["waiter", "reason", "edge v", "since"],
-    d.waited_on_by.map((w) => el("tr", {}, el("td", {}, idLink(w.waiter_id), `@g${w.waiter_generation}`), el("td", { class: "reason" }, w.reason), el("td", { class: "num" }, w.edge_version), el("td", {}, when(w.registered_at_ms, now)))),
+    ["waiter", "reason", "edge v", "queue", "since"],
+    d.waited_on_by.map((w) => el("tr", {}, el("td", {}, idLink(w.waiter_id), `@g${w.waiter_generation}`), el("td", { class: "reason" }, w.reason), el("td", { class: "num" }, w.edge_version), el("td", { class: "num" }, place(w)), el("td", {}, when(w.registered_at_ms, now)))),
     "Nobody waits on it.",
   );
 }
@@ -672,8 +677,8 @@ function execDetails(d) {
     decisionsOf(d),
     el("h4", {}, `Waits (${d.waits.length})`),
     table(
-      ["on", "reason", "edge v", "target gen", "since"],
-      d.waits.map((w) => el("tr", {}, el("td", {}, idLink(w.target_id)), el("td", { class: "reason" }, w.reason), el("td", { class: "num" }, w.edge_version), el("td", { class: "num" }, w.target_generation), el("td", {}, when(w.registered_at_ms, now)))),
+      ["on", "reason", "edge v", "target gen", "queue", "since"],
+      d.waits.map((w) => el("tr", {}, el("td", {}, idLink(w.target_id)), el("td", { class: "reason" }, w.reason), el("td", { class: "num" }, w.edge_version), el("td", { class: "num" }, w.target_generation), el("td", { class: "num" }, place(w)), el("td", {}, when(w.registered_at_ms, now)))),
       "It waits on nothing.",
     ),
     el("h4", {}, "Holds / produces"),
