@@ -604,9 +604,7 @@ def soft_proposals(st: State) -> list[Candidate]:
     """The soft cycles worth a proposal (read by the leader's detection loop): those a reorder
     breaks. One that none breaks would be proposed, then retracted (``no_reorder``), every
     period; it waits instead until a hand-off makes it hard, and the detector proposes it then.
-    Only a queue with two waiters can make a soft edge, so without one this reads no wait."""
-    if all(len(q) < 2 for q in st.queues.values()):
-        return []
+    Without a queue of two waiters this reads no wait (:func:`reorder.soft_cycles`)."""
     return [c for c, cycle in soft_candidates(st) if find_reorder(st, cycle) is not None]
 
 

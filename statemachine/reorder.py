@@ -159,7 +159,10 @@ def _cyclic(comp: list[str], succ: Mapping[str, Iterable[str]]) -> bool:
 
 
 def soft_cycles(st: State) -> list[SoftCycle]:
-    """The strongly connected sets of hard + soft edges that have a soft edge inside, sorted."""
+    """The strongly connected sets of hard + soft edges that have a soft edge inside, sorted.
+    Only a queue with two waiters makes a soft edge: without one, this reads no wait."""
+    if all(len(q) < 2 for q in st.queues.values()):
+        return []
     succ = _hard_succ(st)
     soft = soft_edges(st)
     for x, y, _ in soft:

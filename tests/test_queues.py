@@ -382,6 +382,27 @@ def test_the_leaders_loop_proposes_a_soft_cycle_and_voters_approve_it() -> None:
     assert again.proposals == [] and again.commits == []  # broken: nothing left to propose
 
 
+def test_the_cycles_rpc_and_the_cli_list_a_soft_cycle_with_its_soft_edges() -> None:
+    from waitgraph.node.service import cycles_response
+    from waitgraph.ops import render
+
+    w = soft_shape(RolloutMode.AUTO)
+    out = cycles_response(w.st)
+    assert list(out.cycles) == []  # nothing hard yet
+    [c] = out.soft_cycles
+    assert sorted(m.execution_id for m in c.members) == ["exec:d1", "exec:d2", "exec:e1", "exec:e2"]
+    assert sorted((e.waiter_id, e.ahead_id, e.target_id) for e in c.soft_edges) == [
+        ("exec:d1", "exec:e2", "pool:a2"),
+        ("exec:d2", "exec:e1", "pool:a1"),
+    ]
+    assert not c.HasField("proposal_status")
+    text = render.plain(render.cycles_blocks(out))
+    assert "SOFT CYCLES (1)" in text and "exec:d1 behind exec:e2 on pool:a2" in text
+    recover_soft(w)
+    assert list(cycles_response(w.st).soft_cycles) == []  # reordered: gone
+    assert "SOFT CYCLES" not in render.plain(render.cycles_blocks(cycles_response(w.st)))
+
+
 def test_a_soft_cycle_no_reorder_breaks_is_not_proposed_every_period() -> None:
     from waitgraph.node.loops import survey
     from waitgraph.statemachine.detect import IncrementalDetector

@@ -59,6 +59,7 @@ from waitgraph.statemachine.outcome import Outcome, Result
 from waitgraph.statemachine.queues import positions as queue_positions
 from waitgraph.statemachine.recovery import livelock_reason
 from waitgraph.statemachine.recovery_state import Decision, DecisionKind, ProposalStatus
+from waitgraph.statemachine.reorder import soft_candidates
 from waitgraph.statemachine.state import State, is_orphaned, orphaned_count
 from waitgraph.wire import convert, metadata
 
@@ -468,17 +469,23 @@ def neighbourhood(st: State, seeds: Iterable[str], hops: int) -> set[str]:
 
 
 def cycles_response(st: State, include_closed: bool = False) -> operator_pb2.CyclesResponse:
-    """The Cycles RPC's answer on ``st``: a full detection pass and the (open) recovery proposals."""
+    """The Cycles RPC's answer on ``st``: a full detection pass, the soft cycles (docs/queues.md)
+    and the (open) recovery proposals."""
     rb = st.recovery
     cycles = []
     for c in full_pass(st):
         p = rb.proposals.get(c.digest)
         cycles.append(convert.cycle_view(c, p.status if p is not None else None))
+    soft = []
+    for c, cycle in soft_candidates(st):  # reads no wait unless a queue has two waiters
+        p = rb.proposals.get(c.digest)
+        soft.append(convert.soft_cycle_view(c, cycle.soft, p.status if p is not None else None))
     proposals = [p for p in rb.proposals.values() if include_closed or p.status is ProposalStatus.OPEN]
     return operator_pb2.CyclesResponse(
         cycles=cycles,
         proposals=[convert.proposal_view(p) for p in proposals[-MAX_LIMIT // 10 :]],
         epoch=rb.epoch,
+        soft_cycles=soft,
     )
 
 

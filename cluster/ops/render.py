@@ -758,6 +758,20 @@ def cycles_blocks(cycles: Any, quorum: int | None = None) -> list[Block]:
                 p.close_reason or None,
             ]
         )
+    soft = [
+        [
+            short(c.digest),
+            [at(m.execution_id, m.generation) for m in c.members],
+            [f"{e.waiter_id} behind {e.ahead_id} on {e.target_id}" for e in c.soft_edges],
+            _enum(c, "proposal_status") if c.HasField("proposal_status") else "not proposed",
+        ]
+        for c in cycles.soft_cycles
+    ]
+    soft_table = Table(
+        ["digest", "members", "soft edges", "proposal"],
+        soft,
+        f"SOFT CYCLES ({len(soft)}): deadlocks in the making, which reordering the queues can break (docs/queues.md)",
+    )
     return [
         Table(
             ["digest", "signature", "members", "edges", "proposal"],
@@ -765,6 +779,7 @@ def cycles_blocks(cycles: Any, quorum: int | None = None) -> list[Block]:
             f"CANDIDATE DEADLOCKS ({len(candidates)})",
             "(none: no set of waiting executions waits only on itself)",
         ),
+        *([soft_table] if soft else []),
         Table(
             [
                 "digest",

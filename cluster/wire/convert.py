@@ -517,6 +517,17 @@ def cycle_view(c: Candidate, proposal_status: ProposalStatus | None) -> operator
     return view
 
 
+def soft_cycle_view(
+    c: Candidate, soft: Iterable[tuple[str, str, str]], proposal_status: ProposalStatus | None
+) -> operator_pb2.SoftCycle:
+    """A soft cycle (statemachine/reorder.py) as its candidate (digest, members) and its soft edges."""
+    edges = [operator_pb2.SoftEdge(waiter_id=w, ahead_id=a, target_id=t) for w, a, t in soft]
+    view: operator_pb2.SoftCycle = _write(
+        c, operator_pb2.SoftCycle, members=_members(c.members), soft_edges=edges, proposal_status=proposal_status
+    )
+    return view
+
+
 def _votes(votes: Iterable[tuple[str, bool, int]]) -> list[operator_pb2.VoteView]:
     return [operator_pb2.VoteView(voter=v, approve=ok, at_ms=at) for v, ok, at in votes]
 

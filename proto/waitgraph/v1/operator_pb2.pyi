@@ -421,19 +421,45 @@ class VoteView(_message.Message):
     at_ms: int
     def __init__(self, voter: _Optional[str] = ..., approve: _Optional[bool] = ..., at_ms: _Optional[int] = ...) -> None: ...
 
+class SoftEdge(_message.Message):
+    __slots__ = ("waiter_id", "ahead_id", "target_id")
+    WAITER_ID_FIELD_NUMBER: _ClassVar[int]
+    AHEAD_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ID_FIELD_NUMBER: _ClassVar[int]
+    waiter_id: str
+    ahead_id: str
+    target_id: str
+    def __init__(self, waiter_id: _Optional[str] = ..., ahead_id: _Optional[str] = ..., target_id: _Optional[str] = ...) -> None: ...
+
+class SoftCycle(_message.Message):
+    __slots__ = ("digest", "signature", "members", "soft_edges", "proposal_status")
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    SOFT_EDGES_FIELD_NUMBER: _ClassVar[int]
+    PROPOSAL_STATUS_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    signature: str
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    soft_edges: _containers.RepeatedCompositeFieldContainer[SoftEdge]
+    proposal_status: _types_pb2.ProposalStatus
+    def __init__(self, digest: _Optional[str] = ..., signature: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., soft_edges: _Optional[_Iterable[_Union[SoftEdge, _Mapping]]] = ..., proposal_status: _Optional[_Union[_types_pb2.ProposalStatus, str]] = ...) -> None: ...
+
 class CyclesResponse(_message.Message):
-    __slots__ = ("cycles", "proposals", "stale", "applied_index", "epoch")
+    __slots__ = ("cycles", "proposals", "stale", "applied_index", "epoch", "soft_cycles")
     CYCLES_FIELD_NUMBER: _ClassVar[int]
     PROPOSALS_FIELD_NUMBER: _ClassVar[int]
     STALE_FIELD_NUMBER: _ClassVar[int]
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SOFT_CYCLES_FIELD_NUMBER: _ClassVar[int]
     cycles: _containers.RepeatedCompositeFieldContainer[Cycle]
     proposals: _containers.RepeatedCompositeFieldContainer[ProposalView]
     stale: bool
     applied_index: int
     epoch: int
-    def __init__(self, cycles: _Optional[_Iterable[_Union[Cycle, _Mapping]]] = ..., proposals: _Optional[_Iterable[_Union[ProposalView, _Mapping]]] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+    soft_cycles: _containers.RepeatedCompositeFieldContainer[SoftCycle]
+    def __init__(self, cycles: _Optional[_Iterable[_Union[Cycle, _Mapping]]] = ..., proposals: _Optional[_Iterable[_Union[ProposalView, _Mapping]]] = ..., stale: _Optional[bool] = ..., applied_index: _Optional[int] = ..., epoch: _Optional[int] = ..., soft_cycles: _Optional[_Iterable[_Union[SoftCycle, _Mapping]]] = ...) -> None: ...
 
 class ExplainDecisionRequest(_message.Message):
     __slots__ = ("decision_id", "digest", "fresh")
