@@ -683,6 +683,18 @@ async def deadlock_ring(a: Agent, tag: str, n: int, rounds: int = 1) -> None:
             for v in victims:
                 i = members.index(v)
                 got = await _acquire(a, v, resources[i])
+                if not got.ok and got.error is not None and got.error.code == "target_held":
+                    # the victim's release handed it to the member queued for it (a fair grant
+                    # queue, docs/queues.md): that member lets it go again, so the very same
+                    # cycle re-forms
+                    prev = members[(i - 1) % n]
+                    await a.write(
+                        "release",
+                        resources[i],
+                        C.Release(target_id=resources[i], execution_id=prev.execution_id, generation=prev.generation),
+                        {"execution": prev.execution_id, "generation": prev.generation},
+                    )
+                    got = await _acquire(a, v, resources[i])
                 if not got.ok or got.outcome is None:
                     return
                 leases[i] = next((fx.lease for fx in got.outcome.effects if isinstance(fx, Acquired)), leases[i])
