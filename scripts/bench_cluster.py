@@ -857,9 +857,27 @@ async def phase_handoff(cluster: Cluster, pair: list[BenchAgent], rounds: int) -
         holder, waiter = exs
         await holder.acquire(target)
 
-        async def release_then(pending: Awaitable[Any]) -> tuple[float, float, Any]:
+        async def queued(ex: Any) -> None:
+            # Until the leader's state has the waiter's wait in the target's grant queue (an
+            # operator Graph read, untimed): only then is the Release a hand-over.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                g = await cluster.ops_stub(leader).Graph(
+                    operator_pb2.GraphRequest(agent_id=ex.session.agent_id), metadata=cluster.ops_md, timeout=5
+                )
+                if any(
+                    w.waiter_id == ex.execution_id and w.target_id == target and w.HasField("queue_position")
+                    for w in g.waits
+                ):
+                    return
+                await asyncio.sleep(0.002)
+            raise TimeoutError(f"{ex.execution_id}'s wait on {target} was not queued within 10 s")
+
+        async def release_then(pending: Awaitable[Any], queued_first: bool) -> tuple[float, float, Any]:
             task = asyncio.ensure_future(pending)
-            await asyncio.sleep(0.03)  # the waiter is queued (or retrying) by then
+            await asyncio.sleep(0.03)  # the racing waiter has been refused a few times by then
+            if queued_first:
+                await queued(waiter)
             if task.done():
                 raise RuntimeError(f"the waiter got {target} while it was held: {task.result()!r}")
             t0 = time.perf_counter()
@@ -870,16 +888,18 @@ async def phase_handoff(cluster: Cluster, pair: list[BenchAgent], rounds: int) -
 
         for i in range(rounds + 5):
             for mode in ("handoff", "race") if i % 2 == 0 else ("race", "handoff"):
+                counted = i >= 5
                 if mode == "handoff":
                     h = waiter.holding(target)
-                    took, t_rel, _ = await release_then(h.enter())
-                    if not h.handed_over:
+                    took, t_rel, _ = await release_then(h.enter(), True)
+                    if not h.handed_over:  # not a hand-over after all: counted here, not timed
                         not_handed += 1
+                        counted = False
                 else:
-                    took, t_rel, n = await release_then(acquire_racing(waiter, target))
-                    if i >= 5:
+                    took, t_rel, n = await release_then(acquire_racing(waiter, target), False)
+                    if counted:
                         refused.append(n)
-                if i >= 5:
+                if counted:
                     out[mode].append(took)
                     out["release"].append(t_rel)
                 holder, waiter = waiter, holder
@@ -926,20 +946,22 @@ async def pool_worker(spec: dict[str, Any]) -> dict[str, Any]:
                     n = await acquire_racing(ex, target, deadline=stop)
                     if n is None:
                         return
-                    tally["refused"] += n
-                    tally["acquire_calls"] += n + 1
-                    tally["waited"] += n > 0
+                    got = {"refused": n, "acquire_calls": n + 1, "waited": n > 0}
                 else:
                     h = ex.holding(target)
                     await h.enter()
                     # one Acquire per try, one RegisterWait per wait; a hand-over needs no Acquire after its wait
-                    tally["acquire_calls"] += 2 * h.waits + 1 - h.handed_over
-                    tally["handed_over"] += h.handed_over
-                    tally["waited"] += h.waits > 0
+                    got = {
+                        "acquire_calls": 2 * h.waits + 1 - h.handed_over,
+                        "handed_over": h.handed_over,
+                        "waited": h.waits > 0,
+                    }
                 granted = time.perf_counter()
-                if granted <= stop:
+                if granted <= stop:  # (the ones granted after the end only drain the queue)
                     counts[name] += 1
                     waits.append(granted - t)
+                    for k, v in got.items():
+                        tally[k] += v
                 await asyncio.sleep(work_s)
                 if race:
                     await ex.release(target)
