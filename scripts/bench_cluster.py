@@ -69,6 +69,20 @@ with one grpc.aio channel per node, every call carrying its agent's bearer token
    shape again under ``bench_raw_raft.py``'s huge-length attack on all three Raft ports (issue
    #15). Prints the issue's table with waitgraph / etcd ratios; ``--json-out`` saves the figures.
 
+8. hand-off latency (issue #21; ``--handoff-rounds``): one resource, a holder and a waiter (two
+   agents, two SDK sessions on the leader): time from sending the holder's Release until the
+   waiter holds it, two ways alternating per round: **hand-off** (the waiter is queued in
+   ``holding()``; the Release grants it in the same apply and ``holding()`` returns
+   ``handed_over`` once its ``WaitClosed(granted)`` reached the session) beside the anchor
+   **wake-and-race** (the waiter registers no wait and retries ``Acquire`` with a jittered
+   exponential backoff, 5 ms doubling to 50 ms: :func:`acquire_racing`).
+9. a contended pool (``--pool-s``, ``--pool-agents`` 64, ``--pool-slots`` 8): the agents in
+   ``--sdk-procs`` processes (as figure 2 spreads them), one Client and session each, loop hold /
+   ``--pool-work-ms`` of work / release for ``--pool-s`` seconds, the same two ways
+   (``--pool-rounds``, alternating): acquisitions/s, the wait from the first Acquire until
+   holding (p50/p99), and the fewest / most acquisitions of one agent (fairness).
+   ``--handoff only`` runs figures 8 and 9 alone on the cluster, ``--handoff off`` skips them.
+
 ``--smoke`` shrinks every phase to a tiny size (tests/test_bench_smoke.py); its figures mean
 nothing.
 
@@ -204,6 +218,8 @@ class CpuMeter:
         self.t0 = 0.0
         self.before: dict[str, float] = {}
         self.sys0: Any = None
+        self.meter_result: dict[str, float] = {}
+        """What the last stop() returned (for callers that do not call it themselves)."""
 
     @staticmethod
     def _cpu(pid: int) -> float:
@@ -610,6 +626,39 @@ async def drive(
 # -- the SDK workload: agents in a few processes, one shared Client each ----------------------------
 
 
+async def run_workers(specs: list[dict[str, Any]], cpu: CpuMeter | None = None) -> list[dict[str, Any]]:
+    """One ``--sdk-worker`` process per spec (the spec as JSON on its stdin, its result as JSON on
+    its stdout), all at once; ``cpu`` starts at the specs' common ``start_at`` and stops when the
+    last worker is done (its figures in ``cpu.meter_result``)."""
+    workers = []
+    for spec in specs:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--sdk-worker",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(spec).encode())
+        proc.stdin.close()
+        workers.append(proc)
+    if cpu is not None:
+        await asyncio.sleep(max(0.0, specs[0]["start_at"] - time.time()))
+        cpu.start()
+    outs = await asyncio.gather(*(w.communicate() for w in workers))
+    if cpu is not None:
+        cpu.meter_result = cpu.stop()
+    got = []
+    for (out, err), w in zip(outs, workers, strict=True):
+        if w.returncode != 0:
+            raise RuntimeError(f"sdk worker exited {w.returncode}: {err.decode(errors='replace')[-2000:]}")
+        got.append(json.loads(out))
+    return got
+
+
 async def drive_sdk(
     cluster: Cluster,
     agents: list[BenchAgent],
@@ -628,41 +677,21 @@ async def drive_sdk(
     before = (await cluster.status(leader)).commit_index
     groups = [agents[i::procs] for i in range(procs)]
     start_at = time.time() + 2.0  # every worker imported and connected by then
-    workers = []
-    for group in groups:
-        spec = {
+    specs = [
+        {
+            "mode": "ring",
             "endpoint": node.grpc,
             "seconds": seconds,
             "start_at": start_at,
             "close": close,
             "agents": [{"name": a.name, "token": a.token, "W": a.W, "wait_on": a.wait_on, "v": a.v} for a in group],
         }
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--sdk-worker",
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=REPO,
-        )
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps(spec).encode())
-        proc.stdin.close()
-        workers.append(proc)
-    if cpu is not None:
-        await asyncio.sleep(max(0.0, start_at - time.time()))
-        cpu.start()
-    outs = await asyncio.gather(*(w.communicate() for w in workers))
-    if cpu is not None:
-        res.cpu = cpu.stop()
+        for group in groups
+    ]
     worker_cpu = 0.0
     seconds_seen = []
     batches = items = 0
-    for (out, err), w in zip(outs, workers, strict=True):
-        if w.returncode != 0:
-            raise RuntimeError(f"sdk worker exited {w.returncode}: {err.decode(errors='replace')[-2000:]}")
-        got = json.loads(out)
+    for got in await run_workers(specs, cpu):
         res.registrations += got["registrations"]
         res.closes += got["closes"]
         res.other.update(got["other"])
@@ -675,6 +704,8 @@ async def drive_sdk(
             if a.name in got["v"]:
                 a.v = got["v"][a.name]
     res.seconds = max(seconds_seen)
+    if cpu is not None:
+        res.cpu = cpu.meter_result
     if res.cpu:
         # The workers' own CPU during their run (each measures itself: they exit before the meter
         # stops); ``others`` was computed without them, so it is corrected here.
@@ -691,6 +722,9 @@ def sdk_worker() -> int:
     from waitgraph.sdk import Client, RpcError
 
     spec = json.loads(sys.stdin.read())
+    if spec.get("mode") == "pool":
+        print(json.dumps(asyncio.run(pool_worker(spec))))
+        return 0
 
     def register(a: dict[str, Any], v: int) -> C.RegisterWait:
         return C.RegisterWait(
@@ -762,6 +796,276 @@ def sdk_worker() -> int:
 
     print(json.dumps(asyncio.run(main())))
     return 0
+
+
+# -- hand-off beside wake-and-race (issue #21): the SDK's holding() vs a client retrying Acquire ----
+
+RACE_FIRST_S = 0.005
+RACE_CAP_S = 0.05
+"""The wake-and-race client's backoff: after each refused Acquire it sleeps a random time in
+[d/2, d] (equal jitter), d starting at 5 ms and doubling up to 50 ms (the SDK's own poll interval
+for a local wait, ``Holding.poll_interval_s``)."""
+
+
+async def acquire_racing(ex: Any, target_id: str, deadline: float | None = None) -> int | None:
+    """Hold ``target_id`` the way a client without fair queues does: no wait registered, Acquire
+    again after a backoff until it is granted. Returns the refused Acquires before the granted one
+    (None: ``deadline``, a perf_counter time, passed first)."""
+    from waitgraph.sdk import Conflict
+
+    delay, refused = RACE_FIRST_S, 0
+    while True:
+        try:
+            await ex.acquire(target_id)
+            return refused
+        except Conflict:
+            refused += 1
+        if deadline is not None and time.perf_counter() > deadline:
+            return None
+        await asyncio.sleep(random.uniform(delay / 2, delay))
+        delay = min(delay * 2, RACE_CAP_S)
+
+
+async def open_agents(stack: contextlib.AsyncExitStack, endpoint: str, agents: list[dict[str, str]]) -> list[Any]:
+    """For each agent (name, token): its own Client (a session acts as its client's token), its
+    session and one started execution, all closed by ``stack``. Returns the executions."""
+    from waitgraph.sdk import Client
+
+    async def one(a: dict[str, str]) -> Any:
+        client = await stack.enter_async_context(Client([endpoint], a["token"], call_timeout_s=10, retry_deadline_s=10))
+        session = await stack.enter_async_context(client.session(a["name"], lease_ms=LEASE_MS))
+        return await stack.enter_async_context(session.execution(run_id=f"run-{a['name']}-{os.getpid()}"))
+
+    return [await one(a) for a in agents]
+
+
+async def phase_handoff(cluster: Cluster, pair: list[BenchAgent], rounds: int) -> dict[str, Any]:
+    """Figure 8: one resource, a holder and one waiter (two agents, two SDK sessions on the
+    leader, in this process). ``hand-off``: the waiter is in ``holding()`` (queued) when the
+    holder releases; timed from sending the Release until the waiter's ``holding()`` returns,
+    handed over (its WaitClosed ``granted`` reached its session). ``wake-and-race``: the waiter
+    retries Acquire (:func:`acquire_racing`); timed from sending the Release until its Acquire
+    returns granted. Alternating per round (even rounds hand-off first); the new holder is the
+    holder of the next measurement. 5 warm-up rounds are not counted."""
+    leader = await cluster.leader()
+    target = f"resource:handoff-{os.getpid()}"
+    out: dict[str, list[float]] = {"handoff": [], "race": [], "release": []}
+    refused: list[int] = []
+    not_handed = 0
+    async with contextlib.AsyncExitStack() as stack:
+        exs = await open_agents(stack, leader.grpc, [{"name": a.name, "token": a.token} for a in pair])
+        holder, waiter = exs
+        await holder.acquire(target)
+
+        async def queued(ex: Any) -> None:
+            # Until the leader's state has the waiter's wait in the target's grant queue (an
+            # operator Graph read, untimed): only then is the Release a hand-over.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                g = await cluster.ops_stub(leader).Graph(
+                    operator_pb2.GraphRequest(agent_id=ex.session.agent_id), metadata=cluster.ops_md, timeout=5
+                )
+                if any(
+                    w.waiter_id == ex.execution_id and w.target_id == target and w.HasField("queue_position")
+                    for w in g.waits
+                ):
+                    return
+                await asyncio.sleep(0.002)
+            raise TimeoutError(f"{ex.execution_id}'s wait on {target} was not queued within 10 s")
+
+        async def release_then(pending: Awaitable[Any], queued_first: bool) -> tuple[float, float, Any]:
+            task = asyncio.ensure_future(pending)
+            await asyncio.sleep(0.03)  # the racing waiter has been refused a few times by then
+            if queued_first:
+                await queued(waiter)
+            if task.done():
+                raise RuntimeError(f"the waiter got {target} while it was held: {task.result()!r}")
+            t0 = time.perf_counter()
+            await holder.release(target)
+            t_rel = time.perf_counter() - t0
+            got = await asyncio.wait_for(task, 30)
+            return time.perf_counter() - t0, t_rel, got
+
+        for i in range(rounds + 5):
+            for mode in ("handoff", "race") if i % 2 == 0 else ("race", "handoff"):
+                counted = i >= 5
+                if mode == "handoff":
+                    h = waiter.holding(target)
+                    took, t_rel, _ = await release_then(h.enter(), True)
+                    if not h.handed_over:  # not a hand-over after all: counted here, not timed
+                        not_handed += 1
+                        counted = False
+                else:
+                    took, t_rel, n = await release_then(acquire_racing(waiter, target), False)
+                    if counted:
+                        refused.append(n)
+                if counted:
+                    out[mode].append(took)
+                    out["release"].append(t_rel)
+                holder, waiter = waiter, holder
+        await holder.release(target)
+    return {
+        "n": len(out["handoff"]),
+        "leader": leader.name,
+        "handoff": _dist(out["handoff"]),
+        "race": _dist(out["race"]),
+        "release": _dist(out["release"]),
+        "race_refused_mean": statistics.mean(refused) if refused else float("nan"),
+        "not_handed_over": not_handed,
+    }
+
+
+def _dist(xs: list[float]) -> dict[str, float]:
+    return {
+        "p50": statistics.median(xs) if xs else float("nan"),
+        "p99": pct(xs, 0.99),
+        "max": max(xs, default=float("nan")),
+        "n": len(xs),
+    }
+
+
+async def pool_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """``--sdk-worker`` with ``mode: pool``: this process's agents loop on the pool until
+    ``seconds`` after ``start_at``: hold a slot (``handoff``: ``holding()``, queued and handed
+    over; ``race``: :func:`acquire_racing`), work ``work_s``, release."""
+    target, work_s, race = spec["target"], spec["work_s"], spec["how"] == "race"
+    counts: dict[str, int] = {}
+    waits: list[float] = []
+    tally = {"handed_over": 0, "waited": 0, "refused": 0, "acquire_calls": 0}
+    async with contextlib.AsyncExitStack() as stack:
+        exs = await open_agents(stack, spec["endpoint"], spec["agents"])
+        await asyncio.sleep(max(0.0, spec["start_at"] - time.time()))
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        stop = t0 + spec["seconds"]
+
+        async def loop(name: str, ex: Any) -> None:
+            counts[name] = 0
+            while time.perf_counter() < stop:
+                t = time.perf_counter()
+                if race:
+                    n = await acquire_racing(ex, target, deadline=stop)
+                    if n is None:
+                        return
+                    got = {"refused": n, "acquire_calls": n + 1, "waited": n > 0}
+                else:
+                    h = ex.holding(target)
+                    await h.enter()
+                    # one Acquire per try, one RegisterWait per wait; a hand-over needs no Acquire after its wait
+                    got = {
+                        "acquire_calls": 2 * h.waits + 1 - h.handed_over,
+                        "handed_over": h.handed_over,
+                        "waited": h.waits > 0,
+                    }
+                granted = time.perf_counter()
+                if granted <= stop:  # (the ones granted after the end only drain the queue)
+                    counts[name] += 1
+                    waits.append(granted - t)
+                    for k, v in got.items():
+                        tally[k] += v
+                await asyncio.sleep(work_s)
+                if race:
+                    await ex.release(target)
+                else:
+                    await h.exit(None)
+
+        await asyncio.gather(*(loop(a["name"], ex) for a, ex in zip(spec["agents"], exs, strict=True)))
+        cpu_s = time.process_time() - cpu0
+    return {
+        "counts": counts,
+        "waits": [round(x, 6) for x in waits],
+        "seconds": spec["seconds"],
+        "cpu_s": cpu_s,
+        **tally,
+    }
+
+
+async def phase_pool(
+    cluster: Cluster, agents: list[BenchAgent], how: str, seconds: float, procs: int, slots: int, work_s: float
+) -> dict[str, Any]:
+    """Figure 9: ``len(agents)`` agents in ``procs`` processes (``--sdk-worker``, as figure 2
+    spreads them), one pool of ``slots`` (fresh per measurement), each agent looping hold / work
+    ``work_s`` / release for ``seconds``; ``how`` = ``handoff`` (the SDK's ``holding()``) or
+    ``race`` (:func:`acquire_racing`)."""
+    leader = await cluster.leader()
+    target = f"pool:contended-{how}-{secrets.token_hex(3)}"
+    await cluster.do(leader, agents[0], C.JoinSession(agent_id=agents[0].name, lease_ms=LEASE_MS))
+    await cluster.do(leader, agents[0], C.CreateTarget(target_id=target, slots=slots))
+    before = (await cluster.status(leader)).commit_index
+    start_at = time.time() + 3.0 + len(agents) / 32  # every worker's sessions open by then
+    groups = [agents[i::procs] for i in range(max(1, procs))]
+    specs = [
+        {
+            "mode": "pool",
+            "how": how,
+            "endpoint": leader.grpc,
+            "target": target,
+            "work_s": work_s,
+            "seconds": seconds,
+            "start_at": start_at,
+            "agents": [{"name": a.name, "token": a.token} for a in group],
+        }
+        for group in groups
+    ]
+    cpu = CpuMeter({n.name: n.pid for n in cluster.nodes})
+    got = await run_workers(specs, cpu)
+    counts = [c for g in got for c in g["counts"].values()]
+    waits = [w for g in got for w in g["waits"]]
+    total = sum(counts)
+    entries = None
+    with contextlib.suppress(Exception):
+        entries = (await cluster.status(await cluster.leader())).commit_index - before
+    out: dict[str, Any] = {
+        "how": how,
+        "agents": len(agents),
+        "slots": slots,
+        "procs": len(groups),
+        "n": total,
+        "per_s": total / seconds,
+        "wait": _dist(waits),
+        "min": min(counts, default=0),
+        "max": max(counts, default=0),
+        "entries_per_acquisition": entries / total if entries and total else float("nan"),
+        "cpu": {k: round(v, 3) for k, v in cpu.meter_result.items()},
+        "sdk_cpu": sum(g["cpu_s"] for g in got) / seconds,
+    }
+    # ``others`` was computed without the workers (they measure themselves), as in drive_sdk.
+    out["cpu"]["others"] = round(max(0.0, out["cpu"].get("others", 0.0) - out["sdk_cpu"]), 3)
+    for k in ("handed_over", "waited", "refused", "acquire_calls"):
+        out[k] = sum(g[k] for g in got)
+    return out
+
+
+async def run_handoff(
+    hs: HandoffSettings, cluster: Cluster, phase: Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[None]]
+) -> None:
+    """Figures 8 and 9 on the benchmark's cluster (their results under ``handoff`` and
+    ``pool_<round>_<how>``)."""
+    if hs.rounds > 0:
+        pair = [cluster.agents["ho0"], cluster.agents["ho1"]]
+        await phase("handoff", lambda: phase_handoff(cluster, pair, hs.rounds))
+    if hs.pool_s > 0:
+        agents = [cluster.agents[f"p{i:02d}"] for i in range(hs.pool_agents)]
+        for r in range(hs.pool_rounds):
+            for how in ("handoff", "race") if r % 2 == 0 else ("race", "handoff"):
+                await phase(
+                    f"pool_{r}_{how}",
+                    lambda how=how: phase_pool(  # type: ignore[misc]
+                        cluster, agents, how, hs.pool_s, hs.procs, hs.pool_slots, hs.work_ms / 1000
+                    ),
+                )
+
+
+@dataclass
+class HandoffSettings:
+    mode: str
+    """auto: after the other figures; only: these alone on the cluster; off: skipped."""
+    rounds: int
+    pool_s: float
+    pool_rounds: int
+    pool_agents: int
+    pool_slots: int
+    work_ms: float
+    procs: int
 
 
 # -- phases -----------------------------------------------------------------------------------------
@@ -1222,8 +1526,9 @@ async def _recovery_bootstrapped(cluster: Cluster, leader: Node) -> None:
         await asyncio.sleep(0.1)
 
 
-async def run(st: Settings, root: Path, results: dict[str, Any], errors: dict[str, str]) -> None:
-    names = [f"t{i:02d}" for i in range(AGENTS)] + ["lat", "ra", "rb", "fo"]
+async def run(st: Settings, hs: HandoffSettings, root: Path, results: dict[str, Any], errors: dict[str, str]) -> None:
+    names = [f"t{i:02d}" for i in range(AGENTS)] + ["lat", "ra", "rb", "fo", "ho0", "ho1"]
+    names += [f"p{i:02d}" for i in range(hs.pool_agents)]
     node_args = ["--initial-mode", "auto", "--rate-limit-per-s", "0", *([] if st.fsync else ["--no-fsync"])]
     cluster = Cluster(root, names, node_args)
     results["serve_command"] = cluster.example_command
@@ -1246,6 +1551,9 @@ async def run(st: Settings, root: Path, results: dict[str, Any], errors: dict[st
         leader = await cluster.leader()
         results["leader_at_start"] = leader.name
         await _recovery_bootstrapped(cluster, leader)
+        if hs.mode == "only":
+            await run_handoff(hs, cluster, phase)
+            return
         lat = cluster.agents["lat"]
         await setup_ring(cluster, leader, [*agents, lat])
         lat.wait_on = lat.own  # its own H holds it
@@ -1295,6 +1603,8 @@ async def run(st: Settings, root: Path, results: dict[str, Any], errors: dict[st
                 "recovery",
                 lambda: phase_recovery(cluster, cluster.agents["ra"], cluster.agents["rb"], st.recovery_trials),
             )
+        if hs.mode == "auto":
+            await run_handoff(hs, cluster, phase)
         if st.soak_s > 0:
             await phase("soak", lambda: phase_soak(cluster, agents, st.soak_s, st.sdk_procs))
         if st.failover_trials > 0:
@@ -1506,6 +1816,131 @@ def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def _fmt_vals(xs: list[float], kind: str) -> str:
+    """Several values of one figure (one per round), in round order: ``ms`` (seconds shown in
+    ms), ``cpu`` (already ms) or a rate."""
+    if not xs:
+        return "—"
+    if kind == "ms":
+        return ", ".join(f"{x * 1000:.2f}" for x in xs) + " ms"
+    if kind == "cpu":
+        return ", ".join(f"{x:.2f}" for x in xs) + " ms"
+    return ", ".join(f"{rate(x)}/s" for x in xs)
+
+
+def _ratio_of_medians(a: list[float], b: list[float], kind: str) -> str:
+    if not a or not b or not _med(b):
+        return "—"
+    x = _med(a) / _med(b)
+    if kind == "rate":
+        return f"{x:.2f}x"
+    return (
+        f"{x:.2f}x ({'slower' if x > 1 else 'faster'})" if kind == "ms" else f"{x:.2f}x ({'more' if x > 1 else 'less'})"
+    )
+
+
+def report_handoff(hs: HandoffSettings, results: dict[str, Any]) -> None:
+    """Figures 8 and 9: hand-off (fair grant queue, the SDK's ``holding()``) beside wake-and-race."""
+    print("\n## hand-off beside wake-and-race, same cluster, same run (issue #21)\n")
+    if hs.mode == "off":
+        print("- not measured: `--handoff off`")
+        return
+    print(
+        f"- {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average before the run "
+        f"{results.get('loadavg_before', '?')}, after {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores shared by the "
+        "3 nodes, the clients and whatever else runs: read the ratios)"
+    )
+    print(
+        "- hand-off: the waiter is in `holding()` (Acquire refused, wait registered, queued); the holder's Release "
+        "grants it the target in the same apply and its `WaitClosed(granted, lease)` reaches its session's stream: "
+        "`holding()` returns `handed_over`, no Acquire of its own"
+    )
+    print(
+        "- anchor, wake-and-race: what a client does without fair queues: no wait registered, it retries `Acquire` "
+        f"after each refusal with a backoff of equal jitter (sleep in [d/2, d], d from {RACE_FIRST_S * 1000:g} ms "
+        f"doubling to {RACE_CAP_S * 1000:g} ms, the SDK's local-wait poll interval); the same SDK sessions, "
+        "`Execution.acquire` / `release`"
+    )
+    ho = results.get("handoff")
+    pools = {
+        how: [results[k] for k in sorted(results) if k.startswith("pool_") and k.endswith(how)]
+        for how in ("handoff", "race")
+    }
+    print(
+        f"- 8: {hs.rounds} rounds after 5 warm-ups, one resource, 2 agents (2 sessions on the leader, in the "
+        "benchmark process), alternating which way goes first; 9: "
+        f"{hs.pool_agents} agents in {max(1, hs.procs)} processes (one Client and session each), one pool of "
+        f"{hs.pool_slots} slots (fresh per measurement), each agent loops hold → {hs.work_ms:g} ms of work → "
+        f"release for {hs.pool_s:g}s; {hs.pool_rounds} round(s), alternating which way goes first; several values "
+        "= one per round, the ratio is of their medians\n"
+    )
+    print(
+        "| # | figure | hand-off (fair queue, SDK `holding()`) | wake-and-race (retrying Acquire) | hand-off / race |"
+    )
+    print("|---|---|---|---|---|")
+
+    def row(num: str, label: str, a: list[float], b: list[float], kind: str) -> None:
+        print(f"| {num} | {label} | {_fmt_vals(a, kind)} | {_fmt_vals(b, kind)} | {_ratio_of_medians(a, b, kind)} |")
+
+    if ho:
+        n = ho["n"]
+        row(
+            "8",
+            f"Release sent → next holder holds, p50 ({n} hand-overs each)",
+            [ho["handoff"]["p50"]],
+            [ho["race"]["p50"]],
+            "ms",
+        )
+        row("8", "the same, p99", [ho["handoff"]["p99"]], [ho["race"]["p99"]], "ms")
+    elif hs.rounds:
+        print("| 8 | hand-over latency | error (see errors) | | |")
+    if pools["handoff"] or pools["race"]:
+        a, b = pools["handoff"], pools["race"]
+        row(
+            "9",
+            f"acquisitions/s, {hs.pool_agents} agents, {hs.pool_slots} slots",
+            [x["per_s"] for x in a],
+            [x["per_s"] for x in b],
+            "rate",
+        )
+        row(
+            "9",
+            "wait (first Acquire → holding), p50",
+            [x["wait"]["p50"] for x in a],
+            [x["wait"]["p50"] for x in b],
+            "ms",
+        )
+        row("9", "wait, p99", [x["wait"]["p99"] for x in a], [x["wait"]["p99"] for x in b], "ms")
+
+        def spread(xs: list[dict[str, Any]]) -> str:
+            return ", ".join(f"{x['min']} / {x['max']}" for x in xs) or "—"
+
+        print(f"| 9 | acquisitions per agent, fewest / most (fairness) | {spread(a)} | {spread(b)} | — |")
+    elif hs.pool_s:
+        print("| 9 | contended pool | error (see errors) | | |")
+    print()
+    if ho:
+        print(
+            f"- 8: at leader {ho['leader']}; the Release's own round trip p50 {ms(ho['release']['p50'])}, p99 "
+            f"{ms(ho['release']['p99'])}; max hand-off {ms(ho['handoff']['max'])}, max race {ms(ho['race']['max'])}; "
+            f"refused Acquires per race hand-over (mean) {ho['race_refused_mean']:.1f}; hand-off rounds where "
+            f"`holding()` returned without `handed_over`: {ho['not_handed_over']}"
+        )
+    for how in ("handoff", "race"):
+        for x in pools[how]:
+            extra = (
+                f"{x['handed_over']} handed over, {x['waited']} waited"
+                if how == "handoff"
+                else f"{x['refused']} refused Acquires, {x['waited']} acquisitions refused at least once"
+            )
+            print(
+                f"- 9 {how}: {x['n']} acquisitions ({extra}); {x['acquire_calls'] / max(1, x['n']):.2f} Acquire + "
+                f"RegisterWait calls per acquisition (plus its Release); "
+                f"{x['entries_per_acquisition']:.2f} log entries per acquisition; "
+                f"CPU cores: {', '.join(f'{k} {v:.2f}' for k, v in x['cpu'].items())}, SDK workers {x['sdk_cpu']:.2f}"
+            )
+
+
 def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | None) -> None:
     print("\n## waitgraph beside etcd, same run (issue #20)\n")
     if skipped:
@@ -1537,26 +1972,7 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
     print("| figure | waitgraph | etcd | waitgraph / etcd |")
     print("|---|---|---|---|")
 
-    def fmt(xs: list[float], kind: str) -> str:
-        if not xs:
-            return "—"
-        if kind == "ms":
-            return ", ".join(f"{x * 1000:.2f}" for x in xs) + " ms"
-        if kind == "cpu":
-            return ", ".join(f"{x:.2f}" for x in xs) + " ms"
-        return ", ".join(f"{rate(x)}/s" for x in xs)
-
-    def ratio(a: list[float], b: list[float], kind: str) -> str:
-        if not a or not b or not _med(b):
-            return "—"
-        x = _med(a) / _med(b)
-        if kind == "rate":
-            return f"{x:.2f}x"
-        return (
-            f"{x:.2f}x ({'slower' if x > 1 else 'faster'})"
-            if kind == "ms"
-            else f"{x:.2f}x ({'more' if x > 1 else 'less'})"
-        )
+    fmt, ratio = _fmt_vals, _ratio_of_medians
 
     def row(label: str, a: list[float], b: list[float], kind: str) -> None:
         print(f"| {label} | {fmt(a, kind)} | {fmt(b, kind)} | {ratio(a, b, kind)} |")
@@ -1975,7 +2391,20 @@ def main() -> int:
         action="store_true",
         help="tiny sizes everywhere (the smoke test: checks the benchmark runs, its figures mean nothing)",
     )
-    p.add_argument("--json-out", type=Path, help="also write the etcd section's results as JSON here")
+    p.add_argument(
+        "--handoff",
+        choices=["auto", "off", "only"],
+        default="auto",
+        help="figures 8/9, hand-off beside wake-and-race (issue #21): auto = with the other figures, "
+        "only = these alone on the cluster, off = skip them",
+    )
+    p.add_argument("--handoff-rounds", type=int, help="figure 8 rounds (default 200; --quick 50; 0 skips)")
+    p.add_argument("--pool-s", type=float, help="figure 9 duration per measurement (default 10; --quick 3; 0 skips)")
+    p.add_argument("--pool-rounds", type=int, help="figure 9 alternating rounds (default 2; --quick 1)")
+    p.add_argument("--pool-agents", type=int, default=AGENTS, help=f"figure 9 agents (default {AGENTS})")
+    p.add_argument("--pool-slots", type=int, default=8, help="figure 9 pool size (default 8)")
+    p.add_argument("--pool-work-ms", type=float, default=1.0, help="figure 9 work while holding (default 1 ms)")
+    p.add_argument("--json-out", type=Path, help="also write the etcd section's and figures 8/9's results as JSON here")
     p.add_argument(
         "--no-fsync",
         dest="fsync",
@@ -2008,6 +2437,18 @@ def main() -> int:
         sdk_procs=args.sdk_procs,
         unary=not args.no_unary,
     )
+    hs = HandoffSettings(
+        mode=args.handoff,
+        rounds=args.handoff_rounds if args.handoff_rounds is not None else (3 if tiny else 50 if q else 200),
+        pool_s=args.pool_s if args.pool_s is not None else (1.0 if tiny else 3.0 if q else 10.0),
+        pool_rounds=args.pool_rounds or (1 if q else 2),
+        pool_agents=args.pool_agents if not tiny else min(args.pool_agents, 8),
+        pool_slots=args.pool_slots if not tiny else min(args.pool_slots, 2),
+        work_ms=args.pool_work_ms,
+        procs=max(1, st.sdk_procs) if not tiny else min(2, max(1, st.sdk_procs)),
+    )
+    if hs.pool_agents < 1 or hs.pool_slots < 1 or hs.rounds < 0 or hs.pool_s < 0 or hs.pool_rounds < 1:
+        p.error("--pool-agents, --pool-slots and --pool-rounds must be >= 1, --handoff-rounds and --pool-s >= 0")
 
     vs = VersusSettings(
         rounds=args.rounds or (1 if q else 2),
@@ -2034,10 +2475,10 @@ def main() -> int:
     try:
         results["fsync"] = fsync_probe(root) | {"fs": fs_type(root)}
         if args.etcd != "only":
-            if not args.no_raw:
+            if not args.no_raw and hs.mode != "only":
                 print("... raw pysyncobj and RaftNode wrapper (scripts/bench_raw_raft.py)", file=sys.stderr, flush=True)
                 results["raw"] = run_raw(st.samples, st.seconds)
-            asyncio.run(run(st, root, results, errors))
+            asyncio.run(run(st, hs, root, results, errors))
         if args.etcd != "off" and not etcd_missing:
             asyncio.run(run_versus(vs, root, results, errors))
     except KeyboardInterrupt:
@@ -2050,14 +2491,17 @@ def main() -> int:
             print(f"kept {root}", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
-    if args.etcd != "only":
+    if args.etcd != "only" and hs.mode != "only":
         report(st, args, results, errors)
     else:
         print_errors(errors)
+    if args.etcd != "only":
+        report_handoff(hs, results)
     if args.etcd != "off":
         report_versus(vs, results, etcd_missing)
     if args.json_out is not None:
-        args.json_out.write_text(json.dumps(results.get("versus", {}), default=str))
+        handoff = {k: v for k, v in results.items() if k == "handoff" or k.startswith("pool_")}
+        args.json_out.write_text(json.dumps(results.get("versus", {}) | handoff, default=str))
     print(f"\n(total run time {time.perf_counter() - t0:.0f}s)")
     return 1 if errors else 0
 

@@ -112,3 +112,50 @@ def test_cluster_benchmark_beside_etcd_runs(tmp_path: Path) -> None:
     assert all(n > 0 for n in counts.values()), counts
     # Every txn's compare held: each writer tracks its key's mod_revision right (a wrong one fails them all).
     assert etcd["txn64"]["failed"] == 0, etcd["txn64"]
+
+
+HANDOFF_ROWS = (
+    "| 8 | Release sent → next holder holds, p50 (3 hand-overs each) |",
+    "| 8 | the same, p99 |",
+    "| 9 | acquisitions/s, 8 agents, 2 slots |",
+    "| 9 | wait (first Acquire → holding), p50 |",
+    "| 9 | wait, p99 |",
+    "| 9 | acquisitions per agent, fewest / most (fairness) |",
+)
+
+
+@pytest.mark.timeout(240)
+def test_cluster_benchmark_handoff_runs(tmp_path: Path) -> None:
+    """``scripts/bench cluster --handoff only --smoke``: figures 8 (hand-off latency beside
+    wake-and-race) and 9 (the contended pool, both ways) ran on a real cluster and printed their
+    rows; every measurement counted something, and the hand-off side really was handed over (no
+    timing is asserted)."""
+    out = tmp_path / "handoff.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_cluster.py"),
+            "--handoff",
+            "only",
+            "--etcd",
+            "off",
+            "--smoke",
+            "--json-out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=230,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    for row in HANDOFF_ROWS:
+        assert row in done.stdout, (row, done.stdout[-3000:])
+    got = json.loads(out.read_text())
+    ho = got["handoff"]
+    assert ho["handoff"]["n"] == ho["race"]["n"] == 3, ho
+    assert ho["not_handed_over"] == 0, ho  # every hand-off round was a real hand-over, not a second Acquire
+    pool, race = got["pool_0_handoff"], got["pool_0_race"]
+    assert pool["n"] > 0 and race["n"] > 0, (pool, race)
+    assert pool["handed_over"] > 0, pool  # the queued side was granted by releases
+    assert race["handed_over"] == 0, race  # the anchor never queues
