@@ -127,12 +127,28 @@ def build_cycle(cluster: LocalCluster, endpoint: str, tag: str) -> None:
             C.RegisterWait(waiter_id=B, waiter_generation=1, target_id=browser, target_generation=1, reason="browser"),
         ),
     ]
+    send_steps(endpoint, tokens, steps)
+
+
+def send_steps(endpoint: str, tokens: dict[str, str], steps: list[tuple[str, Any]], retry_s: float = 20.0) -> None:
+    """Each (agent, command) through the AgentService at ``endpoint``, as a client would send it:
+    a write the node could not place (UNAVAILABLE: no leader during an election) is sent again
+    under the same request id, so it is applied once whatever happened to the first attempt."""
     with grpc.insecure_channel(endpoint) as channel:
         stub = agent_pb2_grpc.AgentServiceStub(channel)
         for agent, cmd in steps:
             request = convert.request_from_command(cmd, uuid.uuid4().hex)
             md = (("authorization", f"Bearer {tokens[agent]}"),)
-            out = convert.outcome_from_proto(getattr(stub, cmd.KIND)(request, metadata=md, timeout=10))
+            deadline = time.monotonic() + retry_s
+            while True:
+                try:
+                    reply = getattr(stub, cmd.KIND)(request, metadata=md, timeout=10)
+                    break
+                except grpc.RpcError as exc:
+                    if exc.code() is not grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            out = convert.outcome_from_proto(reply)
             assert out.ok, (cmd, out)
 
 
@@ -181,8 +197,15 @@ def cluster(shared: LocalCluster, request: pytest.FixtureRequest) -> Iterator[Lo
             print(f"===== {m.node_id}\n{m.log_tail(4000)}")
 
 
-def leader_and_followers(cluster: LocalCluster) -> tuple[str, list[str]]:
-    nodes = ok_json(cluster, "status")["nodes"]
+def leader_and_followers(cluster: LocalCluster, timeout_s: float = 20.0) -> tuple[str, list[str]]:
+    """The leader's and the followers' addresses, once the nodes report one leader (an election
+    may be under way: a loaded machine's pause can cost the leader its term)."""
+
+    def one() -> list[dict[str, Any]] | None:
+        nodes: list[dict[str, Any]] = ok_json(cluster, "status")["nodes"]
+        return nodes if sum(n["role"] == "leader" for n in nodes) == 1 else None
+
+    nodes = until(one, timeout_s, "one leader")
     leader = next(n["grpc_address"] for n in nodes if n["role"] == "leader")
     return leader, [n["grpc_address"] for n in nodes if n["role"] != "leader"]
 

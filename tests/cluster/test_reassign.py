@@ -8,17 +8,15 @@ at version 2, nobody is cancelled. ``decisions`` and ``explain`` show it with th
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-import grpc
 import pytest
 
 from tests.world import World
 from waitgraph.dev.localcluster import LocalCluster
 from waitgraph.ops import liveview
-from waitgraph.proto.v1 import agent_pb2_grpc, operator_pb2
+from waitgraph.proto.v1 import operator_pb2
 from waitgraph.sdk.views import decision_from_view
 from waitgraph.statemachine import commands as C
 from waitgraph.statemachine.codec import effect_from_plain, effect_to_plain
@@ -27,19 +25,12 @@ from waitgraph.statemachine.recovery_state import DecisionKind, Reassignment
 from waitgraph.statemachine.retire import decision_from_retired, decision_retired
 from waitgraph.wire import convert
 
-from .test_cli import LEASE_MS, leader_and_followers, ok_json, until, wg
+from .test_cli import LEASE_MS, leader_and_followers, ok_json, send_steps, until, wg
 
 
 def submit(cluster: LocalCluster, endpoint: str, steps: list[tuple[str, Any]]) -> None:
     assert cluster.credentials is not None
-    tokens = cluster.credentials.agents
-    with grpc.insecure_channel(endpoint) as channel:
-        stub = agent_pb2_grpc.AgentServiceStub(channel)
-        for agent, cmd in steps:
-            request = convert.request_from_command(cmd, uuid.uuid4().hex)
-            md = (("authorization", f"Bearer {tokens[agent]}"),)
-            out = convert.outcome_from_proto(getattr(stub, cmd.KIND)(request, metadata=md, timeout=10))
-            assert out.ok, (cmd, out)
+    send_steps(endpoint, cluster.credentials.agents, steps)
 
 
 def delegation(tag: str) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
