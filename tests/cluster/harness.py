@@ -136,12 +136,25 @@ class Node:
         return decode_outcome(reply["outcome"]) if reply["ok"] else reply
 
     def digest(self, fresh: bool = False) -> str:
-        reply = self.call(op="digest", fresh=fresh)
+        """The replica's digest; ``fresh``: after a read barrier, asked again while the node
+        refuses it ``not_leader`` (no leader for a moment: the barrier read nothing)."""
+        reply = until_placed(lambda: self.call(op="digest", fresh=fresh))
         assert reply["ok"], reply
         return reply["digest"]  # type: ignore[no-any-return]
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def until_placed(call: Callable[[], Any], retry_s: float = 30.0) -> Any:
+    """``call()``, made again while it is refused before anything was done (``not_leader``: no
+    leader for a moment on a paused VM, so nothing was proposed or read); any other answer as it is."""
+    deadline = time.monotonic() + retry_s
+    while True:
+        got = call()
+        if not (isinstance(got, dict) and got.get("code") == "not_leader" and time.monotonic() < deadline):
+            return got
+        time.sleep(0.2)
 
 
 class Cluster:

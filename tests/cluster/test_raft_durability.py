@@ -15,7 +15,6 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from waitgraph.node.raft import RaftConfig, WaitgraphSyncObj, build_conf
 from waitgraph.statemachine import StateMachine
 
 from .fakes import LEADER, OTHER, SELF, FakeTransport, append_entries, regular_command, transport
-from .harness import envelope, wait_for
+from .harness import envelope, until_placed, wait_for
 
 
 def node(tmp: Path, peers: list[str], *, fsync: bool) -> WaitgraphSyncObj:
@@ -252,14 +251,8 @@ def journal_dirty_kb(journal: Path) -> int:
 
 def _acknowledged(node: Any, env: Any) -> Any:
     """``node.submit(env)``, sent again while it is refused before it was proposed (``not_leader``:
-    no leader for a moment on a paused VM): such a write is not acknowledged, so nothing is
-    claimed of it. Any other answer is returned as it is."""
-    deadline = time.monotonic() + 30
-    while True:
-        got = node.submit(env)
-        if not (isinstance(got, dict) and got.get("code") == "not_leader" and time.monotonic() < deadline):
-            return got
-        time.sleep(0.2)
+    such a write is not acknowledged, so nothing is claimed of it)."""
+    return until_placed(lambda: node.submit(env))
 
 
 @pytest.mark.timeout(90)
