@@ -97,19 +97,6 @@ def soft_edges(st: State, orders: Mapping[str, Sequence[str]] | None = None) -> 
     return sorted(out)
 
 
-def _hard_succ(st: State) -> dict[str, set[str]]:
-    succ: dict[str, set[str]] = {}
-    for w in sorted(st.waits_by_waiter):
-        ex = st.executions.get(w)
-        if ex is None or ex.status is not ExecStatus.WAITING:
-            continue
-        for edge in st.waits_of(w):
-            sats = wait_satisfiers(st, edge)
-            if sats:
-                succ.setdefault(w, set()).update(sats)
-    return succ
-
-
 def _sccs(nodes: Iterable[str], succ: Mapping[str, Iterable[str]]) -> list[list[str]]:
     """Strongly connected components (iterative Tarjan), each sorted, in sorted order."""
     index: dict[str, int] = {}
@@ -160,14 +147,25 @@ def _cyclic(comp: list[str], succ: Mapping[str, Iterable[str]]) -> bool:
 
 def soft_cycles(st: State) -> list[SoftCycle]:
     """The strongly connected sets of hard + soft edges that have a soft edge inside, sorted.
-    Only a queue with two waiters makes a soft edge: without one, this reads no wait."""
-    if all(len(q) < 2 for q in st.queues.values()):
-        return []
-    succ = _hard_succ(st)
+
+    Read from the queues outwards (:class:`_Local`): every cycle through a soft edge runs through
+    two queued waiters, so only the executions both reachable from one and reaching one are read,
+    not every wait of the state (the leader's loop runs this each period while a queue has two
+    waiters). Without a soft edge it reads no wait."""
     soft = soft_edges(st)
-    for x, y, _ in soft:
-        succ.setdefault(x, set()).add(y)
-    nodes = set(succ) | {v for vs in succ.values() for v in vs}
+    if not soft:
+        return []
+    local = _Local(st)
+
+    def forward(v: str) -> set[str]:
+        return local.hard(v) | {y for y, _ in local.soft(v)}
+
+    def backward(v: str) -> set[str]:
+        return local.hard_in(v) | {x for x, _ in local.soft_in(v)}
+
+    queued = {x for x, _, _ in soft} | {y for _, y, _ in soft}
+    nodes = _reach_by(queued, forward) & _reach_by(queued, backward)
+    succ = {v: forward(v) & nodes for v in nodes}
     comps = _sccs(nodes, succ)
     comp_of = {v: i for i, comp in enumerate(comps) for v in comp}
     inside: dict[int, list[SoftEdge]] = {}
