@@ -39,20 +39,7 @@ RES, POOL = "resource:db", "pool:gpu"
 
 
 def queued(w: World, eid: str, tid: str, priority: int = 0, deadline_ms: int | None = None) -> Outcome:
-    t = w.st.targets[tid]
-    return w.ok(
-        w.owner(eid),
-        RegisterWait(
-            waiter_id=eid,
-            waiter_generation=w.gen(eid),
-            target_id=tid,
-            target_generation=0 if tid.startswith("pool:") else t.version,
-            reason="queued",
-            deadline_ms=deadline_ms,
-            edge_version=w.st.executions[eid].edge_hwm.get(tid, 0) + 1,
-            priority=priority,
-        ),
-    )
+    return w.wait(eid, tid, "queued", priority=priority, deadline_ms=deadline_ms)
 
 
 def release(w: World, eid: str, tid: str) -> Outcome:

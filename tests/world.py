@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from waitgraph.statemachine import Envelope, Outcome, Result, StateMachine
 from waitgraph.statemachine.commands import (
     Acquire,
@@ -97,7 +99,9 @@ class World:
             ),
         )
 
-    def wait(self, eid: str, tid: str, reason: str = "needs it", tgen: int | None = None) -> Outcome:
+    def wait(self, eid: str, tid: str, reason: str = "needs it", tgen: int | None = None, **fields: Any) -> Outcome:
+        """``eid`` waits on ``tid`` at the generation a client would name (``fields``: more of
+        RegisterWait's, e.g. ``priority``, ``deadline_ms``)."""
         if tgen is None:
             if tid.startswith("exec:"):
                 tgen = self.gen(tid)
@@ -117,6 +121,7 @@ class World:
                 target_generation=tgen,
                 reason=reason,
                 edge_version=hwm + 1,
+                **fields,
             ),
         )
 
