@@ -326,24 +326,55 @@ def encode_envelope(env: Envelope) -> bytes:
     return pack(envelope_to_plain(env))
 
 
-def encode_checked_envelope(env: Envelope) -> bytes:
-    """The envelope's canonical bytes (those of :func:`encode_envelope`), or the CodecError
-    :func:`decode_envelope` would raise on them: a leader checks what it is about to propose
-    without unpacking the bytes it has just packed. The checks run on the plain map the bytes are
-    packed from, which is what unpacking them gives back (enum members are their values there,
-    tuples pack as lists, and every field checker accepts both), so they accept exactly what a
-    replica's decoder accepts; the msgpack limits of :func:`_unpack` are looser than the field
-    checks, except the payload's size, which is checked here too. A refusal is the decoder's own,
-    word for word (a message may name the type a value arrives as: list, not tuple)."""
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class CheckedEnvelope:
+    """An envelope's canonical bytes and what :func:`decode_envelope` gives back for them, from
+    :func:`check_envelope`: the proposing node applies ``envelope`` (:func:`adopt_checked`)
+    instead of unpacking the bytes it has just packed; every other replica decodes ``data``."""
+
+    data: bytes
+    envelope: Envelope
+    command_plain: dict[str, Any] | None
+    """The command's map as ``data`` holds it (``_DECODED``'s fast path), None when unknown."""
+
+
+def check_envelope(env: Envelope) -> CheckedEnvelope:
+    """The envelope's canonical bytes (those of :func:`encode_envelope`) and their decoding, or
+    the CodecError :func:`decode_envelope` would raise on them: a leader checks what it is about
+    to propose without unpacking the bytes it has just packed. The checks run on the plain map the
+    bytes are packed from, which is what unpacking them gives back (enum members are their values
+    there, tuples pack as lists, and every field checker accepts both), so they accept exactly what
+    a replica's decoder accepts and build the same values; the msgpack limits of :func:`_unpack`
+    are looser than the field checks, except the payload's size, which is checked here too. A
+    refusal is the decoder's own, word for word (a message may name the type a value arrives as:
+    list, not tuple); a value the map check refuses and the decoder accepts (a tuple of enum
+    members: the map holds the members, the bytes their values) is decoded from the bytes."""
     plain = envelope_to_plain(env)
     data = pack(plain)
     if len(data) > MAX_PAYLOAD_BYTES:
         raise CodecError(f"the command is {len(data)} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}")
     try:
-        envelope_from_plain(plain)
+        checked = envelope_from_plain(plain)
     except CodecError:
-        decode_envelope(data)  # raises what a replica raises; the replicas decide what applies
-    return data
+        # raises what a replica raises; the replicas decide what applies
+        return CheckedEnvelope(data, decode_envelope(data), None)
+    return CheckedEnvelope(data, checked, plain["cmd"])
+
+
+def encode_checked_envelope(env: Envelope) -> bytes:
+    """:func:`check_envelope`'s bytes alone."""
+    return check_envelope(env).data
+
+
+def adopt_checked(checked: CheckedEnvelope) -> Envelope:
+    """What :func:`decode_envelope` returns for ``checked.data``, without unpacking it (on the
+    thread that applies: it also primes the fingerprint's fast path, as decoding does)."""
+    global _DECODED
+    env = checked.envelope
+    plain = checked.command_plain
+    if plain is not None and (not _UPGRADES or (plain["kind"], plain["v"]) not in _UPGRADES):
+        _DECODED = (env.command, plain)
+    return env
 
 
 def decode_envelope(data: bytes) -> Envelope:

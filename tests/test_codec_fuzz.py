@@ -37,9 +37,11 @@ from tests.strategies import (
     mutated_plain,
     pack_plain,
 )
-from waitgraph.statemachine import invariants
+from waitgraph.statemachine import codec, invariants
 from waitgraph.statemachine.codec import (
     MAX_PAYLOAD_BYTES,
+    adopt_checked,
+    check_envelope,
     command_fingerprint,
     command_to_plain,
     decode_command,
@@ -223,6 +225,21 @@ def test_checked_envelope_refuses_what_the_decoder_refuses(env: Any, data: st.Da
     except CodecError as exc:
         got = exc.message
     assert got == expected
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(env=any_envelope())
+def test_a_checked_envelope_is_what_the_decoder_gives_for_its_bytes(env: Any) -> None:
+    """The proposing node applies ``adopt_checked(check_envelope(env))`` where every other replica
+    applies ``decode_envelope`` of the bytes: the same value, and the same fingerprint through
+    the fast path it primes as through the full encoding."""
+    checked = check_envelope(env)
+    decoded = decode_envelope(checked.data)
+    adopted = adopt_checked(checked)
+    assert adopted == decoded and type(adopted.command) is type(decoded.command)
+    fast = command_fingerprint(adopted.command)
+    codec._DECODED = (None, {})
+    assert fast == command_fingerprint(adopted.command) == command_fingerprint(decoded.command)
 
 
 @settings(max_examples=examples(200), deadline=None)

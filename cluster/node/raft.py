@@ -200,6 +200,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import os
 import pickle
@@ -237,7 +238,7 @@ from waitgraph.node.journal import (
 )
 from waitgraph.node.raft_wire import PICKLE_PROTOCOL, FrameCodec, WaitgraphTransport, probe_member
 from waitgraph.statemachine import Outcome, StateMachine
-from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES
+from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES, CheckedEnvelope, adopt_checked
 from waitgraph.statemachine.errors import InvariantViolation, Rejection, Status
 from waitgraph.statemachine.outcome import rejected
 
@@ -593,6 +594,11 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             collections.deque()
         )
         self._held_replies: list[tuple[Any, bool, int, bool]] = []
+        self.predecoded: dict[bytes, CheckedEnvelope] = {}
+        """Envelopes this node proposed, by their bytes, with their decoding (``RaftNode``
+        registers them before proposing and drops them when answered): applying one of these
+        bytes adopts it instead of decoding them again. Any thread writes; dict operations are
+        atomic under the GIL."""
         self._dump_unsynced = False
         self._machine = machine
         self._machine_lock = threading.Lock()
@@ -1028,6 +1034,9 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
 
     def _apply_one(self, data: bytes) -> Outcome:
         try:
+            checked = self.predecoded.pop(data, None)
+            if checked is not None:  # the same bytes, so the same envelope a decoder would build
+                return self._machine.apply(adopt_checked(checked))
             return self._machine.apply_bytes(data)
         except InvariantViolation as exc:
             self.counters["internal_errors"] += 1
@@ -1427,6 +1436,8 @@ class Read(Generic[T]):
 @dataclass(slots=True, eq=False)
 class _Group:
     futures: list[asyncio.Future[Outcome]]
+    checked: list[bytes] = dataclasses.field(default_factory=list)
+    """The bytes of its envelopes registered in ``WaitgraphSyncObj.predecoded``."""
     proposed_at: float = 0.0
     """The loop's clock when it was handed to pysyncobj."""
     deadline: asyncio.TimerHandle | None = None
@@ -1475,7 +1486,7 @@ class RaftNode:
         self._obj: WaitgraphSyncObj | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._outstanding = 0
-        self._buffer: list[tuple[bytes, asyncio.Future[Outcome]]] = []
+        self._buffer: list[tuple[bytes, asyncio.Future[Outcome], CheckedEnvelope | None]] = []
         self._buffer_bytes = 0
         self._flush_handle: asyncio.Handle | asyncio.TimerHandle | None = None
         self._deferred = False
@@ -1538,7 +1549,7 @@ class RaftNode:
             self._flush_handle = None
         self._deferred = False
         buffered, self._buffer, self._buffer_bytes = self._buffer, [], 0
-        for _, fut in buffered:  # never proposed
+        for _, fut, _ in buffered:  # never proposed
             if not fut.done():
                 fut.set_exception(Stopped("the node stopped before proposing the command"))
         self._outstanding -= len(buffered)
@@ -1553,8 +1564,11 @@ class RaftNode:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    async def submit(self, envelope: bytes) -> Outcome:
+    async def submit(self, envelope: bytes | CheckedEnvelope) -> Outcome:
         """Replicate one encoded Envelope and return its Outcome as applied by this replica.
+
+        A :class:`~waitgraph.statemachine.codec.CheckedEnvelope` is proposed as its bytes, and
+        this replica applies its decoding rather than decoding the bytes again.
 
         Raises :class:`~waitgraph.node.errors.Exhausted`, :class:`~waitgraph.node.errors.NotLeader` (not applied)
         or :class:`~waitgraph.node.errors.OutcomeUnknown` (maybe applied: retry with the same request id).
@@ -1562,7 +1576,7 @@ class RaftNode:
         got = self._enqueue(envelope, alone=True)
         return got if isinstance(got, Outcome) else await got
 
-    async def submit_many(self, envelopes: list[bytes]) -> list[Outcome | ClusterError]:
+    async def submit_many(self, envelopes: list[bytes | CheckedEnvelope]) -> list[Outcome | ClusterError]:
         """:meth:`submit` for each envelope, in order, all buffered at once (WriteBatch).
 
         Each gets its own answer in the same position: an Outcome, or the error :meth:`submit`
@@ -1592,13 +1606,16 @@ class RaftNode:
                 raise failed
         return out
 
-    def _enqueue(self, envelope: bytes, alone: bool = False) -> Outcome | asyncio.Future[Outcome]:
+    def _enqueue(self, envelope: bytes | CheckedEnvelope, alone: bool = False) -> Outcome | asyncio.Future[Outcome]:
         """Buffer one envelope for the next group: its future, or at once the Outcome of an oversize one.
 
         ``alone``: the caller has no other envelope to add (:meth:`submit`); with nothing in flight
         or waiting, it is proposed now rather than at the next loop iteration."""
+        checked = None
+        if isinstance(envelope, CheckedEnvelope):
+            checked, envelope = envelope, envelope.data
         if not isinstance(envelope, bytes):
-            raise TypeError("envelope must be bytes")
+            raise TypeError("envelope must be bytes or a CheckedEnvelope")
         if len(envelope) > MAX_PAYLOAD_BYTES:
             # What apply would answer, without putting the bytes into the log.
             return rejected(
@@ -1612,7 +1629,7 @@ class RaftNode:
         fut: asyncio.Future[Outcome] = loop.create_future()
         if self._buffer and self._buffer_bytes + len(envelope) > self.cfg.group_max_bytes:
             self._flush()
-        self._buffer.append((envelope, fut))
+        self._buffer.append((envelope, fut, checked))
         self._buffer_bytes += len(envelope)
         if len(self._buffer) >= self.cfg.group_max_items or self._buffer_bytes >= self.cfg.group_max_bytes:
             self._flush()
@@ -1668,9 +1685,15 @@ class RaftNode:
         if not self._buffer:
             return
         buffered, self._buffer, self._buffer_bytes = self._buffer, [], 0
-        items = [env for env, _ in buffered]
+        items = [env for env, _, _ in buffered]
         payload = items[0] if len(items) == 1 else encode_batch(items)
-        self._propose(_Group(futures=[fut for _, fut in buffered]), payload)
+        group = _Group(futures=[fut for _, fut, _ in buffered])
+        predecoded = self.obj.predecoded
+        for data, _, checked in buffered:
+            if checked is not None:
+                predecoded[data] = checked
+                group.checked.append(data)
+        self._propose(group, payload)
 
     def _propose(self, group: _Group, payload: bytes) -> None:
         loop = self._loop
@@ -1731,6 +1754,10 @@ class RaftNode:
 
     def _finish(self, group: _Group) -> None:
         group.settled = True
+        if group.checked and self._obj is not None:
+            predecoded = self._obj.predecoded
+            for data in group.checked:  # applied already (popped), or never will be here
+                predecoded.pop(data, None)
         self._in_flight.discard(group)
         self._outstanding -= len(group.futures) if group.barrier is None else 1
         if group.deadline is not None:

@@ -49,7 +49,7 @@ from waitgraph.statemachine.cancel import (
     metrics,
     victim_scope_id,
 )
-from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES, encode_checked_envelope
+from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES, CheckedEnvelope, check_envelope
 from waitgraph.statemachine.detect import full_pass
 from waitgraph.statemachine.effects import EFFECTS
 from waitgraph.statemachine.enums import ExecStatus
@@ -169,19 +169,20 @@ class Gateway:
         return self.unary(f"/waitgraph.v1.{service}/{rpc}", write)
 
     async def write(self, principal: Principal, rpc: str, request: Any) -> types_pb2.Outcome:
-        data = self.envelope_bytes(principal, rpc, request, self.stamp())
+        checked = self.checked_envelope(principal, rpc, request, self.stamp())
         self.check_forwarding()
-        return self.answer(await self.node.submit(data))
+        return self.answer(await self.node.submit(checked))
 
-    def envelope_bytes(self, principal: Principal, rpc: str, request: Any, at_ms: int) -> bytes:
-        """The encoded Envelope of one write request, checked by the codec (WireError if refused)."""
+    def checked_envelope(self, principal: Principal, rpc: str, request: Any, at_ms: int) -> CheckedEnvelope:
+        """The Envelope of one write request, encoded and checked by the codec (WireError if
+        refused); this node applies the checked value instead of decoding its bytes again."""
         self.check_request(request)
         if principal.role is Role.AGENT and rpc in _SESSION_RPCS and not request.HasField("agent_id"):
             request.agent_id = principal.agent_id  # the token names the agent already
         command = convert.command_from_request(rpc, request)
         envelope = Envelope(actor=principal.actor, at_ms=at_ms, request_id=request.request_id or None, command=command)
         try:
-            return encode_checked_envelope(envelope)  # packed once, checked as a replica decodes it
+            return check_envelope(envelope)  # packed once, checked as a replica decodes it
         except CodecError as exc:
             raise convert.WireError(exc.message, **exc.fields) from None
 
@@ -223,9 +224,10 @@ class Gateway:
         if failure is not None:
             await self.abort(context, failure)
             raise AssertionError("unreachable: abort raises")  # pragma: no cover
-        results: list[agent_pb2.WriteResult | None] = [None] * count
+        results: list[agent_pb2.WriteResult | Outcome | None] = [None] * count
+        """An item's error as its WriteResult, or the outcome its unary call would answer."""
         request_ids = [""] * count
-        proposed: list[tuple[int, bytes]] = []
+        proposed: list[tuple[int, CheckedEnvelope]] = []
         at_ms = self.stamp()  # one reading for the whole batch, like a group
         principals: dict[str, Principal] = {}
         for i, item in enumerate(request.items):
@@ -238,7 +240,7 @@ class Gateway:
                     principals[item.authorization] = principal
                 authorize(principal, f"/waitgraph.v1.AgentService/{rpc}")
                 self.limiter.take(principal.name, principal.actor)
-                proposed.append((i, self.envelope_bytes(principal, rpc, req, at_ms)))
+                proposed.append((i, self.checked_envelope(principal, rpc, req, at_ms)))
             except Exception as exc:
                 results[i] = self.item_error(exc, request_ids[i])
         if proposed:
@@ -251,13 +253,22 @@ class Gateway:
                 try:
                     if isinstance(got, BaseException):
                         raise got
-                    results[i] = agent_pb2.WriteResult(outcome=self.answer(got))
+                    if got.result is Result.REJECTED:
+                        raise grpc_status.Rejected(got)
+                    results[i] = got
                 except Exception as exc:
                     results[i] = self.item_error(exc, request_ids[i])
-        answered = [r for r in results if r is not None]
-        if len(answered) != count:  # pragma: no cover - every item is answered above
-            raise AssertionError("a WriteBatch item got no result")
-        return agent_pb2.WriteBatchResponse(results=answered)
+        # Built in place: a WriteResult or Outcome handed to the response's constructor is copied.
+        response = agent_pb2.WriteBatchResponse()
+        add = response.results.add
+        for result in results:
+            if isinstance(result, Outcome):
+                convert.outcome_into(result, add().outcome)
+            elif result is not None:
+                add().CopyFrom(result)
+            else:  # pragma: no cover - every item is answered above
+                raise AssertionError("a WriteBatch item got no result")
+        return response
 
     def item_principal(self, authorization: str) -> Principal:
         return self.cfg.tokens.authenticate((("authorization", authorization),), self.clock())

@@ -70,12 +70,14 @@ __all__ = [
     "decision_view",
     "effect_from_proto",
     "effect_kind",
+    "effect_into",
     "effect_to_proto",
     "enum_member",
     "enum_number",
     "event_to_proto",
     "execution_view",
     "outcome_from_proto",
+    "outcome_into",
     "outcome_to_proto",
     "parse_request",
     "proposal_view",
@@ -284,41 +286,49 @@ def decision_kind_from_wire(number: int) -> DecisionKind:
 # -- generic conversion ---------------------------------------------------------------------------------
 
 
-def _from_wire(t: _Type, value: Any, where: str) -> Any:
-    if isinstance(t.base, type) and issubclass(t.base, StrEnum):
-        return _enum_from_wire(t.base, value, where)
-    return value
-
-
 def _to_wire(value: Any) -> Any:
     if isinstance(value, StrEnum):
         return _enum_map(type(value)).to_number[value]
     return value
 
 
+_Reader = tuple[str, bool, bool, bool, bool, "type[StrEnum] | None"]
+"""(name, repeated, has presence on the wire, required, optional, enum class or None)."""
+
+
 @cache
-def _read_plan(cls: type, desc: Descriptor) -> tuple[tuple[_Field, bool], ...]:
-    """Each field of ``cls`` and whether its wire field has presence (computed once per pair:
-    descriptor lookups on every request were a measurable part of a write's cost)."""
+def _read_plan(cls: type, desc: Descriptor) -> tuple[_Reader, ...]:
+    """Each field of ``cls`` as :func:`_read` takes it (computed once per pair: descriptor
+    lookups and type tests on every request were a measurable part of a write's cost)."""
     by_name = desc.fields_by_name
-    return tuple((f, bool(by_name[f.name].has_presence)) for f in _fields(cls))
+    plan = []
+    for f in _fields(cls):
+        base = f.type.base
+        enum = base if isinstance(base, type) and issubclass(base, StrEnum) else None
+        plan.append((f.name, f.type.repeated, bool(by_name[f.name].has_presence), f.required, f.type.optional, enum))
+    return tuple(plan)
 
 
 def _read(cls: type, msg: Message, what: str) -> dict[str, Any]:
     """The keyword arguments of ``cls`` from a message with the same field names."""
     kwargs: dict[str, Any] = {}
-    for f, presence in _read_plan(cls, msg.DESCRIPTOR):
-        if f.type.repeated:
-            where = f"{what}.{f.name}"
-            kwargs[f.name] = tuple(_from_wire(f.type, v, where) for v in getattr(msg, f.name))
-        elif not presence or msg.HasField(f.name):
-            kwargs[f.name] = _from_wire(f.type, getattr(msg, f.name), f"{what}.{f.name}")
-        elif not f.required:
+    for name, repeated, presence, required, optional, enum in _read_plan(cls, msg.DESCRIPTOR):
+        if repeated:
+            values = getattr(msg, name)
+            if enum is None:
+                kwargs[name] = tuple(values)
+            else:
+                where = f"{what}.{name}"
+                kwargs[name] = tuple(_enum_from_wire(enum, v, where) for v in values)
+        elif not presence or msg.HasField(name):
+            value = getattr(msg, name)
+            kwargs[name] = value if enum is None else _enum_from_wire(enum, value, f"{what}.{name}")
+        elif not required:
             pass  # the core's default
-        elif f.type.optional:
-            kwargs[f.name] = None
+        elif optional:
+            kwargs[name] = None
         else:
-            raise WireError(f"{what}.{f.name} is required", field=f.name)
+            raise WireError(f"{what}.{name} is required", field=name)
     return kwargs
 
 
@@ -393,9 +403,45 @@ def effect_kind(msg: types_pb2.Effect) -> str:
     return name
 
 
+_Writer = tuple[str, bool, "dict[StrEnum, int] | None"]
+"""(name, repeated, enum member -> wire number or None)."""
+
+
+@cache
+def _effect_plan(cls: type) -> tuple[str, tuple[_Writer, ...]]:
+    """The ``Effect`` oneof case of an effect class and how each field of its message is set
+    (:func:`_write`'s rules, computed once per class)."""
+    kind: str = getattr(cls, "KIND")  # noqa: B009 - every effect class has one
+    core = {f.name: f.type for f in _fields(cls)}
+    plan = []
+    for name, _ in _write_plan(getattr(types_pb2, kind).DESCRIPTOR):
+        base = core[name].base
+        enum = _enum_map(base).to_number if isinstance(base, type) and issubclass(base, StrEnum) else None
+        plan.append((name, core[name].repeated, enum))
+    return effect_case(kind), tuple(plan)
+
+
+def effect_into(fx: Effect, msg: types_pb2.Effect) -> None:
+    """Set ``msg`` (empty) to the effect: what :func:`effect_to_proto` returns, built in place
+    (no copy of a nested message; most of an answer's cost was those copies)."""
+    cls: type = type(fx)
+    case, plan = _effect_plan(cls)
+    inner = getattr(msg, case)
+    inner.SetInParent()  # the case is set even when every field is at its default
+    for name, repeated, enum in plan:
+        value = getattr(fx, name)
+        if value is None:
+            continue
+        if repeated:
+            getattr(inner, name).extend(value if enum is None else [enum[v] for v in value])
+        else:
+            setattr(inner, name, value if enum is None else enum[value])
+
+
 def effect_to_proto(fx: Effect) -> types_pb2.Effect:
-    inner = _write(fx, getattr(types_pb2, fx.KIND))
-    return types_pb2.Effect(**{effect_case(fx.KIND): inner})
+    msg = types_pb2.Effect()
+    effect_into(fx, msg)
+    return msg
 
 
 def effect_from_proto(msg: types_pb2.Effect) -> Effect:
@@ -417,16 +463,26 @@ def _text(value: Any) -> str:
     return value.value if isinstance(value, StrEnum) else str(value)
 
 
+def outcome_into(out: Outcome, msg: types_pb2.Outcome) -> None:
+    """Set ``msg`` (empty, e.g. ``WriteResult.outcome``) to the outcome, in place."""
+    msg.result = _RESULTS[out.result]
+    msg.code = out.code
+    msg.status = out.status.value if out.status is not None else ""
+    msg.message = out.message
+    msg.duplicate = out.duplicate
+    if out.fields:
+        fields = msg.fields
+        for k, v in sorted(out.fields.items()):
+            fields[k] = _text(v)
+    add = msg.effects.add
+    for fx in out.effects:
+        effect_into(fx, add())
+
+
 def outcome_to_proto(out: Outcome) -> types_pb2.Outcome:
-    return types_pb2.Outcome(
-        result=_RESULTS[out.result],
-        code=out.code,
-        status=out.status.value if out.status is not None else "",
-        message=out.message,
-        fields={k: _text(v) for k, v in sorted(out.fields.items())},
-        effects=[effect_to_proto(fx) for fx in out.effects],
-        duplicate=out.duplicate,
-    )
+    msg = types_pb2.Outcome()
+    outcome_into(out, msg)
+    return msg
 
 
 def outcome_from_proto(msg: types_pb2.Outcome) -> Outcome:

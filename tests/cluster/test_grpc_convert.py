@@ -79,6 +79,25 @@ def test_every_effect_round_trips(cls: type, variant: int) -> None:
     assert convert.effect_from_proto(msg) == fx
 
 
+@pytest.mark.parametrize("cls", EFFECTS, ids=lambda c: c.KIND)
+@pytest.mark.parametrize("variant", [0, 1])
+def test_an_effect_built_in_place_is_the_generic_writers_message(cls: type, variant: int) -> None:
+    """The answer path's writer (one plan per class, set in place) against the field-by-name rule
+    every other view uses; and an outcome of two effects the same as field by field."""
+    fx = sample(cls, variant)
+    generic = types_pb2.Effect(**{convert.effect_case(cls.KIND): convert._write(fx, getattr(types_pb2, cls.KIND))})
+    assert convert.effect_to_proto(fx) == generic
+    out = Outcome(Result.APPLIED, (fx, fx), "", None, "m", {"b": "2", "a": 1}, True)
+    expected = types_pb2.Outcome(
+        result=types_pb2.RESULT_APPLIED,
+        message="m",
+        fields={"a": "1", "b": "2"},
+        effects=[generic, generic],
+        duplicate=True,
+    )
+    assert convert.outcome_to_proto(out) == expected
+
+
 def test_defaults_apply_when_a_field_is_not_sent() -> None:
     cmd = convert.command_from_request("CreateTarget", commands_pb2.CreateTargetRequest(target_id="pool:gpu"))
     assert cmd == C.CreateTarget(target_id="pool:gpu", slots=1)

@@ -14,8 +14,10 @@ import time
 import pytest
 
 from waitgraph.node import raft
-from waitgraph.node.errors import Exhausted, NotLeader, ReadFailed, Stopped
+from waitgraph.node.errors import Exhausted, NotLeader, OutcomeUnknown, ReadFailed, Stopped
 from waitgraph.node.raft import RaftConfig, RaftNode
+from waitgraph.statemachine import StateMachine
+from waitgraph.statemachine.codec import check_envelope, decode_envelope
 from waitgraph.statemachine.outcome import Result
 
 from .harness import envelope, free_ports
@@ -74,6 +76,56 @@ async def test_a_lone_write_is_proposed_at_once_and_a_batch_goes_as_one_entry(tm
         outs = await node.submit_many([envelope(i) for i in range(2, 6)])
         assert [o.result for o in outs] == [Result.APPLIED] * 4
         assert node.status().counters["entries_applied"] == before + 1  # one log entry for the four
+    finally:
+        await node.stop()
+
+
+@pytest.mark.timeout(30)
+async def test_the_proposing_node_applies_its_checked_envelopes_as_a_decoder_would(tmp_path, monkeypatch):
+    """A CheckedEnvelope is proposed as its bytes and applied here without decoding them (every
+    other replica decodes): the state is the one a replica decoding every entry reaches, and
+    nothing stays registered once the writes are answered."""
+    adopted = []
+    real_adopt = raft.adopt_checked
+
+    def counting(checked):
+        adopted.append(checked.data)
+        return real_adopt(checked)
+
+    monkeypatch.setattr(raft, "adopt_checked", counting)
+    node = await started(config(tmp_path))
+    try:
+        checked = [check_envelope(decode_envelope(envelope(i, at_ms=1_000 + i))) for i in range(40)]
+        duplicate = check_envelope(decode_envelope(envelope(3, at_ms=1_003)))  # a retry: same bytes
+        outs = [await node.submit(checked[0])]
+        outs += await node.submit_many([*checked[1:], duplicate])
+        assert [o.result for o in outs][:40] == [Result.APPLIED] * 40 and outs[40].duplicate
+        # The retry's bytes are the same as those of the one before it: registered once, so
+        # adopted once, and the second copy is decoded.
+        assert sorted(adopted) == sorted(c.data for c in checked)
+        assert node.obj.predecoded == {}
+        replica = StateMachine()
+        for c in [*checked, duplicate]:
+            replica.apply_bytes(c.data)
+        got = await node.read_local(lambda m: m.digest())
+        assert got.value == replica.digest()
+    finally:
+        await node.stop()
+
+
+@pytest.mark.timeout(30)
+async def test_a_checked_envelope_never_applied_here_is_not_kept(tmp_path):
+    node = await started(config(tmp_path, submit_timeout_s=0.3))
+    try:
+        obj = node.obj
+        real = obj.apply_commands
+        obj.apply_commands = lambda *a, **kw: None  # proposed into the void: never applied, never answered
+        try:
+            with pytest.raises(OutcomeUnknown):
+                await node.submit(check_envelope(decode_envelope(envelope(1))))
+        finally:
+            obj.apply_commands = real
+        assert obj.predecoded == {}
     finally:
         await node.stop()
 
