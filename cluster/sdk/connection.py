@@ -260,6 +260,8 @@ class Transport:
         self.retry_deadline_s = retry_deadline_s
         self.interceptors = list(interceptors or [])
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[tuple[str, str], Any] = {}
+        """(service, address) -> its stub: building one makes a callable per RPC of the service."""
         self.batching = batching if batching is not None else Batching()
         self._batchers: dict[str, WriteBatcher] = {}
         self.closed = False
@@ -286,10 +288,16 @@ class Transport:
         return ch
 
     def agent_stub(self, address: str) -> Any:
-        return agent_pb2_grpc.AgentServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+        return self._stub("agent", agent_pb2_grpc.AgentServiceStub, address)
 
     def operator_stub(self, address: str) -> Any:
-        return operator_pb2_grpc.OperatorServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+        return self._stub("operator", operator_pb2_grpc.OperatorServiceStub, address)
+
+    def _stub(self, service: str, make: Callable[[grpc.aio.Channel], Any], address: str) -> Any:
+        stub = self._stubs.get((service, address))
+        if stub is None or self.closed:
+            stub = self._stubs[(service, address)] = make(self.channel(address))
+        return stub
 
     def rotate(self, away_from: str) -> None:
         """Move to the next endpoint, unless another call already moved away from ``away_from``."""
@@ -410,6 +418,7 @@ class Transport:
         for batcher in self._batchers.values():
             batcher.fail_pending(SessionClosed("the client is closed"))
         channels, self._channels = self._channels, {}
+        self._stubs.clear()
         for ch in channels.values():
             await ch.close()
 

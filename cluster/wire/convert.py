@@ -396,11 +396,14 @@ _EFFECT_BY_KIND: dict[str, type[Effect]] = {cls.KIND: cls for cls in EFFECTS}
 
 def effect_kind(msg: types_pb2.Effect) -> str:
     """The effect's kind (``CancelRequested``) from the set oneof case."""
-    case = msg.WhichOneof("effect")
+    return _effect_of_case(_effect_case_set(msg))[1]
+
+
+def _effect_case_set(msg: types_pb2.Effect) -> str:
+    case: str | None = msg.WhichOneof("effect")
     if case is None:
         raise WireError("the effect has no case set")
-    name: str = getattr(msg, case).DESCRIPTOR.name
-    return name
+    return case
 
 
 _Writer = tuple[str, bool, "dict[StrEnum, int] | None"]
@@ -444,10 +447,17 @@ def effect_to_proto(fx: Effect) -> types_pb2.Effect:
     return msg
 
 
+@cache
+def _effect_of_case(case: str) -> tuple[type[Effect], str]:
+    """The effect class and kind of an ``Effect`` oneof case (once per case)."""
+    name: str = getattr(types_pb2.Effect(), case).DESCRIPTOR.name
+    return _EFFECT_BY_KIND[name], name
+
+
 def effect_from_proto(msg: types_pb2.Effect) -> Effect:
-    kind = effect_kind(msg)
-    cls = _EFFECT_BY_KIND[kind]
-    fx: Effect = cls(**_read(cls, getattr(msg, effect_case(kind)), kind))
+    case = _effect_case_set(msg)
+    cls, kind = _effect_of_case(case)
+    fx: Effect = cls(**_read(cls, getattr(msg, case), kind))
     return fx
 
 
