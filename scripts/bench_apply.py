@@ -33,12 +33,15 @@ every write and the same final snapshot bytes.
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -204,14 +207,42 @@ def run_once(rounds: int) -> dict[str, Any]:
     return result
 
 
-def _child(tree: str, rounds: int) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, __file__, "--tree", tree, "--rounds", str(rounds), "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
+def use_tree(tree: str) -> None:
+    """Make ``import waitgraph`` in this process load ``tree``'s code. A tree holds
+    ``statemachine/``, ``cluster/`` and ``proto/``, which pyproject maps onto ``waitgraph``; a
+    package of symlinks in that layout, in a temporary directory first on ``sys.path``, is found
+    before the editable install's finder (which comes after the path and would load this
+    repository whatever the tree). Raises if ``waitgraph`` was imported already or comes from
+    elsewhere."""
+    if "waitgraph" in sys.modules:
+        raise RuntimeError("use_tree must run before waitgraph is imported")
+    root = tempfile.mkdtemp(prefix="wg-tree-")
+    atexit.register(shutil.rmtree, root, True)
+    pkg = os.path.join(root, "waitgraph")
+    os.mkdir(pkg)
+    cluster = os.path.join(tree, "cluster")
+    for name in os.listdir(cluster):
+        os.symlink(os.path.join(cluster, name), os.path.join(pkg, name))
+    os.symlink(os.path.join(tree, "statemachine"), os.path.join(pkg, "statemachine"))
+    os.symlink(os.path.join(tree, "proto", "waitgraph"), os.path.join(pkg, "proto"))
+    sys.path.insert(0, root)
+    import waitgraph.statemachine
+
+    if not waitgraph.statemachine.__file__ or not waitgraph.statemachine.__file__.startswith(root):
+        raise RuntimeError(f"waitgraph came from {waitgraph.statemachine.__file__}, not from {tree}")
+
+
+def tree_runs(script: str, trees: list[str], repeat: int, args: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """``repeat`` runs of ``script --tree T ARGS --json`` per tree, each in a fresh process,
+    alternating which tree goes first: a noisy machine's drift hits both alike."""
+    runs: dict[str, list[dict[str, Any]]] = {t: [] for t in trees}
+    for i in range(repeat):
+        for tree in trees if i % 2 == 0 else trees[::-1]:
+            done = subprocess.run(
+                [sys.executable, script, "--tree", tree, *args, "--json"], capture_output=True, text=True, check=True
+            )
+            runs[tree].append(json.loads(done.stdout))
+    return runs
 
 
 ALL, ALL_GC, ALL_GC_NODE = "all writes", "all, collector on", "all, node's collector"
@@ -231,15 +262,11 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.json:
-        sys.path.insert(0, args.tree)
+        use_tree(args.tree)
         print(json.dumps(run_once(args.rounds)))
         return
     trees = [os.path.abspath(args.against), ROOT] if args.against else [ROOT]
-    runs: dict[str, list[dict[str, Any]]] = {t: [] for t in trees}
-    for i in range(args.repeat):
-        # Alternate which tree goes first: a noisy machine's drift hits both alike.
-        for tree in trees if i % 2 == 0 else trees[::-1]:
-            runs[tree].append(_child(tree, args.rounds))
+    runs = tree_runs(__file__, trees, args.repeat, ["--rounds", str(args.rounds)])
     first = runs[ROOT][0]["plain"]
     print(f"python {sys.version.split()[0]}, cores {os.cpu_count()}, load {os.getloadavg()[0]:.2f}")
     print(f"{first['writes']:,} writes per run, {AGENTS} agents, each with a request id; best of {args.repeat} runs")

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
         ("bench_cancel.py", ["--sizes", "200", "--repeat", "1"], "CancelRun"),
         ("bench_liveview.py", ["--sizes", "50", "--repeat", "1"], "under the lock"),
         ("bench_apply.py", ["--rounds", "2", "--repeat", "1"], "RegisterWait (re-register)"),
+        ("bench_gateway.py", ["--rounds", "2", "--repeat", "1"], "| this tree |"),
         ("bench_retention.py", ["--executions", "3000", "--step", "1000"], "too_many_executions: 0"),
         ("bench_handoff.py", ["--agents", "8", "--slots", "2", "--acquisitions", "100"], "wake-and-race"),
     ],
@@ -40,6 +41,31 @@ def test_benchmark_script_runs(script: str, args: list[str], expect: str) -> Non
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert expect in done.stdout, done.stdout[-2000:]
+
+
+def test_a_comparison_runs_the_other_trees_code(tmp_path: Path) -> None:
+    """``--against DIR`` (bench apply, bench gateway) runs DIR's code in its children: the
+    editable install's finder would load this repository's for both trees (it did, unnoticed,
+    once the code moved under the ``waitgraph`` name), and "no change" would be the answer."""
+    import shutil
+
+    tree = tmp_path / "tree"
+    for part in ("statemachine", "cluster", "proto"):
+        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    codec = tree / "statemachine" / "codec.py"
+    text = codec.read_text()
+    assert "\nMAX_STR_LEN = 1024\n" in text
+    codec.write_text(text.replace("\nMAX_STR_LEN = 1024\n", "\nMAX_STR_LEN = 777\n"))
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from bench_apply import use_tree; "
+        "use_tree(sys.argv[2]) if len(sys.argv) > 2 else None; "
+        "from waitgraph.statemachine import codec; print(codec.MAX_STR_LEN)"
+    )
+    scripts = str(ROOT / "scripts")
+    for args, expect in (([scripts, str(tree)], "777"), ([scripts], "1024")):
+        done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() == expect
 
 
 def _etcd_missing() -> str | None:

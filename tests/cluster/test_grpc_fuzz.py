@@ -30,6 +30,7 @@ from waitgraph.node.config import Peer, ServeConfig
 from waitgraph.node.service import Gateway
 from waitgraph.proto.v1 import types_pb2
 from waitgraph.statemachine import StateMachine
+from waitgraph.statemachine.codec import CheckedEnvelope
 from waitgraph.statemachine.errors import WaitgraphError
 from waitgraph.statemachine.outcome import Outcome
 from waitgraph.statemachine.state import State
@@ -133,9 +134,9 @@ class RecordingNode:
     def leader_address(self) -> str | None:
         return None
 
-    async def submit(self, data: bytes) -> Outcome:
-        self.submitted.append(data)
-        return self.machine.apply_bytes(data)
+    async def submit(self, checked: CheckedEnvelope) -> Outcome:
+        self.submitted.append(checked.data)
+        return self.machine.apply_bytes(checked.data)  # as every other replica: from the bytes
 
 
 @cache

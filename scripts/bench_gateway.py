@@ -1,0 +1,230 @@
+"""The leader's own CPU per WriteBatch item, in one process, without Raft or gRPC (issue 20).
+
+Prints a table; asserts nothing. Usage: scripts/bench gateway [--rounds 400] [--repeat 5]
+[--items 16] [--against DIR]
+
+What a leader does for each write an SDK sends it, besides gRPC and Raft: ``Gateway.write_batch``
+(the call's token, each item's authorization, rate limit, proto -> command -> envelope, the
+codec's check), the proposing replica's apply (``EventfulMachine``, with the event journal and the
+decision-log hook, as a node runs it), and the answer (outcome -> protobuf, the response). The
+node under the gateway applies each envelope at once, as the leader's Raft thread does when the
+entry commits: a checked envelope is adopted (``codec.adopt_checked``), bytes are decoded. The
+state and the writes are those of ``scripts/bench cluster``'s SDK shape: 64 agents, each with
+an open wait that every write re-registers at a higher ``edge_version``, ``--items`` writes per
+call. Time is the applying thread's CPU (``time.thread_time_ns``) over every call of a round,
+garbage collector paused, best of ``--repeat`` runs; "response bytes" adds the
+``SerializeToString`` gRPC does next.
+
+``--against DIR`` compares with another copy of the code (a directory holding ``statemachine/``,
+``cluster/`` and ``proto/``: ``mkdir /tmp/base; git archive HEAD statemachine cluster proto | tar
+-x -C /tmp/base``): runs alternate between the trees, one fresh process each, and the table says
+whether both gave the same responses, byte for byte, and the same final state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_apply import tree_runs, use_tree
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+AGENTS = 64
+
+
+class InProcessNode:
+    """What ``Gateway`` needs of a RaftNode: every envelope applied at once, in order."""
+
+    def __init__(self, machine: Any) -> None:
+        from waitgraph.statemachine import codec
+
+        self.machine = machine
+        self.adopt = getattr(codec, "adopt_checked", None)
+
+    def is_leader(self) -> bool:
+        return True
+
+    def leader_address(self) -> str | None:
+        return None
+
+    async def submit_many(self, envelopes: list[Any]) -> list[Any]:
+        out = []
+        for e in envelopes:
+            if isinstance(e, bytes):
+                out.append(self.machine.apply_bytes(e))
+            else:
+                assert self.adopt is not None
+                out.append(self.machine.apply(self.adopt(e)))
+        return out
+
+
+class Context:
+    """The parts of ``grpc.aio.ServicerContext`` a successful WriteBatch reads."""
+
+    def __init__(self, token: str) -> None:
+        self._md = (("authorization", f"Bearer {token}"),)
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._md
+
+
+def _world() -> tuple[Any, Any, list[tuple[str, Context]]]:
+    """A gateway over a fresh node machine, and the calls to time: per agent, its next batch."""
+    from waitgraph.node import logs
+    from waitgraph.node.auth import TokenStore, token_digest
+    from waitgraph.node.config import Peer, ServeConfig
+    from waitgraph.node.events import EventfulMachine, EventJournal
+    from waitgraph.node.service import Gateway
+    from waitgraph.statemachine import Envelope
+    from waitgraph.statemachine import commands as C
+
+    journal = EventJournal(100_000)
+    machine = EventfulMachine(journal, logs.DecisionLog(lambda: 1, lambda: 1).applied)
+    journal.bind(lambda: 0, None)
+    names = [f"t{i:02d}" for i in range(AGENTS)]
+    at = 1000
+    for a in names:
+        setup: list[Any] = [C.JoinSession(agent_id=a, lease_ms=3_600_000)]
+        for ex in (f"exec:H-{a}", f"exec:W-{a}"):
+            setup.append(C.CreateExecution(execution_id=ex, run_id=f"run-{ex[5:]}", observed_cancel_generation=0))
+            setup.append(C.StartExecution(execution_id=ex, generation=1, observed_cancel_generation=0))
+        setup.append(C.CreateTarget(target_id=f"resource:r-{a}"))
+        setup.append(C.Acquire(target_id=f"resource:r-{a}", execution_id=f"exec:H-{a}", generation=1))
+        for cmd in setup:
+            at += 1
+            out = machine.apply(Envelope(actor=f"agent:{a}", at_ms=at, request_id=None, command=cmd))
+            if not out.ok:
+                raise SystemExit(f"setup command refused: {cmd} -> {out.code} {out.message}")
+    tokens = {a: f"token-{a}" for a in names}
+    store = TokenStore.parse(
+        {
+            "tokens": [
+                {"name": f"agent-{a}", "role": "agent", "agent_id": a, "sha256": token_digest(t).hex()}
+                for a, t in tokens.items()
+            ]
+        }
+    )
+    cfg = ServeConfig(
+        node_id="n1",
+        raft_address="127.0.0.1:1",
+        grpc_address="127.0.0.1:2",
+        peers=(Peer("n1", "127.0.0.1:1", "127.0.0.1:2"),),
+        data_dir=Path("/nonexistent"),
+        secret="unused",
+        insecure=True,
+        tokens=store,
+        rate_limit_per_s=0,
+    )
+    gateway = Gateway(cfg, InProcessNode(machine), journal, clock=lambda: 1_000_000.0, stamp=lambda: 5_000)
+    return gateway, machine, [(a, Context(tokens[a])) for a in names]
+
+
+def _requests(names: list[str], round_no: int, items: int) -> list[Any]:
+    from waitgraph.proto.v1 import agent_pb2, commands_pb2
+
+    calls = []
+    for i, a in enumerate(names):
+        batch = agent_pb2.WriteBatchRequest()
+        for k in range(items):
+            version = (round_no * items + k) + 1
+            req = commands_pb2.RegisterWaitRequest(
+                request_id=f"{a}-{round_no}-{k}",
+                waiter_id=f"exec:W-{a}",
+                waiter_generation=1,
+                target_id=f"resource:r-{names[(i + 1) % AGENTS]}",
+                target_generation=1,
+                reason="bench",
+                edge_version=version,
+            )
+            batch.items.add().register_wait.CopyFrom(req)
+        calls.append(batch)
+    return calls
+
+
+def run_once(rounds: int, items: int) -> dict[str, Any]:
+    gateway, machine, agents = _world()
+    names = [a for a, _ in agents]
+    plan = [_requests(names, r, items) for r in range(rounds)]
+    digest = hashlib.sha256()
+    handler_ns = serialize_ns = 0
+    loop = asyncio.new_event_loop()
+    gc.collect()
+    gc.disable()
+    try:
+        for calls in plan:
+            t0 = time.thread_time_ns()
+            responses = [
+                loop.run_until_complete(gateway.write_batch(req, ctx))
+                for req, (_, ctx) in zip(calls, agents, strict=True)
+            ]
+            t1 = time.thread_time_ns()
+            blobs = [r.SerializeToString(deterministic=True) for r in responses]
+            t2 = time.thread_time_ns()
+            handler_ns += t1 - t0
+            serialize_ns += t2 - t1
+            for b in blobs:
+                digest.update(b)
+    finally:
+        gc.enable()
+        loop.close()
+    writes = rounds * AGENTS * items
+    for r in responses:
+        for res in r.results:
+            if res.status_code != 0:
+                raise SystemExit(f"a write was refused: {res.details}")
+    return {
+        "handler_us": handler_ns / writes / 1e3,
+        "serialize_us": serialize_ns / writes / 1e3,
+        "writes": writes,
+        "responses": digest.hexdigest(),
+        "state": machine.digest(),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rounds", type=int, default=40, help="calls per agent (default 40)")
+    p.add_argument("--items", type=int, default=16, help="writes per WriteBatch call (default 16: the SDK shape)")
+    p.add_argument("--repeat", type=int, default=5, help="fresh processes per tree (best is kept)")
+    p.add_argument("--against", help="another tree to compare with (statemachine/, cluster/, proto/)")
+    p.add_argument("--tree", default=ROOT, help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.json:
+        use_tree(args.tree)
+        print(json.dumps(run_once(args.rounds, args.items)))
+        return
+    trees = {"this tree": ROOT}
+    if args.against:
+        trees["against"] = os.path.abspath(args.against)
+    by_tree = tree_runs(
+        __file__, list(trees.values()), args.repeat, ["--rounds", str(args.rounds), "--items", str(args.items)]
+    )
+    runs = {name: by_tree[tree] for name, tree in trees.items()}
+    load = os.getloadavg()[0]
+    print(f"## The leader's CPU per WriteBatch item, in process ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
+    print()
+    print(
+        f"- {AGENTS} agents x {args.rounds} calls of {args.items} RegisterWait items; best of {args.repeat} "
+        f"fresh runs per tree; load average {load:.2f}"
+    )
+    print()
+    print("| tree | handler + apply + answer, us/item | response bytes, us/item | total | responses / state |")
+    print("|---|---:|---:|---:|---|")
+    first = runs["this tree"][0]
+    for name, rs in runs.items():
+        h = min(r["handler_us"] for r in rs)
+        s = min(r["serialize_us"] for r in rs)
+        same = all(r["responses"] == first["responses"] and r["state"] == first["state"] for r in rs)
+        print(f"| {name} | {h:.1f} | {s:.1f} | {h + s:.1f} | {'identical' if same else 'DIFFER'} |")
+
+
+if __name__ == "__main__":
+    main()
