@@ -1806,6 +1806,13 @@ async def run_versus(vs: VersusSettings, root: Path, results: dict[str, Any], er
         None,
         "etcd_nf",
     )
+    G = _load_script("bench_gateway")  # the floor under every unary write, in this run
+    await step(
+        "bare grpc.aio floor",
+        lambda a: asyncio.to_thread(G.grpc_floor, min(vs.seconds, 5.0), max(50, vs.samples // 2)),
+        None,
+        "grpc_floor",
+    )
 
 
 def _vals(runs: list[dict[str, Any]], shape: str, key: str) -> list[float]:
@@ -2030,6 +2037,16 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
         [r["failover"]["p50"] for r in et if "failover" in r],
         "ms",
     )
+    floor = v.get("grpc_floor")
+    if floor:
+        lone = [x["p50"] * 1000 for x in lat_wg]
+        print(
+            f"\nThe floor, same run: a grpc.aio unary call that does nothing (scripts/bench_gateway.py "
+            f"`grpc_floor`): lone p50 {floor['p50_ms']:.2f} ms; {AGENTS} callers in one asyncio process "
+            f"{rate(floor['rate'])}/s, server CPU {floor['server_ms']:.3f} ms and client CPU "
+            f"{floor['client_ms']:.3f} ms per call (waitgraph's durable unary p50 is "
+            f"{_med(lone) / floor['p50_ms']:.1f}x it)."
+        )
     print()
     print("### waitgraph: durable (default) vs `--no-fsync`, and under the stalling attack (issue #15)\n")
     print("| figure | durable (default) | `--no-fsync` | durable, huge-length attack on all 3 Raft ports |")

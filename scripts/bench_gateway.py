@@ -1,7 +1,7 @@
 """The leader's own CPU per WriteBatch item, in one process, without Raft or gRPC (issue 20).
 
-Prints a table; asserts nothing. Usage: scripts/bench gateway [--rounds 400] [--repeat 5]
-[--items 16] [--against DIR]
+Prints tables; asserts nothing. Usage: scripts/bench gateway [--rounds 40] [--repeat 5]
+[--items 16] [--against DIR] [--floor-s 5] [--floor-samples 500]
 
 What a leader does for each write an SDK sends it, besides gRPC and Raft: ``Gateway.write_batch``
 (the call's token, each item's authorization, rate limit, proto -> command -> envelope, the
@@ -19,6 +19,11 @@ garbage collector paused, best of ``--repeat`` runs; "response bytes" adds the
 ``cluster/`` and ``proto/``: ``mkdir /tmp/base; git archive HEAD statemachine cluster proto | tar
 -x -C /tmp/base``): runs alternate between the trees, one fresh process each, and the table says
 whether both gave the same responses, byte for byte, and the same final state.
+
+The second table is the floor under every unary write: a grpc.aio server whose one method
+answers at once (no auth, no Raft, no work), called by one asyncio client process as figure 2u
+calls the cluster: lone calls (p50) and 64 closed-loop callers (calls/s, each side's CPU per
+call). It is what Python gRPC alone costs on this machine, the same day.
 """
 
 from __future__ import annotations
@@ -194,6 +199,10 @@ def main() -> None:
     p.add_argument("--items", type=int, default=16, help="writes per WriteBatch call (default 16: the SDK shape)")
     p.add_argument("--repeat", type=int, default=5, help="fresh processes per tree (best is kept)")
     p.add_argument("--against", help="another tree to compare with (statemachine/, cluster/, proto/)")
+    p.add_argument(
+        "--floor-s", type=float, default=5.0, help="seconds of the bare grpc.aio floor's 64 callers (0 skips it)"
+    )
+    p.add_argument("--floor-samples", type=int, default=500, help="lone calls of the floor (default 500)")
     p.add_argument("--tree", default=ROOT, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -224,6 +233,114 @@ def main() -> None:
         s = min(r["serialize_us"] for r in rs)
         same = all(r["responses"] == first["responses"] and r["state"] == first["state"] for r in rs)
         print(f"| {name} | {h:.1f} | {s:.1f} | {h + s:.1f} | {'identical' if same else 'DIFFER'} |")
+    if args.floor_s > 0:
+        print_floor(grpc_floor(args.floor_s, args.floor_samples), args.floor_s, args.floor_samples)
+
+
+# -- the floor: a grpc.aio server that does nothing ------------------------------------------------
+
+
+def _floor_server(port_out: Any, begin: Any, stop: Any) -> None:
+    """A grpc.aio server whose one method answers at once (the health service's Check)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    class Answer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
+        async def Check(self, request: Any, context: Any) -> Any:
+            return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+
+    async def serve() -> None:
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(Answer(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        port_out.put(port)
+        while not begin.is_set():
+            await asyncio.sleep(0.01)
+        at_begin = os.times()
+        while not stop.is_set():
+            await asyncio.sleep(0.01)
+        at_end = os.times()
+        port_out.put((at_end.user + at_end.system) - (at_begin.user + at_begin.system))
+        await server.stop(None)
+
+    asyncio.run(serve())
+
+
+def grpc_floor(seconds: float, samples: int, callers: int = AGENTS) -> dict[str, float]:
+    """What grpc.aio costs on this machine before any work: the p50 of lone calls, and
+    ``callers`` closed-loop callers in one asyncio client process (as figure 2u's unary client):
+    calls/s and each side's CPU per call."""
+    import multiprocessing as mp
+
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    ctx = mp.get_context("spawn")
+    port_q, begin, stop = ctx.Queue(), ctx.Event(), ctx.Event()
+    server = ctx.Process(target=_floor_server, args=(port_q, begin, stop), daemon=True)
+    server.start()
+    try:
+        port = port_q.get(timeout=60)
+
+        async def client() -> dict[str, float]:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = health_pb2_grpc.HealthStub(channel)
+                request = health_pb2.HealthCheckRequest()
+                for _ in range(50):
+                    await stub.Check(request)
+                lone = []
+                for _ in range(samples):
+                    t = time.perf_counter()
+                    await stub.Check(request)
+                    lone.append(time.perf_counter() - t)
+                lone.sort()
+                calls = 0
+                end = time.monotonic() + seconds
+
+                async def caller() -> None:
+                    nonlocal calls
+                    while time.monotonic() < end:
+                        await stub.Check(request)
+                        calls += 1
+
+                begin.set()
+                await asyncio.sleep(0.05)  # the server's first reading is taken before the callers start
+                before, started = os.times(), time.monotonic()
+                await asyncio.gather(*(caller() for _ in range(callers)))
+                after, took = os.times(), time.monotonic() - started
+                stop.set()
+            used = (after.user + after.system) - (before.user + before.system)
+            return {
+                "p50_ms": lone[len(lone) // 2] * 1e3,
+                "rate": calls / took,
+                "client_ms": used / calls * 1e3,
+                "calls": calls,
+            }
+
+        out = asyncio.run(client())
+        # Over the callers' phase, plus up to one 10 ms poll of the stop flag after it.
+        out["server_ms"] = port_q.get(timeout=30) / out["calls"] * 1e3
+        return out
+    finally:
+        stop.set()
+        server.join(timeout=10)
+        if server.is_alive():
+            server.kill()
+
+
+def print_floor(f: dict[str, float], seconds: float, samples: int) -> None:
+    print()
+    print("## The floor: a grpc.aio unary call that does nothing, same machine, same run")
+    print()
+    print(
+        f"- the health service's Check answered at once; {samples} lone calls, then {AGENTS} closed-loop callers "
+        f"in one asyncio process for {seconds:g} s; CPU from os.times() of each process"
+    )
+    print()
+    print("| lone call p50 | calls/s, 64 callers | server CPU per call | client CPU per call |")
+    print("|---:|---:|---:|---:|")
+    print(f"| {f['p50_ms']:.2f} ms | {f['rate']:,.0f}/s | {f['server_ms']:.3f} ms | {f['client_ms']:.3f} ms |")
 
 
 if __name__ == "__main__":

@@ -89,6 +89,7 @@ VERSUS_ROWS = (
     "| failover, kill -9 leader → first write, p50 |",
     "| unary write p50 / p99 |",
     "| registrations/s, 64 writers, SDK |",
+    "The floor, same run: a grpc.aio unary call that does nothing",
 )
 
 
@@ -134,6 +135,7 @@ def test_cluster_benchmark_beside_etcd_runs(tmp_path: Path) -> None:
         "wg --no-fsync latency": got["wg_nf"]["latency"]["n"],
         "wg --no-fsync sdk64": got["wg_nf"]["sdk64"]["n"],
         "etcd --unsafe-no-fsync put64": got["etcd_nf"]["put64"]["n"],
+        "bare grpc.aio floor calls": got["grpc_floor"]["calls"],
     }
     assert all(n > 0 for n in counts.values()), counts
     # Every txn's compare held: each writer tracks its key's mod_revision right (a wrong one fails them all).
