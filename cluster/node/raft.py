@@ -1688,11 +1688,12 @@ class RaftNode:
         items = [env for env, _, _ in buffered]
         payload = items[0] if len(items) == 1 else encode_batch(items)
         group = _Group(futures=[fut for _, fut, _ in buffered])
-        predecoded = self.obj.predecoded
-        for data, _, checked in buffered:
-            if checked is not None:
-                predecoded[data] = checked
-                group.checked.append(data)
+        if self._obj is not None:  # else _propose fails the group: nothing to register
+            predecoded = self._obj.predecoded
+            for data, _, checked in buffered:
+                if checked is not None:
+                    predecoded[data] = checked
+                    group.checked.append(data)
         self._propose(group, payload)
 
     def _propose(self, group: _Group, payload: bytes) -> None:
