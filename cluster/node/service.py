@@ -193,11 +193,15 @@ class Gateway:
             )
 
     @staticmethod
-    def answer(outcome: Outcome) -> types_pb2.Outcome:
-        """APPLIED and NOOP are the response; a REJECTED outcome is raised as a gRPC error."""
+    def accepted(outcome: Outcome) -> Outcome:
+        """APPLIED and NOOP are answered; a REJECTED outcome is raised as a gRPC error."""
         if outcome.result is Result.REJECTED:
             raise grpc_status.Rejected(outcome)
-        return convert.outcome_to_proto(outcome)
+        return outcome
+
+    @staticmethod
+    def answer(outcome: Outcome) -> types_pb2.Outcome:
+        return convert.outcome_to_proto(Gateway.accepted(outcome))
 
     # -- WriteBatch ------------------------------------------------------------------------------------
 
@@ -253,9 +257,7 @@ class Gateway:
                 try:
                     if isinstance(got, BaseException):
                         raise got
-                    if got.result is Result.REJECTED:
-                        raise grpc_status.Rejected(got)
-                    results[i] = got
+                    results[i] = self.accepted(got)
                 except Exception as exc:
                     results[i] = self.item_error(exc, request_ids[i])
         # Built in place: a WriteResult or Outcome handed to the response's constructor is copied.
