@@ -59,20 +59,22 @@ KINDS = (
 PATHS = ("plain", "node")
 
 
-def _machine(path: str) -> Any:
+def machine_for(path: str, journal: Any = None) -> Any:
+    """A fresh machine of a path: "plain" is ``StateMachine``; "node" is ``EventfulMachine`` with
+    the event journal (``journal``, or a new one) and the decision-log hook, as a node runs it."""
     from waitgraph.node import logs
     from waitgraph.node.events import EventfulMachine, EventJournal
     from waitgraph.statemachine import StateMachine
 
     if path == "plain":
         return StateMachine()
-    journal = EventJournal(100_000)
+    journal = journal if journal is not None else EventJournal(100_000)
     machine = EventfulMachine(journal, logs.DecisionLog(lambda: 1, lambda: 1).applied)
     journal.bind(lambda: 0, None)  # every write is numbered as an effect of log entry 1
     return machine
 
 
-def _setup(m: Any) -> int:
+def setup_agents(m: Any) -> int:
     """Sessions, executions and targets; returns the logical time reached."""
     from waitgraph.statemachine import Envelope
     from waitgraph.statemachine import commands as C
@@ -151,8 +153,8 @@ def _timed(path: str, rounds: int, collector: str) -> tuple[dict[str, int], dict
     """Apply the stream to a fresh machine: CPU ns and writes per kind, the outcomes, the machine.
     ``collector``: off (paused), default (Python's thresholds) or node (what ``waitgraph serve``
     does once started, ``cluster/node/server.py`` ``tune_gc``: freeze, then its thresholds)."""
-    m = _machine(path)
-    stream = _stream(rounds, _setup(m))
+    m = machine_for(path)
+    stream = _stream(rounds, setup_agents(m))
     total = dict.fromkeys(KINDS, 0)
     count = dict.fromkeys(KINDS, 0)
     outcomes: list[Any] = []

@@ -38,10 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_apply import tree_runs, use_tree
+from bench_apply import AGENTS, machine_for, setup_agents, tree_runs, use_tree
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-AGENTS = 64
 
 
 class InProcessNode:
@@ -82,31 +81,15 @@ class Context:
 
 def _world() -> tuple[Any, Any, list[tuple[str, Context]]]:
     """A gateway over a fresh node machine, and the calls to time: per agent, its next batch."""
-    from waitgraph.node import logs
     from waitgraph.node.auth import TokenStore, token_digest
     from waitgraph.node.config import Peer, ServeConfig
-    from waitgraph.node.events import EventfulMachine, EventJournal
+    from waitgraph.node.events import EventJournal
     from waitgraph.node.service import Gateway
-    from waitgraph.statemachine import Envelope
-    from waitgraph.statemachine import commands as C
 
     journal = EventJournal(100_000)
-    machine = EventfulMachine(journal, logs.DecisionLog(lambda: 1, lambda: 1).applied)
-    journal.bind(lambda: 0, None)
+    machine = machine_for("node", journal)
+    setup_agents(machine)  # each agent's session, a holder holding resource:r-<agent>, a waiter
     names = [f"t{i:02d}" for i in range(AGENTS)]
-    at = 1000
-    for a in names:
-        setup: list[Any] = [C.JoinSession(agent_id=a, lease_ms=3_600_000)]
-        for ex in (f"exec:H-{a}", f"exec:W-{a}"):
-            setup.append(C.CreateExecution(execution_id=ex, run_id=f"run-{ex[5:]}", observed_cancel_generation=0))
-            setup.append(C.StartExecution(execution_id=ex, generation=1, observed_cancel_generation=0))
-        setup.append(C.CreateTarget(target_id=f"resource:r-{a}"))
-        setup.append(C.Acquire(target_id=f"resource:r-{a}", execution_id=f"exec:H-{a}", generation=1))
-        for cmd in setup:
-            at += 1
-            out = machine.apply(Envelope(actor=f"agent:{a}", at_ms=at, request_id=None, command=cmd))
-            if not out.ok:
-                raise SystemExit(f"setup command refused: {cmd} -> {out.code} {out.message}")
     tokens = {a: f"token-{a}" for a in names}
     store = TokenStore.parse(
         {
