@@ -7,7 +7,8 @@ Routes: ``/`` the page (cluster/ops/static/), ``/events`` its live feed (server-
 panels, the summary strip and the graph's version, once a second while something changed or the
 node's Raft view did), ``/api/view`` the same panels as one JSON document, ``/api/graph`` the whole
 wait graph in compact form (the page filters it and lays out what it draws; ``?part=focus`` only the
-cycles' neighbourhood, which the page draws first and keeps current while its toolbar is untouched),
+cycles' neighbourhood, which the page draws first and keeps current while its toolbar is untouched;
+``&since=N`` a build that saw applied index N, waited for: the page's first graph),
 ``/api/details?id=``
 one execution or target, ``/login`` and ``/logout``, ``/metrics`` (Prometheus, open, like
 ``--metrics-addr``).
@@ -131,11 +132,18 @@ class Documents:
     to the start of the next (longer when a build's reader CPU would exceed
     :data:`MAX_READER_SHARE` of a core), only when the applied index moved. A request never waits
     for a rebuild once a build exists (:meth:`current`: the document says which applied index it
-    shows); the feed does (:meth:`latest`)."""
+    shows), except a page's first graph, which waits for one build at most to be as new as the
+    page (:meth:`at_least`); the feed waits (:meth:`latest`)."""
 
-    def __init__(self, replica: Replica, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        replica: Replica,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.replica = replica
         self.monotonic = monotonic
+        self.sleep = sleep
         self.builds = 0
         self._current: Built | None = None
         self._ended = float("-inf")
@@ -150,6 +158,22 @@ class Documents:
             return await self.latest()
         self.refresh_if_due()
         return cur
+
+    async def at_least(self, index: int) -> Built:
+        """A build that saw applied index ``index``, when one can be had: the page's first graph,
+        asked for with the commit index the page was served at. The last build when it is that
+        new; else one rebuild behind it, spaced as any rebuild (:meth:`_gap`), waited for. A
+        build kept ready long before (:meth:`refresh_idle`, up to :data:`IDLE_REBUILD_S` old)
+        would otherwise draw a page's first graph from a state older than the page says it shows
+        (it may lack the cycle the operator came for). At most one wait and one build: a
+        follower whose replica lags its commit index gets the newest build it has."""
+        cur = await self.current()
+        if cur.applied_index >= index or not self._moved(cur):
+            return cur
+        left = self._gap(cur) - (self.monotonic() - self._ended)
+        if left > 0:
+            await self.sleep(left)
+        return await self.latest()
 
     def refresh_if_due(self) -> None:
         """Start a rebuild behind the last build when one is due (:meth:`_due`), never waited for:
@@ -212,12 +236,20 @@ class Documents:
         return self.builds > builds
 
     def _due(self, cur: Built, gap_s: float = REBUILD_S, share: float = MAX_READER_SHARE) -> bool:
+        return self._moved(cur) and self.monotonic() - self._ended >= self._gap(cur, gap_s, share)
+
+    def _moved(self, cur: Built) -> bool:
+        """Whether the replica applied anything since ``cur`` was built."""
         try:
-            moved = self.replica.applied_index() != cur.applied_index
+            return self.replica.applied_index() != cur.applied_index
         except Exception:  # stopped: keep what we have
             return False
-        gap_s = max(gap_s, cur.stats["reader_cpu_ms"] / 1000 / share)
-        return moved and self.monotonic() - self._ended >= gap_s
+
+    @staticmethod
+    def _gap(cur: Built, gap_s: float = REBUILD_S, share: float = MAX_READER_SHARE) -> float:
+        """The least time from the end of ``cur``'s build to the start of the next: ``gap_s``, or
+        longer when its reader's CPU would exceed ``share`` of a core."""
+        return max(gap_s, cur.stats["reader_cpu_ms"] / 1000 / share)
 
     async def _build(self) -> Built:
         t0 = time.perf_counter()
@@ -448,8 +480,13 @@ class LiveView:
         refused = self._gate(request)
         if refused is not None:
             return refused
+        since = request.query.get("since", "")
+        if since and not (since.isascii() and since.isdigit() and len(since) <= 19):
+            message = f"since must be an applied index (a whole number), not {since[:40]!r}"
+            return web.json_response({"error": "invalid_argument", "message": message}, status=400)
         try:
-            built = await self.docs.current()
+            # ?since=N: the page's first graph, as new as the commit index the page was served at
+            built = await (self.docs.at_least(int(since)) if since else self.docs.current())
         except Unreadable as exc:
             return web.json_response({"error": "unavailable", "message": str(exc)}, status=503)
         # ?part=focus: the cycles' neighbourhood the page draws first, when there is one

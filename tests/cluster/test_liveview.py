@@ -406,6 +406,36 @@ async def test_one_build_per_applied_index_at_most_every_rebuild_s() -> None:
     assert (await docs.latest()).applied_index == 102
 
 
+async def test_a_pages_first_graph_waits_for_one_build_as_new_as_the_page() -> None:
+    w = ring_world()
+    index, now, slept = [100], [1000.0], []
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    docs = liveweb.Documents(liveweb.InProcessReplica(w.m, lambda: index[0]), monotonic=lambda: now[0], sleep=sleep)
+    kept = await docs.refresh_idle() and await docs.current()  # kept ready while no page was open
+    assert kept and kept.applied_index == 100
+    index[0] = 104  # the page is served at 104, 0.25 s after that build
+    now[0] += 0.25
+    assert (await docs.at_least(100)) is kept and not slept  # new enough: at once
+    fresh = await docs.at_least(104)  # the rest of the gap waited for, then one build
+    assert fresh.applied_index == 104 and docs.builds == 2 and slept == [liveweb.REBUILD_S - 0.25]
+    assert (await docs.at_least(104)) is fresh and docs.builds == 2
+    # a follower behind its commit index: the newest build it has, neither waited for nor rebuilt
+    assert (await docs.at_least(110)) is fresh and docs.builds == 2 and len(slept) == 1
+
+
+async def test_since_is_an_applied_index_or_400(client: TestClient[Any, Any]) -> None:
+    for bad in ("abc", "-1", "1.5", "\u00b2", "9" * 20):
+        reply = await client.get("/api/graph", params={"part": "focus", "since": bad}, headers=bearer(OPERATOR))
+        body = await reply.json()
+        assert reply.status == 400 and body["error"] == "invalid_argument" and "since" in body["message"], bad
+    reply = await client.get("/api/graph?part=focus&since=42", headers=bearer(OPERATOR))
+    assert reply.status == 200 and reply.headers["X-Graph-Part"] == "focus" and reply.headers["X-Graph-Version"] == "42"
+
+
 async def test_with_no_page_open_a_build_is_kept_ready_at_most_idle_rebuild_s_old() -> None:
     w = ring_world()
     index, now = [100], [1000.0]
