@@ -497,6 +497,17 @@ def test_a_member_reconnects_through_a_flood_of_idle_connections(cluster: LocalC
         cluster.spawn(follower.node_id)
         cluster.wait_ready(follower.node_id)
 
+        def flooded() -> dict[str, int] | None:
+            # a new process: its counter started at zero, so this is the flood's doing (closed over
+            # the budget of new connections, or pushed out of the connections waiting for their handshake)
+            got = refusals(follower)
+            return got if got.get("accept_budget", 0) + got.get("unauthenticated_limit", 0) > 0 else None
+
+        # the flood has reached the new process before its reconnection is looked at (it may have
+        # reconnected through its own outgoing connections before the flood's threads came back:
+        # then this run would not have shown what the test is for)
+        wait_for(flooded, 30, "the flood to reach the restarted follower")
+
         def reconnected() -> operator_pb2.StatusResponse | None:
             try:
                 with cluster.client(timeout_s=2) as ops:
@@ -509,10 +520,6 @@ def test_a_member_reconnects_through_a_flood_of_idle_connections(cluster: LocalC
         # at most the one election a restart may cost (said apart from a failed reconnection)
         assert st.term <= term + 1, ("more than one election", term, st.term, st.leader_id)
         elected = st.leader_id != leader.node_id or st.term != term
-        # a new process: its counter started at zero, so this is the flood's doing (closed over the
-        # budget of new connections, or pushed out of the connections waiting for their handshake)
-        flooded = refusals(follower)
-        assert flooded.get("accept_budget", 0) + flooded.get("unauthenticated_limit", 0) > 0, flooded
     finally:
         stop.set()
         writer.stop.set()
