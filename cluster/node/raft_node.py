@@ -156,6 +156,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--group-max-items", type=int, default=256, help="envelopes per log entry at most")
     p.add_argument("--log-compaction-min-entries", type=int, default=5000)
     p.add_argument(
+        "--election-timeout",
+        type=float,
+        default=None,
+        help="seconds a follower waits for a leader before it starts an election (a random time between this and"
+        " twice this); default RaftConfig's (0.5)",
+    )
+    p.add_argument(
         "--no-fsync",
         dest="fsync",
         action="store_false",
@@ -184,6 +191,7 @@ async def run(args: argparse.Namespace) -> None:
         group_max_items=args.group_max_items,
         log_compaction_min_entries=args.log_compaction_min_entries,
         fsync=args.fsync,
+        **({} if (t := args.election_timeout) is None else {"raft_min_timeout_s": t, "raft_max_timeout_s": 2 * t}),
     )
     node = RaftNode(cfg)
     try:
