@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .enums import CancelMode, EffectOutcome
+from .fastinit import fast_init
 from .recovery_state import RolloutMode
 
 # -- sessions --------------------------------------------------------------------------------
@@ -586,8 +587,11 @@ COMMANDS: tuple[type[Command], ...] = (
     ConfigureCancellation,
     RetireSettled,
 )
+for _command in COMMANDS:
+    fast_init(_command)  # every replica builds one per write (statemachine/fastinit.py)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Envelope:
     """One proposed command with what the proposing node stamped on it.

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .enums import CancelMode, CancelState, EffectOutcome, ExecStatus, Relation, SessionStatus
+from .fastinit import fast_init
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -796,6 +797,8 @@ EFFECTS: tuple[type[Effect], ...] = (
     TrajectoryRetired,
     RetirementPassed,
 )
+for _effect in EFFECTS:
+    fast_init(_effect)  # apply builds several per write (statemachine/fastinit.py)
 
 RETIREMENT_EFFECTS: frozenset[type[Effect]] = frozenset(
     {ExecutionRetired, RunRetired, TargetRetired, SessionRetired, ProposalRetired, DecisionRetired, TrajectoryRetired}

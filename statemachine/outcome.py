@@ -8,6 +8,7 @@ from typing import Any
 
 from .effects import Effect
 from .errors import Rejection, Status
+from .fastinit import fast_init
 
 
 class Result(StrEnum):
@@ -17,6 +18,7 @@ class Result(StrEnum):
     REJECTED = "REJECTED"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Outcome:
     result: Result

@@ -32,6 +32,7 @@ from waitgraph.statemachine import Envelope, Outcome, StateMachine
 from waitgraph.statemachine.commands import RetireSettled
 from waitgraph.statemachine.effects import RETIREMENT_EFFECTS, Effect, RecoveryProposed
 from waitgraph.statemachine.errors import Status, WaitgraphError
+from waitgraph.statemachine.fastinit import fast_init
 from waitgraph.statemachine.state import State
 
 logger = logging.getLogger("waitgraph.node.events")
@@ -48,6 +49,7 @@ class CursorExpired(WaitgraphError):
     code = "cursor_expired"
 
 
+@fast_init  # one per effect applied, on every node
 @dataclass(frozen=True, slots=True)
 class Event:
     cursor: int
