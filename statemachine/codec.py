@@ -40,6 +40,7 @@ MAX_FIELDS = 64
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
 Checker = Callable[[Any, str], Any]
+_ABSENT = object()
 
 
 def _check_str(value: Any, name: str) -> str:
@@ -128,6 +129,74 @@ class _Spec:
     names: frozenset[str]
     allowed: frozenset[str]
     """``names`` plus the ``kind`` and ``v`` keys every message carries."""
+    build: Callable[[dict[str, Any]], Any]
+    """The instance a map of allowed keys holds (:func:`_builder`), or the field's CodecError."""
+
+
+def _inline(tp: Any, name: str, indent: str) -> list[str] | None:
+    """Source lines that check ``v`` as ``_checker_for(tp)`` does, on its fast path: the common
+    types are tested in place and only a refused value calls the checker (which raises its own
+    error); None for the types whose checker is called every time (enums, tuples)."""
+    if isinstance(tp, UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not NoneType]
+        inner = _inline(args[0], name, indent + "    ") if len(args) == 1 else None
+        return None if inner is None else [f"{indent}if v is not None:", *inner]
+    test = {
+        str: "type(v) is not str or len(v) > _MAX_STR",
+        int: "type(v) is not int or not _INT_MIN <= v <= _INT_MAX",
+        bool: "type(v) is not bool",
+    }.get(tp)
+    if test is None:
+        return None
+    checker = {str: "_check_str", int: "_check_int", bool: "_check_bool"}[tp]
+    return [f"{indent}if {test}:", f"{indent}    {checker}(v, {name!r})"]
+
+
+def _builder(cls: type, hints: dict[str, Any], fields: tuple[tuple[str, Checker, bool], ...]) -> Callable[..., Any]:
+    """``cls``'s instance from a map whose keys were checked: each field in sorted order checked
+    (or its absence refused, or its default taken) and stored in its slot, as ``cls(**checked)``
+    would store it (:func:`_spec` refuses a ``__post_init__``, so ``__init__`` does nothing else).
+    Generated once per class, as dataclasses generates ``__init__``: the generic loop's calls
+    through a checker closure per field, and the keyword dict, were most of a replica's decode
+    (``test_the_generated_builders_decode_what_the_field_loop_decodes`` holds it to that loop)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    namespace: dict[str, Any] = {
+        "_ABSENT": _ABSENT,
+        "_new": object.__new__,
+        "_cls": cls,
+        "_missing": _missing,
+        "_MAX_STR": MAX_STR_LEN,
+        "_INT_MIN": _INT_MIN,
+        "_INT_MAX": _INT_MAX,
+        "_check_str": _check_str,
+        "_check_int": _check_int,
+        "_check_bool": _check_bool,
+    }
+    lines = ["def build(raw):", "    get = raw.get", "    o = _new(_cls)"]
+    for i, (name, check, required) in enumerate(fields):
+        descriptor: Any = cls.__dict__.get(name)
+        if not hasattr(descriptor, "__set__"):
+            raise TypeError(f"{cls.__name__}.{name} is not a slot: the codec's messages are slotted dataclasses")
+        namespace[f"_s{i}"], namespace[f"_c{i}"] = descriptor.__set__, check
+        lines.append(f"    v = get({name!r}, _ABSENT)")
+        if required:
+            lines.append(f"    if v is _ABSENT: _missing({cls.KIND!r}, {name!r})")  # type: ignore[attr-defined]
+        else:
+            if defaults[name] is dataclasses.MISSING:
+                raise TypeError(f"{cls.__name__}.{name}: a default_factory is not supported by the codec")
+            namespace[f"_d{i}"] = defaults[name]
+            lines.append(f"    if v is _ABSENT: v = _d{i}")
+        lines.append("    else:")
+        lines.extend(_inline(hints[name], name, "        ") or [f"        v = _c{i}(v, {name!r})"])
+        lines.append(f"    _s{i}(o, v)")
+    lines.append("    return o")
+    exec("\n".join(lines) + "\n", namespace)  # from the class's own field names
+    build: Callable[..., Any] = namespace["build"]
+    return build
+
+
+def _missing(kind: str, name: str) -> typing.NoReturn:
+    raise CodecError(f"{kind} is missing field {name!r}", kind=kind, field=name)
 
 
 def _spec(cls: type) -> _Spec:
@@ -140,7 +209,10 @@ def _spec(cls: type) -> _Spec:
     if names & {"kind", "v"}:
         # The codec writes these keys itself; a field of that name would be silently overwritten.
         raise TypeError(f"{cls.__name__} has a field named kind or v")
-    return _Spec(cls, tuple(out), names, names | {"kind", "v"})
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} has __post_init__: the codec builds it field by field")
+    fields = tuple(out)
+    return _Spec(cls, fields, names, names | {"kind", "v"}, _builder(cls, hints, fields))
 
 
 _COMMAND_SPECS: dict[tuple[str, int], _Spec] = {(c.KIND, c.VERSION): _spec(c) for c in COMMANDS}
@@ -185,10 +257,15 @@ def _to_plain(obj: Any) -> dict[str, Any]:
     return {name: value.value if isinstance(value, StrEnum) else value for name, value in plain.items()}
 
 
-_ABSENT = object()
-
-
 def _from_plain(raw: Any, specs: dict[tuple[str, int], _Spec], what: str) -> Any:
+    spec = _spec_of(raw, specs, what)
+    obj = spec.build(raw)
+    upgrade = _UPGRADES.get((raw["kind"], raw["v"]))
+    return upgrade(obj) if upgrade else obj
+
+
+def _spec_of(raw: Any, specs: dict[tuple[str, int], _Spec], what: str) -> _Spec:
+    """The spec of a message map whose keys are all allowed, or the CodecError saying why not."""
     if type(raw) is not dict:
         raise CodecError(f"{what} must be a map, got {type(raw).__name__}")
     kind, version = raw.get("kind"), raw.get("v")
@@ -200,17 +277,7 @@ def _from_plain(raw: Any, specs: dict[tuple[str, int], _Spec], what: str) -> Any
     if not raw.keys() <= spec.allowed:
         extra = sorted(map(str, raw.keys() - spec.allowed))
         raise CodecError(f"{kind} has unknown fields {extra}", kind=kind)
-    kwargs = {}
-    get = raw.get
-    for name, check, required in spec.fields:
-        value = get(name, _ABSENT)
-        if value is not _ABSENT:
-            kwargs[name] = check(value, name)
-        elif required:
-            raise CodecError(f"{kind} is missing field {name!r}", kind=kind, field=name)
-    obj = spec.cls(**kwargs)
-    upgrade = _UPGRADES.get((kind, version))
-    return upgrade(obj) if upgrade else obj
+    return spec
 
 
 _BYTES_TYPES = (bytes, bytearray, memoryview)
