@@ -8,7 +8,8 @@ Python time). :func:`fast_init` replaces that ``__init__`` with one of the same 
 calls each slot descriptor's ``__set__`` directly: the same values land in the same slots, the
 instance stays frozen (``__setattr__`` still refuses), and a wrong call raises the same
 ``TypeError``. Classes it does not cover (a ``__post_init__``, ``init=False`` or ``InitVar``
-fields, no slots) are refused at import time rather than built differently.
+fields, no slots, a field named like the generated function's own names) are refused at import
+time rather than built differently.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ ORIGINAL_INITS: dict[type, Callable[..., None]] = {}
 
 _FACTORY = object()
 """Default of a parameter whose field has a ``default_factory`` (called when it is passed)."""
+
+_PREFIX = "_fastinit_"
+"""The generated function's own names (setters, defaults, factories) start with this; a field
+that does too is refused, as it would shadow them."""
 
 
 def _refuse(cls: type, why: str) -> TypeError:
@@ -48,28 +53,31 @@ def fast_init(cls: T) -> T:
     if cls in ORIGINAL_INITS:
         return cls
     fields = dataclasses.fields(cls)
-    namespace: dict[str, Any] = {"_FACTORY": _FACTORY}
+    namespace: dict[str, Any] = {f"{_PREFIX}factory": _FACTORY}
     positional: list[str] = []
     keyword: list[str] = []
     body: list[str] = []
     for i, f in enumerate(fields):
         if not f.init:
             raise _refuse(cls, f"field {f.name!r} has init=False")
+        if f.name.startswith(_PREFIX) or f.name == "self":
+            raise _refuse(cls, f"field {f.name!r} would shadow a name of the generated __init__")
         descriptor = cls.__dict__.get(f.name)
         if descriptor is None or not hasattr(descriptor, "__set__"):
             raise _refuse(cls, f"field {f.name!r} is not a slot")
-        namespace[f"_s{i}"] = descriptor.__set__
+        setter, default, factory = f"{_PREFIX}set{i}", f"{_PREFIX}default{i}", f"{_PREFIX}make{i}"
+        namespace[setter] = descriptor.__set__
         param = f.name
         value = f.name
         if f.default is not dataclasses.MISSING:
-            namespace[f"_d{i}"] = f.default
-            param = f"{f.name}=_d{i}"
+            namespace[default] = f.default
+            param = f"{f.name}={default}"
         elif f.default_factory is not dataclasses.MISSING:
-            namespace[f"_f{i}"] = f.default_factory
-            param = f"{f.name}=_FACTORY"
-            value = f"_f{i}() if {f.name} is _FACTORY else {f.name}"
+            namespace[factory] = f.default_factory
+            param = f"{f.name}={_PREFIX}factory"
+            value = f"{factory}() if {f.name} is {_PREFIX}factory else {f.name}"
         (keyword if f.kw_only else positional).append(param)
-        body.append(f"    _s{i}(self, {value})")
+        body.append(f"    {setter}(self, {value})")
     signature = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
     source = f"def __init__({signature}):\n" + ("\n".join(body) or "    pass") + "\n"
     exec(source, namespace)  # generated from the class's own field names, as dataclasses does

@@ -112,7 +112,12 @@ def test_what_it_does_not_cover_is_refused_at_import() -> None:
         a: int
         scale: InitVar[int] = 1
 
+    @dataclass(frozen=True, slots=True)
+    class Shadowing:
+        _fastinit_set0: int
+
     for cls, why in [
+        (Shadowing, "would shadow"),
         (Post, "__post_init__"),
         (Thawed, "not a frozen dataclass"),
         (NoSlots, "no slots"),
@@ -139,6 +144,7 @@ def test_positional_and_keyword_fields_keep_their_order() -> None:
         assert str(inspect.signature(Mixed.__init__)) == "(self, a, b='b', c=<factory>, *, d=4, e)".replace(
             "<factory>", repr(inspect.signature(Mixed.__init__).parameters["c"].default)
         )
+        assert Mixed(1, e=5).c == [] and Mixed(1, e=5).c is not Mixed(1, e=5).c
         assert Mixed(1, e=5) == _built_by(original, Mixed, (1,), {"e": 5})
         assert Mixed(1, "x", [2], d=3, e=5) == _built_by(original, Mixed, (1, "x", [2]), {"d": 3, "e": 5})
     finally:
