@@ -135,6 +135,12 @@ class Node:
         reply = self.call(timeout_s, op="submit", env=env)
         return decode_outcome(reply["outcome"]) if reply["ok"] else reply
 
+    def submit_placed(self, env: bytes) -> Outcome | dict[str, Any]:
+        """:meth:`submit`, sent again while it is refused ``not_leader`` (:func:`until_placed`: a
+        paused VM can cost the cluster its leader for a moment, mid-test). The envelope's request
+        id makes a write that did get in come back from the idempotency table, not apply twice."""
+        return until_placed(lambda: self.submit(env))  # type: ignore[no-any-return]
+
     def digest(self, fresh: bool = False) -> str:
         """The replica's digest; ``fresh``: after a read barrier, asked again while the node
         refuses it ``not_leader`` (no leader for a moment: the barrier read nothing)."""

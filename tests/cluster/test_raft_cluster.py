@@ -26,7 +26,7 @@ def test_writes_replicate_with_identical_digests(make_cluster):
     cluster = make_cluster()
     leader = cluster.leader()
     for i in range(20):
-        assert applied(leader.submit(envelope(i)))
+        assert applied(leader.submit_placed(envelope(i)))
     replies = leader.call(op="submit_many", envs=[envelope(i) for i in range(100, 600)])["replies"]
     assert all(r["ok"] for r in replies)
     digest = cluster.converged_digest()
@@ -49,7 +49,7 @@ def test_write_on_follower_is_applied_and_retry_is_idempotent(make_cluster):
     other = leader.submit(envelope(1, request_id="req-other"))  # a new request for the same target
     assert isinstance(other, Outcome) and other.status is Status.ALREADY_EXISTS
     # The follower's read after a barrier sees the leader's latest write.
-    assert applied(leader.submit(envelope(2)))
+    assert applied(leader.submit_placed(envelope(2)))
     reply = follower.call(op="digest", fresh=True)
     assert reply["stale"] is False
     assert reply["digest"] == leader.digest(fresh=True)
@@ -62,17 +62,17 @@ def test_leader_kill_new_leader_and_writes_continue(make_cluster):
     cluster = make_cluster()
     old = cluster.leader()
     for i in range(10):
-        assert applied(old.submit(envelope(i)))
+        assert applied(old.submit_placed(envelope(i)))
     old.kill()
     new = cluster.leader(timeout_s=20)
     assert new is not old
     for i in range(10, 20):
-        assert applied(new.submit(envelope(i)))
+        assert applied(new.submit_placed(envelope(i)))
     survivors = cluster.converged_digest()
     old.start()  # the killed node comes back and catches up from its journal and the leader
     assert cluster.converged_digest(timeout_s=20) == survivors
     assert old.status()["role"] == "follower"
-    assert applied(old.submit(envelope(20)))
+    assert applied(old.submit_placed(envelope(20)))
     cluster.converged_digest()
 
 
@@ -82,13 +82,13 @@ def test_follower_restart_catches_up_from_journal_and_snapshot(make_cluster):
     leader = cluster.leader()
     lagging = cluster.followers(leader)[0]
     for i in range(40):
-        assert applied(leader.submit(envelope(i)))
+        assert applied(leader.submit_placed(envelope(i)))
     for node in cluster.nodes:
         node.call(op="compact")
     wait_for(lambda: all(n.status()["counters"]["dumps_written"] >= 1 for n in cluster.nodes), 10, "dumps")
     lagging.kill()
     for i in range(40, 100):
-        assert applied(leader.submit(envelope(i)))
+        assert applied(leader.submit_placed(envelope(i)))
     # Cut the leader's log past everything the lagging node has: it must get the full dump.
     leader.call(op="compact")
     lagging_last = 40 + 2
@@ -99,7 +99,7 @@ def test_follower_restart_catches_up_from_journal_and_snapshot(make_cluster):
     counters = lagging.status()["counters"]
     # Its own dump at start, then the leader's dump streamed over Raft.
     assert counters["dumps_loaded"] >= 2, counters
-    assert applied(lagging.submit(envelope(100)))
+    assert applied(lagging.submit_placed(envelope(100)))
     cluster.converged_digest()
 
 
@@ -107,7 +107,7 @@ def test_follower_restart_catches_up_from_journal_and_snapshot(make_cluster):
 def test_timeout_is_outcome_unknown_and_retry_is_idempotent(make_cluster):
     cluster = make_cluster(extra_args=["--submit-timeout", "1"])
     leader = cluster.leader()
-    assert applied(leader.submit(envelope(0)))
+    assert applied(leader.submit_placed(envelope(0)))
     followers = cluster.followers(leader)
     for node in followers:
         node.kill()
@@ -142,7 +142,7 @@ def test_backpressure_returns_exhausted(make_cluster):
     }
     assert leader.status()["outstanding"] == 0
     # Nothing is stuck: the next write goes through, and every replica holds the same 50.
-    assert applied(leader.submit(envelope(1000)))
+    assert applied(leader.submit_placed(envelope(1000)))
     cluster.converged_digest()
 
 

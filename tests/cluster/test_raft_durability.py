@@ -27,7 +27,7 @@ from waitgraph.node.raft import RaftConfig, WaitgraphSyncObj, build_conf
 from waitgraph.statemachine import StateMachine
 
 from .fakes import LEADER, OTHER, SELF, FakeTransport, append_entries, regular_command, transport
-from .harness import envelope, until_placed, wait_for
+from .harness import envelope, wait_for
 
 
 def node(tmp: Path, peers: list[str], *, fsync: bool) -> WaitgraphSyncObj:
@@ -249,12 +249,6 @@ def journal_dirty_kb(journal: Path) -> int:
         os.close(fd)
 
 
-def _acknowledged(node: Any, env: Any) -> Any:
-    """``node.submit(env)``, sent again while it is refused before it was proposed (``not_leader``:
-    such a write is not acknowledged, so nothing is claimed of it)."""
-    return until_placed(lambda: node.submit(env))
-
-
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("fsync", [True, False])
 def test_acknowledged_writes_are_on_disk_in_real_nodes(make_cluster: Any, fsync: bool) -> None:
@@ -262,7 +256,7 @@ def test_acknowledged_writes_are_on_disk_in_real_nodes(make_cluster: Any, fsync:
     leader = cluster.leader()
     followers = cluster.followers(leader)
     for i in range(20):
-        assert _acknowledged(leader, envelope(i)).ok
+        assert leader.submit_placed(envelope(i)).ok  # a not_leader refusal is not acknowledged: asked again
         # The acknowledgment is back: nothing appends to these journals until the next submit.
         leader_dirty = journal_dirty_kb(leader.data / "raft.wal")
         follower_dirty = [journal_dirty_kb(f.data / "raft.wal") for f in followers]
