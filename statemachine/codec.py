@@ -30,6 +30,7 @@ import msgspec
 from .commands import COMMANDS, Command, Envelope
 from .effects import EFFECTS, Effect
 from .errors import CodecError, Status
+from .fastinit import slot_setter
 from .outcome import Outcome, Result
 
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -174,10 +175,7 @@ def _builder(cls: type, hints: dict[str, Any], fields: tuple[tuple[str, Checker,
     }
     lines = ["def build(raw):", "    get = raw.get", "    o = _new(_cls)"]
     for i, (name, check, required) in enumerate(fields):
-        descriptor: Any = cls.__dict__.get(name)
-        if not hasattr(descriptor, "__set__"):
-            raise TypeError(f"{cls.__name__}.{name} is not a slot: the codec's messages are slotted dataclasses")
-        namespace[f"_s{i}"], namespace[f"_c{i}"] = descriptor.__set__, check
+        namespace[f"_s{i}"], namespace[f"_c{i}"] = slot_setter(cls, name), check
         lines.append(f"    v = get({name!r}, _ABSENT)")
         if required:
             lines.append(f"    if v is _ABSENT: _missing({cls.KIND!r}, {name!r})")  # type: ignore[attr-defined]
@@ -260,7 +258,7 @@ def _to_plain(obj: Any) -> dict[str, Any]:
 def _from_plain(raw: Any, specs: dict[tuple[str, int], _Spec], what: str) -> Any:
     spec = _spec_of(raw, specs, what)
     obj = spec.build(raw)
-    upgrade = _UPGRADES.get((raw["kind"], raw["v"]))
+    upgrade = _UPGRADES.get((raw["kind"], raw["v"])) if _UPGRADES else None  # none released yet
     return upgrade(obj) if upgrade else obj
 
 

@@ -28,7 +28,7 @@ def _built_by(init: Any, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any
     return obj
 
 
-def _call(cls: type, params: list[inspect.Parameter], value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _call(params: list[inspect.Parameter], value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Arguments for ``params``, each a distinct object (from ``value``), as the signature wants them."""
     args = tuple(value(p.name) for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
     kwargs = {p.name: value(p.name) for p in params if p.kind is p.KEYWORD_ONLY}
@@ -47,7 +47,7 @@ def test_the_same_signature_and_the_same_slots_as_the_dataclass_init(cls: type) 
 
     # every field passed: each slot holds the very object passed for it
     marks = {name: object() for name in names}
-    args, kwargs = _call(cls, new_params, marks.__getitem__)
+    args, kwargs = _call(new_params, marks.__getitem__)
     fast = cls(*args, **kwargs)
     slow = _built_by(original, cls, args, kwargs)
     for name in names:
@@ -55,7 +55,7 @@ def test_the_same_signature_and_the_same_slots_as_the_dataclass_init(cls: type) 
 
     # only the required ones: the defaults are the dataclass's (a fresh one per instance from a factory)
     required = [p for p in new_params if p.default is p.empty]
-    args, kwargs = _call(cls, required, marks.__getitem__)
+    args, kwargs = _call(required, marks.__getitem__)
     fast, slow = cls(*args, **kwargs), _built_by(original, cls, args, kwargs)
     for f in dataclasses.fields(cls):
         a, b = getattr(fast, f.name), getattr(slow, f.name)
@@ -141,9 +141,7 @@ def test_positional_and_keyword_fields_keep_their_order() -> None:
     original = Mixed.__init__
     fast_init(Mixed)
     try:
-        assert str(inspect.signature(Mixed.__init__)) == "(self, a, b='b', c=<factory>, *, d=4, e)".replace(
-            "<factory>", repr(inspect.signature(Mixed.__init__).parameters["c"].default)
-        )
+        assert str(inspect.signature(Mixed.__init__)) == "(self, a, b='b', c=<factory>, *, d=4, e)"
         assert Mixed(1, e=5).c == [] and Mixed(1, e=5).c is not Mixed(1, e=5).c
         assert Mixed(1, e=5) == _built_by(original, Mixed, (1,), {"e": 5})
         assert Mixed(1, "x", [2], d=3, e=5) == _built_by(original, Mixed, (1, "x", [2]), {"d": 3, "e": 5})
