@@ -314,6 +314,8 @@ class RaftConfig:
             raise ValueError("group_max_bytes must stay far below the append_entries batch size")
         if self.max_outstanding < 1 or self.group_max_items < 1 or self.group_max_in_flight < 1:
             raise ValueError("max_outstanding, group_max_items and group_max_in_flight must be positive")
+        if not 0 < self.raft_min_timeout_s <= self.raft_max_timeout_s:
+            raise ValueError("the election timeouts must be positive, the minimum no larger than the maximum")
 
     @property
     def journal_file(self) -> Path:

@@ -356,3 +356,10 @@ async def test_a_failed_forked_image_is_an_error_and_changes_nothing(tmp_path):
         assert (await node.submit(envelope(2))).result is Result.APPLIED
     finally:
         await node.stop()
+
+
+@pytest.mark.parametrize(("low", "high"), [(0.0, 1.0), (-1.0, 1.0), (1.0, 0.5)])
+def test_election_timeouts_that_cannot_work_are_refused(tmp_path, low, high):
+    """Zero, negative, or a minimum above the maximum: a clear ValueError before any node starts."""
+    with pytest.raises(ValueError, match="election timeouts"):
+        config(tmp_path, raft_min_timeout_s=low, raft_max_timeout_s=high)
