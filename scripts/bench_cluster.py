@@ -91,6 +91,13 @@ leader, a follower and the client during figure 2 and prints the top frames; ``-
 adds C/Cython frames (py-spy then pauses the processes per sample). ``--node-switch-interval-ms``
 is an experiment: the nodes start with ``sys.setswitchinterval`` changed.
 
+``--timeline DIR`` is a diagnosis: the nodes and figure 2's SDK workers write timed events into DIR
+(``scripts/bench_timeline.py``, wrappers installed from outside ``cluster/``), and the details show
+where one WriteBatch call's time went, stage by stage, from the SDK's send to its reply. Every
+throughput row also says how long each process's threads were runnable but waiting for a core
+(``/proc/PID/task/*/schedstat``): on 2 cores shared by 8 processes that is as large as their run
+time, and in a closed loop it is latency, so rate.
+
 raw pysyncobj and the RaftNode wrapper come from ``scripts/bench_raw_raft.py`` (imported), run
 before the cluster starts with the same sample count, 64 submitters and the same duration. They
 measure in-process at the leader, without any client round trip, with the same ``build_conf``
@@ -164,6 +171,8 @@ DETECT_MS: int = ServeConfig.__dataclass_fields__["detect_interval_ms"].default 
 """The default leader loop period (detection, votes, commits)."""
 APPLIED = types_pb2.RESULT_APPLIED
 NODE_SWITCH_INTERVAL_S: float | None = None
+TIMELINE_DIR: str | None = None
+"""``--timeline``: the nodes and figure 2's SDK workers write scripts/bench_timeline.py's events here."""
 CHANNEL_OPTIONS = [
     # A restarted node must be reachable again at once, not after gRPC's reconnect backoff (1 s+).
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -208,6 +217,21 @@ def cpu_model() -> str:
     return platform.processor() or "?"
 
 
+def run_queue_wait_s(pid: int | str = "self") -> float:
+    """Seconds the threads of ``pid`` have spent runnable but waiting for a core (the second field
+    of each ``/proc/PID/task/TID/schedstat``; threads that ended are not counted); NaN where the
+    kernel does not say."""
+    total = 0.0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return float("nan")
+    for tid in tasks:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[1]) / 1e9
+    return total
+
+
 class CpuMeter:
     """CPU used by each process between start() and stop(), in cores; plus ``others``: what every
     other process on the machine used meanwhile (busy time of the whole machine minus ours), and
@@ -220,6 +244,14 @@ class CpuMeter:
         self.sys0: Any = None
         self.meter_result: dict[str, float] = {}
         """What the last stop() returned (for callers that do not call it themselves)."""
+        self.waited0: dict[str, float] = {}
+        self.meter_waits: dict[str, float] = {}
+        """Per process, what its threads spent runnable but waiting for a core (the kernel's run
+        queue, ``/proc/PID/task/*/schedstat``) between start() and stop(), in cores."""
+
+    @staticmethod
+    def _waited(pid: int) -> float:
+        return run_queue_wait_s(pid)
 
     @staticmethod
     def _cpu(pid: int) -> float:
@@ -232,6 +264,7 @@ class CpuMeter:
     def start(self) -> CpuMeter:
         self.t0 = time.perf_counter()
         self.before = {k: self._cpu(p) for k, p in self.pids.items()}
+        self.waited0 = {k: self._waited(p) for k, p in self.pids.items()}
         self.sys0 = psutil.cpu_times()
         return self
 
@@ -243,6 +276,7 @@ class CpuMeter:
         steal = getattr(s1, "steal", 0) - getattr(s0, "steal", 0)
         out["others"] = max(0.0, (busy - steal) / wall - sum(out.values()))
         out["steal"] = steal / wall
+        self.meter_waits = {k: (self._waited(p) - self.waited0[k]) / wall for k, p in self.pids.items()}
         return out
 
 
@@ -261,11 +295,18 @@ class Node:
 
     def spawn(self) -> None:
         cmd = [sys.executable, "-m", "waitgraph", "serve", *self.args]
+        first = []
         if NODE_SWITCH_INTERVAL_S is not None:
-            # Experiment only (--node-switch-interval-ms): the same command with the interpreter's
-            # GIL switch interval changed first.
+            # Experiment only (--node-switch-interval-ms): the interpreter's GIL switch interval changed first.
+            first.append(f"sys.setswitchinterval({NODE_SWITCH_INTERVAL_S!r})")
+        if TIMELINE_DIR is not None:  # --timeline: scripts/bench_timeline.py wraps a few methods first
+            first.append(
+                f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
+                f"import bench_timeline; bench_timeline.install_node({TIMELINE_DIR!r})"
+            )
+        if first:  # the same command, after those
             boot = (
-                f"import runpy, sys; sys.setswitchinterval({NODE_SWITCH_INTERVAL_S!r}); "
+                f"import runpy, sys; {'; '.join(first)}; "
                 "sys.argv = ['waitgraph', *sys.argv[1:]]; runpy.run_module('waitgraph', run_name='__main__')"
             )
             cmd = [sys.executable, "-c", boot, "serve", *self.args]
@@ -552,6 +593,8 @@ class DriveResult:
     other: collections.Counter[str] = field(default_factory=collections.Counter)
     latencies: list[float] = field(default_factory=list)
     cpu: dict[str, float] = field(default_factory=dict)
+    waits: dict[str, float] = field(default_factory=dict)
+    """CpuMeter.meter_waits of the run (cores spent waiting for a core), the SDK workers' too."""
     entries: int = 0
     batches: int = 0
     """WriteBatch calls (SDK rows only) and the writes they carried."""
@@ -616,6 +659,7 @@ async def drive(
     res.seconds = time.perf_counter() - t0
     if cpu is not None:
         res.cpu = cpu.stop()
+        res.waits = cpu.meter_waits
     if not close:  # leave every W RUNNING again
         await asyncio.gather(*(stub.CloseWait(close_req(a), metadata=a.md, timeout=10) for a in agents))
     with contextlib.suppress(Exception):
@@ -667,6 +711,7 @@ async def drive_sdk(
     procs: int,
     close: bool = True,
     cpu: CpuMeter | None = None,
+    timeline: str | None = None,
 ) -> DriveResult:
     """The workload of :func:`drive` as an agent runtime runs it: ``procs`` processes
     (``--sdk-worker``), each hosting ``len(agents) / procs`` agents that share one
@@ -684,11 +729,12 @@ async def drive_sdk(
             "seconds": seconds,
             "start_at": start_at,
             "close": close,
+            "timeline": timeline,
             "agents": [{"name": a.name, "token": a.token, "W": a.W, "wait_on": a.wait_on, "v": a.v} for a in group],
         }
         for group in groups
     ]
-    worker_cpu = 0.0
+    worker_cpu = worker_waits = 0.0
     seconds_seen = []
     batches = items = 0
     for got in await run_workers(specs, cpu):
@@ -700,12 +746,14 @@ async def drive_sdk(
         batches += got["batches"]
         items += got["items"]
         worker_cpu += got["cpu_s"] / max(got["seconds"], 1e-9)
+        worker_waits += got["waited_s"] / max(got["seconds"], 1e-9)
         for a in agents:
             if a.name in got["v"]:
                 a.v = got["v"][a.name]
     res.seconds = max(seconds_seen)
     if cpu is not None:
         res.cpu = cpu.meter_result
+        res.waits = cpu.meter_waits | {f"sdk x{procs}": worker_waits}
     if res.cpu:
         # The workers' own CPU during their run (each measures itself: they exit before the meter
         # stops); ``others`` was computed without them, so it is corrected here.
@@ -725,6 +773,10 @@ def sdk_worker() -> int:
     if spec.get("mode") == "pool":
         print(json.dumps(asyncio.run(pool_worker(spec))))
         return 0
+    if spec.get("timeline"):
+        import bench_timeline  # beside this script: sys.path[0]
+
+        bench_timeline.install_sdk(spec["timeline"])
 
     def register(a: dict[str, Any], v: int) -> C.RegisterWait:
         return C.RegisterWait(
@@ -748,7 +800,7 @@ def sdk_worker() -> int:
         async with Client([spec["endpoint"]], agents[0]["token"], call_timeout_s=10, retry_deadline_s=10) as client:
             await client.transport.channel(spec["endpoint"]).channel_ready()
             await asyncio.sleep(max(0.0, spec["start_at"] - time.time()))
-            t0, cpu0 = time.perf_counter(), time.process_time()
+            t0, cpu0, waited0 = time.perf_counter(), time.process_time(), run_queue_wait_s()
             stop = t0 + spec["seconds"]
 
             async def write(a: dict[str, Any], cmd: C.Command, n: int) -> bool:
@@ -777,7 +829,11 @@ def sdk_worker() -> int:
                         counts["closes"] += closed
 
             await asyncio.gather(*(loop(a) for a in agents))
-            elapsed, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+            elapsed, cpu_s, waited_s = (
+                time.perf_counter() - t0,
+                time.process_time() - cpu0,
+                run_queue_wait_s() - waited0,
+            )
             if not spec["close"]:  # leave every W RUNNING again
                 for a in agents:
                     with contextlib.suppress(RpcError):
@@ -789,12 +845,16 @@ def sdk_worker() -> int:
             "latencies": [round(x, 6) for x in lat],
             "seconds": elapsed,
             "cpu_s": cpu_s,
+            "waited_s": waited_s,
             "v": versions,
             "batches": sum(b.batches_sent for b in batchers),
             "items": sum(b.items_sent for b in batchers),
         }
 
-    print(json.dumps(asyncio.run(main())))
+    result = asyncio.run(main())
+    if spec.get("timeline"):
+        bench_timeline.flush()
+    print(json.dumps(result))
     return 0
 
 
@@ -1576,7 +1636,10 @@ async def run(st: Settings, hs: HandoffSettings, root: Path, results: dict[str, 
                     native=st.profile == "native",
                 )
             if sdk:
-                res = await drive_sdk(cluster, agents, node, st.seconds, st.sdk_procs, close=close, cpu=cpu)
+                timeline = TIMELINE_DIR if not to_follower and close else None  # figure 2 only
+                res = await drive_sdk(
+                    cluster, agents, node, st.seconds, st.sdk_procs, close=close, cpu=cpu, timeline=timeline
+                )
             else:
                 res = await drive(cluster, agents, node, st.seconds, close=close, cpu=cpu)
             key = ("sdk", to_follower, close) if sdk else (to_follower, close)
@@ -2144,6 +2207,7 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
             if NODE_SWITCH_INTERVAL_S is not None
             else ""
         )
+        + ("; **diagnosis: `--timeline` wrappers in the nodes and figure 2's SDK workers**" if TIMELINE_DIR else "")
     )
     print()
     print(
@@ -2297,7 +2361,17 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
             f"{r.entries} log entries, {per_entry}; per-call latency under load {under_load}; "
             f"not applied / errors: {others or 'none'}; CPU in cores (* = leader): {cpu} "
             f"(sum without steal {sum(v for k, v in r.cpu.items() if k != 'steal'):.2f} of {os.cpu_count()})"
+            + (
+                f"; runnable but waiting for a core, in cores: {', '.join(f'{k} {v:.2f}' for k, v in r.waits.items())}"
+                if r.waits
+                else ""
+            )
         )
+    if TIMELINE_DIR is not None:
+        import bench_timeline  # beside this script: sys.path[0]
+
+        for line in bench_timeline.report(Path(TIMELINE_DIR)):
+            print(line)
     for variant, rv in raw.items():  # raw, wrapper (durable), wrapper-no-fsync, wrapper-attacked
         if rv:
             print(f"- raw bench `{variant}`: {json.dumps(rv)}")
@@ -2433,12 +2507,25 @@ def main() -> int:
         type=float,
         help="experiment: start each node with sys.setswitchinterval(this) (Python's default is 5 ms)",
     )
+    p.add_argument(
+        "--timeline",
+        type=Path,
+        metavar="DIR",
+        help="diagnosis: time every stage of figure 2's WriteBatch calls (scripts/bench_timeline.py: the nodes "
+        "and SDK workers write events into DIR) and print where a call's time goes; the wrappers cost a little, "
+        "so the figures of such a run are not comparable with others",
+    )
     args = p.parse_args()
     if args.sdk_worker:
         return sdk_worker()
-    global NODE_SWITCH_INTERVAL_S
+    global NODE_SWITCH_INTERVAL_S, TIMELINE_DIR
     if args.node_switch_interval_ms is not None:
         NODE_SWITCH_INTERVAL_S = args.node_switch_interval_ms / 1000
+    if args.timeline is not None:
+        args.timeline.mkdir(parents=True, exist_ok=True)
+        if any(args.timeline.glob("tl-*.txt")):
+            p.error(f"--timeline {args.timeline}: holds the events of an earlier run; give an empty directory")
+        TIMELINE_DIR = str(args.timeline.resolve())
     q = args.quick or args.smoke
     tiny = args.smoke
     st = Settings(

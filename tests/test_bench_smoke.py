@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -188,3 +189,64 @@ def test_cluster_benchmark_handoff_runs(tmp_path: Path) -> None:
     assert pool["n"] > 0 and race["n"] > 0, (pool, race)
     assert pool["handed_over"] > 0, pool  # the queued side was granted by releases
     assert race["handed_over"] == 0, race  # the anchor never queues
+
+
+def _bench_timeline() -> object:
+    spec = importlib.util.spec_from_file_location("bench_timeline_probe", ROOT / "scripts" / "bench_timeline.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_timeline_joins_a_call_with_its_own_nodes_raft_events(tmp_path: Path) -> None:
+    """``--timeline``'s join (scripts/bench_timeline.py), on events written by hand: a call's Raft
+    stages come from the node whose gateway took it (a follower applies the same entry at another
+    time), an acknowledgment that does not cover the entry is not its quorum, the entry is the
+    first one appended after the group was proposed, and the stages add up to the whole call."""
+    tl = _bench_timeline()
+    (tmp_path / "tl-1.txt").write_text("10.000 S_send r1 \n10.050 S_reply r1 \n")
+    (tmp_path / "tl-2.txt").write_text(  # the leader
+        "10.001 H_start r1 2\n10.003 H_submit r1 \n10.006 L_add 7 1\n10.010 A_prop r1 99\n"
+        "10.012 L_add 8 1\n10.015 L_ack 8 n3\n10.020 L_ack 9 n3\n10.030 apply1 7 1\n10.031 apply1 8 2\n"
+        "10.040 H_answered r1 \n10.045 H_end r1 \n"
+    )
+    (tmp_path / "tl-0.txt").write_text("10.011 L_add 8 1\n10.013 apply1 8 2\n")  # a follower, read first
+    (call,) = tl.join(tmp_path).values()  # type: ignore[attr-defined]
+    assert (call["L_add"], call["L_ack"], call["apply1"]) == (10.012, 10.020, 10.031)
+    stages = {key: call[b] - call[a] for key, _, a, b in tl.STAGES}  # type: ignore[attr-defined]
+    assert stages["buffered"] == pytest.approx(0.007) and stages["to_raft"] == pytest.approx(0.002)
+    assert stages["quorum"] == pytest.approx(0.008) and stages["apply"] == pytest.approx(0.011)
+    assert sum(stages.values()) == pytest.approx(0.050)
+    report = "\n".join(tl.report(tmp_path))  # type: ignore[attr-defined]
+    assert "timeline of 1 WriteBatch calls" in report and "| **the whole call** | 50.00 |" in report
+    # A call whose reply was lost with its process is left out, not counted as zero.
+    (tmp_path / "tl-1.txt").write_text("10.000 S_send r1 \n")
+    assert tl.join(tmp_path) == {}  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(240)
+def test_cluster_benchmark_timeline_runs(tmp_path: Path) -> None:
+    """``scripts/bench cluster --smoke --timeline DIR``: the wrappers load in real node and SDK
+    processes, figure 2's calls are joined across them, and the run-queue figure is printed (no
+    timing is asserted)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_cluster.py"),
+            "--smoke",
+            *("--no-raw", "--no-unary", "--etcd", "off", "--handoff", "off"),
+            *("--recovery-trials", "0", "--failover-trials", "0", "--soak-s", "0"),
+            *("--timeline", str(tmp_path / "tl")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=230,
+        cwd=ROOT,
+    )
+    not_logs = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("{"))
+    assert done.returncode == 0, (done.stdout[-3000:], not_logs[-5000:])
+    assert re.search(r"runnable but waiting for a core, in cores: n1\*? \d", done.stdout), done.stdout[-3000:]
+    joined = [line for line in done.stdout.splitlines() if line.startswith("- timeline of ")]
+    assert joined and int(joined[0].split()[3]) > 0, done.stdout[-3000:]
+    assert "| the SDK sends -> the handler starts |" in done.stdout
