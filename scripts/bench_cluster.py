@@ -94,9 +94,9 @@ is an experiment: the nodes start with ``sys.setswitchinterval`` changed.
 ``--timeline DIR`` is a diagnosis: the nodes and figure 2's SDK workers write timed events into DIR
 (``scripts/bench_timeline.py``, wrappers installed from outside ``cluster/``), and the details show
 where one WriteBatch call's time went, stage by stage, from the SDK's send to its reply. Every
-throughput row also says how long each process's threads were runnable but waiting for a core
-(``/proc/PID/task/*/schedstat``): on 2 cores shared by 8 processes that is as large as their run
-time, and in a closed loop it is latency, so rate.
+throughput row also says how many of each process's threads were runnable but waiting for a
+core, on average (``/proc/PID/task/*/schedstat``: the run-queue wait of every thread over the wall
+time): on 2 cores shared by 8 processes a hand-off between them waits about as long as it runs.
 
 raw pysyncobj and the RaftNode wrapper come from ``scripts/bench_raw_raft.py`` (imported), run
 before the cluster starts with the same sample count, 64 submitters and the same duration. They
@@ -246,8 +246,10 @@ class CpuMeter:
         """What the last stop() returned (for callers that do not call it themselves)."""
         self.waited0: dict[str, float] = {}
         self.meter_waits: dict[str, float] = {}
-        """Per process, what its threads spent runnable but waiting for a core (the kernel's run
-        queue, ``/proc/PID/task/*/schedstat``) between start() and stop(), in cores."""
+        """Per process, how many of its threads were runnable but waiting for a core between
+        start() and stop(), on average: the run-queue wait of all its threads
+        (``/proc/PID/task/*/schedstat``) over the wall time. Can exceed the cores: Go's runtime
+        (etcd) keeps more runnable threads than there are cores."""
 
     @staticmethod
     def _waited(pid: int) -> float:
@@ -594,7 +596,7 @@ class DriveResult:
     latencies: list[float] = field(default_factory=list)
     cpu: dict[str, float] = field(default_factory=dict)
     waits: dict[str, float] = field(default_factory=dict)
-    """CpuMeter.meter_waits of the run (cores spent waiting for a core), the SDK workers' too."""
+    """CpuMeter.meter_waits of the run (threads waiting for a core, on average), the SDK workers' too."""
     entries: int = 0
     batches: int = 0
     """WriteBatch calls (SDK rows only) and the writes they carried."""
@@ -1698,6 +1700,13 @@ def _busy_cores(cpu: dict[str, float]) -> float:
     return sum(v for k, v in cpu.items() if k not in ("others", "steal"))
 
 
+def _waits(shape: dict[str, Any]) -> str:
+    """``n1 0.25, ...`` from a shape's ``waits`` (CpuMeter.meter_waits), with the servers' sum first."""
+    waits: dict[str, float] = shape["waits"]
+    servers = sum(v for k, v in waits.items() if not k.startswith("sdk"))
+    return f"{servers:.2f} ({', '.join(f'{k} {v:.2f}' for k, v in waits.items())})"
+
+
 def _shape(rate_per_s: float, n: int, cpu: dict[str, float], latencies: list[float], failed: int) -> dict[str, Any]:
     return {
         "rate": rate_per_s,
@@ -1743,6 +1752,7 @@ async def versus_waitgraph(
             r = await drive_sdk(cluster, agents, leader, vs.seconds, vs.procs, close=False, cpu=meter(False))
             out["sdk64"] = _shape(r.reg_per_s, r.registrations, r.cpu, r.latencies, sum(r.other.values()))
             out["sdk64"]["writes_per_call"] = r.batch_items / r.batches if r.batches else float("nan")
+            out["sdk64"]["waits"] = {k: round(v, 3) for k, v in r.waits.items()}
         if attack:
             raw_raft = _load_script("bench_raw_raft")
             stop = threading.Event()
@@ -1792,8 +1802,10 @@ async def versus_etcd(vs: VersusSettings, root: Path, stubs: Any, durable: bool,
         await E.drive(cluster, AGENTS, 1.0, procs, "put", meter())  # warm-up, untimed
         out["latency"] = await E.latency(cluster, vs.samples)
         for mode in ("put", "txn"):
-            r = await E.drive(cluster, AGENTS, vs.seconds, procs, mode, meter())
+            m = meter()
+            r = await E.drive(cluster, AGENTS, vs.seconds, procs, mode, m)
             out[f"{mode}64"] = _shape(r.writes_per_s, r.writes, r.cpu, r.latencies, r.failed)
+            out[f"{mode}64"]["waits"] = {k: round(v, 3) for k, v in m.meter_waits.items()}
         if failover and vs.failover_trials > 0:
             out["failover"] = await E.failover(cluster, vs.failover_trials)
     except Exception:
@@ -2100,6 +2112,17 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
         [r["failover"]["p50"] for r in et if "failover" in r],
         "ms",
     )
+    waits = [
+        f"waitgraph {_waits(r['sdk64'])} / etcd {_waits(e['put64'])}"
+        for r, e in zip(wg, et, strict=False)
+        if "waits" in r.get("sdk64", {}) and "waits" in e.get("put64", {})
+    ]
+    if waits:
+        print(
+            f"\nThreads runnable but waiting for a core, on average, 64 writers (waitgraph's SDK shape, etcd's put), "
+            f"per round: {'; '.join(waits)} (the servers' sum first; waitgraph's 4 SDK processes are measured too, "
+            "etcd's client processes are not)."
+        )
     floor = v.get("grpc_floor")
     if floor:
         lone = [x["p50"] * 1000 for x in lat_wg]
@@ -2362,7 +2385,7 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
             f"not applied / errors: {others or 'none'}; CPU in cores (* = leader): {cpu} "
             f"(sum without steal {sum(v for k, v in r.cpu.items() if k != 'steal'):.2f} of {os.cpu_count()})"
             + (
-                f"; runnable but waiting for a core, in cores: {', '.join(f'{k} {v:.2f}' for k, v in r.waits.items())}"
+                f"; threads waiting for a core, on average: {', '.join(f'{k} {v:.2f}' for k, v in r.waits.items())}"
                 if r.waits
                 else ""
             )
