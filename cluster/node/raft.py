@@ -835,8 +835,8 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
         otherwise find this node already standing in the same term."""
         if self._isLeader() or self._SyncObj__selfNode is None:
             return
-        if self._SyncObj__raftElectionDeadline >= raft_clock() or not self._SyncObj__connectedToAnyone():
-            return  # not due, or pysyncobj will not stand anyway (connected to no one)
+        if self._SyncObj__raftElectionDeadline >= raft_clock():
+            return
         self.counters["reads_before_standing"] += 1
         self._poller.poll(0)
 
