@@ -252,10 +252,6 @@ class CpuMeter:
         (etcd) keeps more runnable threads than there are cores."""
 
     @staticmethod
-    def _waited(pid: int) -> float:
-        return run_queue_wait_s(pid)
-
-    @staticmethod
     def _cpu(pid: int) -> float:
         try:
             t = psutil.Process(pid).cpu_times()
@@ -266,7 +262,7 @@ class CpuMeter:
     def start(self) -> CpuMeter:
         self.t0 = time.perf_counter()
         self.before = {k: self._cpu(p) for k, p in self.pids.items()}
-        self.waited0 = {k: self._waited(p) for k, p in self.pids.items()}
+        self.waited0 = {k: run_queue_wait_s(p) for k, p in self.pids.items()}
         self.sys0 = psutil.cpu_times()
         return self
 
@@ -278,7 +274,7 @@ class CpuMeter:
         steal = getattr(s1, "steal", 0) - getattr(s0, "steal", 0)
         out["others"] = max(0.0, (busy - steal) / wall - sum(out.values()))
         out["steal"] = steal / wall
-        self.meter_waits = {k: (self._waited(p) - self.waited0[k]) / wall for k, p in self.pids.items()}
+        self.meter_waits = {k: (run_queue_wait_s(p) - self.waited0[k]) / wall for k, p in self.pids.items()}
         return out
 
 
