@@ -149,6 +149,26 @@ index, and any answer when the last one is older than :data:`REPEATED_ACK_S`, so
 hears from every live follower at least once per heartbeat (``quorum_window_s`` and
 ``leaderFallbackTimeout`` are ten times longer).
 
+**Idle connections** (:meth:`WaitgraphSyncObj._keep_connections_alive`). pysyncobj closes a
+connection when it *sends* on one it has read nothing from for ``connectionTimeout``, and the
+message is lost. Followers never talk to each other, so after a quiet spell the first message
+between them was the first ``request_vote`` of an election: lost, the connection closed, and the
+other follower timed out and asked in the same way, so both stood in the same term until the
+connection was back. Failover took another election timeout: 1.4-1.5 s instead of 0.5-1.0 s on
+the first kill of every ``scripts/bench cluster`` run. Every member now sends :data:`KEEPALIVE` to
+every peer every quarter of ``connectionTimeout``; pysyncobj has no handler for its type, so
+receiving it only refreshes the connection (it does not count as the follower's answer to the
+leader, nor as a heartbeat to a follower).
+
+**Elections** (:meth:`WaitgraphSyncObj._read_before_standing`, :func:`raft_clock`). pysyncobj
+checks a follower's election deadline at the start of a tick and reads its sockets at the end,
+and an idle tick comes every 50 ms. When the first follower stands, its vote request wakes the
+other; if that one's deadline passed since its last tick, it stands too, in the same term, before
+it reads the request: a split vote, and one more election timeout (1.6-1.9 s failovers in 2 of 8
+kills of a `scripts/bench cluster` run). So a node whose deadline has passed reads what is waiting
+first; a vote it grants restarts its deadline, and it does not stand. Every deadline this module
+writes into pysyncobj is in :func:`raft_clock`, pysyncobj's own clock.
+
 **Membership** (:meth:`RaftNode.change_membership`, ``waitgraph member``, docs/deploy.md section 6).
 pysyncobj applies a change when the entry is *appended* (Raft's single-server change: the leader
 at ``_checkCommandsToApply``, a follower in its ``append_entries`` handler, both through
@@ -215,6 +235,7 @@ from typing import Any, Generic, TypeVar
 import msgpack
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as pysyncobj_pickle
+from pysyncobj import syncobj as pysyncobj_syncobj
 from pysyncobj.config import FAIL_REASON, SERIALIZER_STATE
 from pysyncobj.journal import MemoryJournal
 from pysyncobj.syncobj import _COMMAND_TYPE, SyncObjExceptionWrongVer
@@ -429,6 +450,27 @@ REPEATED_ACK_S = 0.05
 _NEVER = 2**62
 
 
+def raft_clock() -> float:
+    """The clock of every deadline pysyncobj keeps (``pysyncobj.syncobj.monotonicTime``, looked up
+    at each call). On Linux it is CLOCK_MONOTONIC_RAW, not ``time.monotonic``: the two were 0.25 s
+    apart on the benchmark machine, and the gap moves with every NTP adjustment, so a deadline
+    written in one and compared in the other is off by it."""
+    return float(pysyncobj_syncobj.monotonicTime())
+
+
+def answered_within(obj: Any, window_s: float) -> set[Any]:
+    """The peers whose last answer reached this leader less than ``window_s`` ago (pysyncobj's
+    ``__lastResponseTime``, kept in :func:`raft_clock`). Any thread: the times are copied first
+    (a copy racing the tick thread raises RuntimeError; the caller tries again)."""
+    horizon = raft_clock() - window_s
+    return {node for node, at in obj._SyncObj__lastResponseTime.copy().items() if at > horizon}
+
+
+KEEPALIVE: dict[str, str] = {"type": "waitgraph_keepalive"}
+"""What a member sends every peer every quarter of the connection timeout (module docstring, "Idle
+connections"); pysyncobj ignores a message type it has no handler for."""
+
+
 MAX_IMAGE_READERS = 2
 """Forked whole-state readers (:meth:`RaftNode.read_image`) one node runs at once."""
 
@@ -627,6 +669,7 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             "dumps_forked": 0,
             "compaction_pause_ms_max": 0,
             "election_deadline_resets": 0,
+            "reads_before_standing": 0,
             "tick_stalls": 0,
             "tick_gap_ms_max": 0,
             "acks_skipped": 0,
@@ -636,6 +679,8 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
         }
         self._answering_entryless = False
         self._last_ack: dict[Any, tuple[int, int, float]] = {}
+        self._keepalive_every_s = float(conf.connectionTimeout) / 4
+        self._keepalive_at = 0.0
         self._tick_started_at = 0.0
         conf.serializer = self._write_dump
         conf.deserializer = self._read_dump
@@ -760,7 +805,7 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
         """After a long pause of the tick thread (a dump written or loaded), as if a heartbeat had
         just arrived (see :meth:`_after_dump`); a leader keeps its role."""
         if not self._isLeader():
-            self._SyncObj__raftElectionDeadline = time.monotonic() + self._SyncObj__generateRaftTimeout()
+            self._SyncObj__raftElectionDeadline = raft_clock() + self._SyncObj__generateRaftTimeout()
             self.counters["election_deadline_resets"] += 1
 
     # -- durability: three more overrides, inert with ``fsync`` off (``--no-fsync``) (the answers
@@ -779,7 +824,31 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
         if self._fsync:
             self.sync_journal()
         self._run_tick_calls()
+        self._keep_connections_alive(started)
+        self._read_before_standing()
         super()._onTick(timeToWait)
+
+    def _read_before_standing(self) -> None:
+        """A follower or candidate whose election deadline has passed first reads what is waiting
+        on its connections (module docstring, "Elections"): pysyncobj checks the deadline at the
+        start of a tick and reads at its end, so a vote request that woke this tick would
+        otherwise find this node already standing in the same term."""
+        if self._isLeader() or self._SyncObj__selfNode is None:
+            return
+        if self._SyncObj__raftElectionDeadline >= raft_clock() or not self._SyncObj__connectedToAnyone():
+            return  # not due, or pysyncobj will not stand anyway (connected to no one)
+        self.counters["reads_before_standing"] += 1
+        self._poller.poll(0)
+
+    def _keep_connections_alive(self, now: float) -> None:
+        """:data:`KEEPALIVE` to every peer, every quarter of the connection timeout (module
+        docstring, "Idle connections"); a peer not connected is skipped (pysyncobj reconnects)."""
+        if now - self._keepalive_at < self._keepalive_every_s:
+            return
+        self._keepalive_at = now
+        transport = self._SyncObj__transport
+        for node in self._SyncObj__otherNodes:
+            transport.send(node, KEEPALIVE)
 
     def _SyncObj__sendNextNodeIdx(
         self, node: Any, reset: bool = False, nextNodeIdx: int | None = None, success: bool = False
@@ -897,9 +966,8 @@ class WaitgraphSyncObj(SyncObj):  # type: ignore[misc]
             )
         me = self.selfNode.address
         others = {n.address: n for n in self.otherNodes}
-        horizon = time.monotonic() - float(self._SyncObj__conf.waitgraph_quorum_window_s)
-        answered = self._SyncObj__lastResponseTime
-        healthy = {me} | {a for a, n in others.items() if answered.get(n, 0.0) > horizon}
+        recent = answered_within(self, float(self._SyncObj__conf.waitgraph_quorum_window_s))
+        healthy = {me} | {a for a, n in others.items() if n in recent}
         ids = {a: self.directory.get(a, (a, ""))[0] for a in {me, *others}}
         refusal = membership_refusal(kind, address, node_id, me=me, members=ids, healthy=healthy)
         if refusal is not None:
@@ -1913,10 +1981,8 @@ class RaftNode:
             try:
                 members = len(obj.otherNodes) + 1
                 if obj._isLeader():
-                    horizon = time.monotonic() - self.cfg.quorum_window_s
-                    answered = obj._SyncObj__lastResponseTime.copy()
                     others = obj.otherNodes  # pysyncobj keeps the times of removed members too
-                    recent = 1 + sum(1 for n, t in answered.items() if t > horizon and n in others)
+                    recent = 1 + sum(1 for n in answered_within(obj, self.cfg.quorum_window_s) if n in others)
                     return recent > members / 2
                 return obj._getLeader() is not None and bool(obj.hasQuorum)
             except RuntimeError:  # a set or dict changed size under us (tick thread); try again
