@@ -129,9 +129,15 @@ RATE, BURST = 40.0, 40
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcCluster]:
+    # Election timeouts of 3-6 s: these tests count every call's answer, and a 0.5-1 s stall of
+    # every Raft thread at once (the CI machine, not the test) turned the default 0.5-1 s into an
+    # election mid-flood, answered "no leader is known"; limits, not failover, are tested here.
     cluster = GrpcCluster(
         tmp_path_factory.mktemp("grpc-limits"),
-        extra_args=["--rate-limit-per-s", str(RATE), "--rate-limit-burst", str(BURST)],
+        extra_args=[
+            *("--rate-limit-per-s", str(RATE), "--rate-limit-burst", str(BURST)),
+            *("--election-timeout-ms", "3000"),
+        ],
     )
     with cluster:
         yield cluster

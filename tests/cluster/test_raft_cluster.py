@@ -146,15 +146,29 @@ def test_backpressure_returns_exhausted(make_cluster):
     cluster.converged_digest()
 
 
+ELECTION_CODES = ("not_leader", "outcome_unknown")
+"""What a write is answered when the leader changes under it (cluster/node/errors.py)."""
+
+
 @pytest.mark.timeout(90)
 def test_burst_with_one_envelope_per_entry_never_truncates(make_cluster):
     """The burst that makes raw pysyncobj truncate applied entries (see cluster/node/raft.py)."""
     cluster = make_cluster(extra_args=["--group-max-items", "1", "--log-compaction-min-entries", "500"])
-    leader = cluster.leader()
     t0 = time.monotonic()
     for start in range(0, 6000, 2000):
-        replies = leader.call(60, op="submit_many", envs=[envelope(i) for i in range(start, start + 2000)])["replies"]
-        assert all(r["ok"] for r in replies), [r for r in replies if not r["ok"]][:3]
+        # What a leader change refused or left unknown (a stall of every Raft thread at once on a
+        # loaded CI machine) is sent again to the new leader: the request ids make a write that
+        # did get in come back as a duplicate, and the claim here is about truncation, not elections.
+        pending = [envelope(i) for i in range(start, start + 2000)]
+        for _ in range(5):
+            replies = cluster.leader().call(60, op="submit_many", envs=pending)["replies"]
+            assert all(r["ok"] or r.get("code") in ELECTION_CODES for r in replies), [
+                r for r in replies if not r["ok"]
+            ][:3]
+            pending = [env for env, r in zip(pending, replies, strict=True) if not r["ok"]]
+            if not pending:
+                break
+        assert not pending, f"{len(pending)} writes still refused after 5 tries"
     assert time.monotonic() - t0 < 60
     cluster.converged_digest(timeout_s=30)
     for node in cluster.nodes:
