@@ -91,9 +91,11 @@ leader, a follower and the client during figure 2 and prints the top frames; ``-
 adds C/Cython frames (py-spy then pauses the processes per sample). ``--node-switch-interval-ms``
 is an experiment: the nodes start with ``sys.setswitchinterval`` changed.
 
-``--timeline DIR`` is a diagnosis: the nodes and figure 2's SDK workers write timed events into DIR
-(``scripts/bench_timeline.py``, wrappers installed from outside ``cluster/``), and the details show
-where one WriteBatch call's time went, stage by stage, from the SDK's send to its reply. Every
+``--timeline DIR`` is a diagnosis: the nodes, figure 2's SDK workers and figure 1's client write
+timed events into DIR (``scripts/bench_timeline.py``, wrappers installed from outside
+``cluster/``), and the details show where one lone unary write's time went (figure 1) and one
+WriteBatch call's (figure 2), stage by stage, from the client's send to its reply, through the
+follower whose answer made the quorum. Every
 throughput row also says how many of each process's threads were runnable but waiting for a
 core, on average (``/proc/PID/task/*/schedstat``: the run-queue wait of every thread over the wall
 time): on 2 cores shared by 8 processes a hand-off between them waits about as long as it runs.
@@ -146,6 +148,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import bench_timeline  # noqa: E402 - beside this script (sys.path[0]); wraps nothing unless asked
 import grpc  # noqa: E402
 import psutil  # noqa: E402
 
@@ -172,7 +175,8 @@ DETECT_MS: int = ServeConfig.__dataclass_fields__["detect_interval_ms"].default 
 APPLIED = types_pb2.RESULT_APPLIED
 NODE_SWITCH_INTERVAL_S: float | None = None
 TIMELINE_DIR: str | None = None
-"""``--timeline``: the nodes and figure 2's SDK workers write scripts/bench_timeline.py's events here."""
+"""``--timeline``: where the nodes, figure 2's SDK workers and figure 1's client write their events
+(scripts/bench_timeline.py)."""
 CHANNEL_OPTIONS = [
     # A restarted node must be reachable again at once, not after gRPC's reconnect backoff (1 s+).
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -772,8 +776,6 @@ def sdk_worker() -> int:
         print(json.dumps(asyncio.run(pool_worker(spec))))
         return 0
     if spec.get("timeline"):
-        import bench_timeline  # beside this script: sys.path[0]
-
         bench_timeline.install_sdk(spec["timeline"])
 
     def register(a: dict[str, Any], v: int) -> C.RegisterWait:
@@ -1136,9 +1138,14 @@ async def phase_latency(cluster: Cluster, agent: BenchAgent, samples: int) -> di
     clo: list[float] = []
     for i in range(samples + 50):
         agent.v += 1
+        req = register_req(agent)
+        if TIMELINE_DIR is not None:
+            bench_timeline.mark(TIMELINE_DIR, "S_send", req.request_id, "unary")
         t = time.perf_counter()
-        out = await stub.RegisterWait(register_req(agent), metadata=agent.md, timeout=10)
+        out = await stub.RegisterWait(req, metadata=agent.md, timeout=10)
         t1 = time.perf_counter()
+        if TIMELINE_DIR is not None:
+            bench_timeline.mark(TIMELINE_DIR, "S_reply", req.request_id)
         if out.result != APPLIED:
             raise RuntimeError(f"RegisterWait not applied: {out.code}")
         out = await stub.CloseWait(close_req(agent), metadata=agent.md, timeout=10)
@@ -2387,8 +2394,7 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
             )
         )
     if TIMELINE_DIR is not None:
-        import bench_timeline  # beside this script: sys.path[0]
-
+        bench_timeline.flush()  # figure 1's client marks (this process)
         for line in bench_timeline.report(Path(TIMELINE_DIR)):
             print(line)
     for variant, rv in raw.items():  # raw, wrapper (durable), wrapper-no-fsync, wrapper-attacked
@@ -2530,8 +2536,9 @@ def main() -> int:
         "--timeline",
         type=Path,
         metavar="DIR",
-        help="diagnosis: time every stage of figure 2's WriteBatch calls (scripts/bench_timeline.py: the nodes "
-        "and SDK workers write events into DIR) and print where a call's time goes; the wrappers cost a little, "
+        help="diagnosis: time every stage of figure 1's unary calls and figure 2's WriteBatch calls "
+        "(scripts/bench_timeline.py: the nodes, the SDK workers and figure 1's client write events into DIR) and "
+        "print where a call's time goes; the wrappers cost a little, "
         "so the figures of such a run are not comparable with others",
     )
     args = p.parse_args()

@@ -1,28 +1,37 @@
-"""``scripts/bench cluster --timeline DIR``: where one WriteBatch call's time goes, stage by stage.
+"""``scripts/bench cluster --timeline DIR``: where one write call's time goes, stage by stage.
 
 Figure 2 through the SDK is a closed loop (64 agents, each waiting for its last write), so its rate
 is 64 over the time of one call, and that time is the sum of hand-offs between processes and
-threads as much as of work. This module names each hand-off: it wraps a few methods (nothing in
-``cluster/`` changes, and nothing is wrapped unless ``--timeline`` asks), in the node processes
-(their boot command imports it first) and in figure 2's SDK worker processes, and each process
-appends ``<CLOCK_MONOTONIC seconds> <event> <key> [<n>]`` lines to ``DIR/tl-<pid>.txt``:
-CLOCK_MONOTONIC is one clock for every process on the machine, so the files join.
+threads as much as of work. Figure 1 (one unary RegisterWait at a time) has no queue at all, so
+its time is the hand-offs alone. This module names each hand-off: it wraps a few methods (nothing
+in ``cluster/`` changes, and nothing is wrapped unless ``--timeline`` asks), in the node processes
+(their boot command imports it first) and in figure 2's SDK worker processes, and figure 1's
+client marks its own calls (:func:`mark`). Each process appends ``<CLOCK_MONOTONIC seconds>
+<event> <key> [<n>]`` lines to ``DIR/tl-<pid>.txt``: CLOCK_MONOTONIC is one clock for every
+process on the machine, so the files join.
 
 Events (key in brackets):
 
-- SDK: ``S_send`` / ``S_reply`` [the request id of the call's first item], around ``WriteBatcher._send``.
-- Gateway: ``H_start`` / ``H_end`` [the same id] around ``Gateway.write_batch``; ``H_submit`` /
-  ``H_answered`` [id] around its ``RaftNode.submit_many``.
+- Client: ``S_send`` / ``S_reply`` [the request id of the call's first item], around the SDK's
+  ``WriteBatcher._send`` (figure 2) or figure 1's unary RegisterWait (n: ``unary``).
+- Gateway: ``H_start`` / ``H_end`` [the same id] around ``Gateway.write_batch`` (n: its item count)
+  and the unary ``Gateway.write`` (n: ``unary``); ``H_submit`` / ``H_answered`` [id] around its
+  ``RaftNode.submit_many`` or ``RaftNode.submit``.
 - RaftNode (event loop): ``A_prop`` [the id of each call in the group, one line per call] when a
   group is proposed.
-- WaitgraphSyncObj (Raft thread): ``L_add`` [last log index] when the leader appends;
-  ``L_ack`` [the follower's next index] when a follower's answer arrives; ``apply1`` [log index]
-  when an entry has been applied.
+- WaitgraphSyncObj (Raft thread), on the leader: ``L_add`` [last log index] when it appends;
+  ``L_ack`` [the follower's next index, n: the follower's Raft address] when a follower's answer
+  arrives; ``apply1`` [log index] when an entry has been applied (on every node).
+- On a follower (n: its own Raft address): ``F_recv`` [the last index of the entries] when an
+  ``append_entries`` with entries has been handled (appended, not yet flushed); ``F_ack`` [the
+  highest next index answered] when the answers held for its journal's flush leave.
 
-:func:`report` joins them per call and prints the stages; the leader's log entry of a group is
-the first one appended after the group was proposed (one group in flight at a time, the node's
-default, makes that exact). Events are written in blocks of 256 and at least every 0.5 s; a call
-whose events are incomplete is left out (the table says how many were joined).
+:func:`report` joins them per call and prints the stages, one table per kind of call; the
+leader's log entry of a group is the first one appended after the group was proposed (one group
+in flight at a time, the node's default, makes that exact), and the follower stages are those of
+the follower whose answer made the quorum. Events are written in blocks of 256 and at least
+every 0.5 s; a call whose events are incomplete is left out (the table says how many were
+joined).
 """
 
 from __future__ import annotations
@@ -74,6 +83,13 @@ def _open(directory: str) -> None:
     Path(directory).mkdir(parents=True, exist_ok=True)
     _file.append(open(Path(directory) / f"tl-{os.getpid()}.txt", "a"))  # noqa: SIM115 - lives with the process
     threading.Thread(target=_flush_every, args=(0.5,), name="timeline-flush", daemon=True).start()
+
+
+def mark(directory: str, kind: str, key: object, n: object = "") -> None:
+    """An event from the calling process itself (figure 1's client), its file opened at the first."""
+    if not _file:
+        _open(directory)
+    _event(kind, key, n)
 
 
 def _first_request_id(items: Any) -> str:
@@ -144,26 +160,36 @@ def install_node(directory: str) -> None:
         _event("H_end", _call_id.get())
         _call_id.reset(token)
 
+    def unary_start(self: Any, principal: Any, rpc: str, request: Any) -> contextvars.Token[str]:
+        rid = request.request_id or "-"
+        _event("H_start", rid, "unary")
+        return _call_id.set(rid)
+
     _around_async(Gateway, "write_batch", handler_start, handler_end)
-    _around_async(
-        RaftNode,
-        "submit_many",
-        lambda self, envelopes: _event("H_submit", _call_id.get()),
-        lambda self, token: _event("H_answered", _call_id.get()),
-    )
+    _around_async(Gateway, "write", unary_start, handler_end)
+    for submit in ("submit_many", "submit"):
+        _around_async(
+            RaftNode,
+            submit,
+            lambda self, envelopes: _event("H_submit", _call_id.get()),
+            lambda self, token: _event("H_answered", _call_id.get()),
+        )
 
     calls_of: dict[int, str] = {}
     """id(future) -> the call whose envelope it answers (set while the call enqueues)."""
 
     def enqueued(self: Any, token: None, fut: Any) -> None:
         rid = _call_id.get()
-        if rid != "-" and isinstance(fut, asyncio.Future):
-            calls_of[id(fut)] = rid
+        if rid != "-" and isinstance(fut, asyncio.Future) and any(f is fut for _, f, _ in self._buffer):
+            calls_of[id(fut)] = rid  # still waiting (one proposed inside _enqueue was timed by propose)
 
     _around(RaftNode, "_enqueue", lambda self, *a, **k: None, enqueued)
 
     def propose(self: Any, group: Any, payload: bytes) -> None:
-        for rid in dict.fromkeys(calls_of.pop(id(f), "-") for f in group.futures):
+        # The calls whose envelopes waited, and the call proposing now (a lone submit, or a
+        # group filled by this call's envelope: the handler's context).
+        rids = [calls_of.pop(id(f), "-") for f in group.futures] + [_call_id.get()]
+        for rid in dict.fromkeys(rids):
             if rid != "-":
                 _event("A_prop", rid, id(group))
 
@@ -176,11 +202,30 @@ def install_node(directory: str) -> None:
     # append is timed before the leader's fsync, which runs beside the followers' own.
     _around(SyncObj, "_checkCommandsToApply", lambda self: log_index(self), _appended)
 
-    def received(self: Any, node: Any, message: Any) -> None:
-        if type(message) is dict and message.get("type") == "next_node_idx":
-            _event("L_ack", message.get("next_node_idx"), node)
+    def received(self: Any, node: Any, message: Any) -> int:
+        """An answer is timed when it arrives; entries once handled (appended): their last index."""
+        if type(message) is not dict:
+            return 0
+        if message.get("type") == "next_node_idx":
+            _event("L_ack", message.get("next_node_idx"), node.address)
+        elif message.get("type") == "append_entries" and message.get("entries"):
+            return int(message.get("prevLogIdx", 0)) + len(message["entries"])
+        return 0
 
-    _around(WaitgraphSyncObj, "_SyncObj__onMessageReceived", received)
+    def handled(self: Any, last: int, result: None) -> None:
+        if last:
+            _event("F_recv", last, self.selfNode.address)
+
+    def held(self: Any) -> int:
+        """The highest next index among the answers waiting for this flush (0: none)."""
+        return max((r[2] for r in self._held_replies if r[3]), default=0)
+
+    def answered(self: Any, index: int, result: None) -> None:
+        if index:
+            _event("F_ack", index, self.selfNode.address)
+
+    _around(WaitgraphSyncObj, "_SyncObj__onMessageReceived", received, handled)
+    _around(WaitgraphSyncObj, "sync_journal", held, answered)
     _around(
         WaitgraphSyncObj,
         "_apply_payload",
@@ -198,17 +243,24 @@ def _appended(obj: Any, before: int, result: None) -> None:
 # -- the report ------------------------------------------------------------------------------------------
 
 STAGES = (
-    ("sdk", "the SDK sends -> the handler starts", "S_send", "H_start"),
+    ("client", "the client sends -> the handler starts", "S_send", "H_start"),
     ("convert", "handler: auth, conversion, envelope checks", "H_start", "H_submit"),
     ("buffered", "waits for the group in flight", "H_submit", "A_prop"),
     ("to_raft", "proposed -> in the leader's log (Raft thread)", "A_prop", "L_add"),
-    ("quorum", "in the log -> a follower's acknowledgment", "L_add", "L_ack"),
+    ("to_follower", "in the leader's log -> appended by the follower", "L_add", "F_recv"),
+    ("follower_sync", "the follower's journal flushed, its answer sent", "F_recv", "F_ack"),
+    ("ack_back", "the answer read by the leader", "F_ack", "L_ack"),
     ("apply", "acknowledged -> committed and applied on the leader", "L_ack", "apply1"),
     ("to_loop", "applied -> the answer on the event loop", "apply1", "H_answered"),
     ("answer", "handler: answers to protobuf", "H_answered", "H_end"),
-    ("back", "the handler returns -> the SDK has the reply", "H_end", "S_reply"),
+    ("back", "the handler returns -> the client has the reply", "H_end", "S_reply"),
 )
-"""(key, what it is, from event, to event): consecutive, so they add up to the whole call."""
+"""(key, what it is, from event, to event): consecutive, so they add up to the whole call. The
+follower is the one whose answer made the quorum (the first that covers the entry)."""
+
+KINDS = {"unary": "unary RegisterWait calls, one at a time (figure 1)", "batch": "WriteBatch calls (figure 2)"}
+"""A joined call's kind -> its table's title: ``H_start``'s n is ``unary``, or a WriteBatch's item
+count; a joined call's ``unary`` is 1.0 or 0.0."""
 
 
 def _read(directory: Path) -> dict[str, list[list[str]]]:
@@ -218,21 +270,34 @@ def _read(directory: Path) -> dict[str, list[list[str]]]:
     }
 
 
+def _first_after(times: list[tuple[float, int]], at: float, index: int) -> tuple[float, int] | None:
+    """The first (time, index) at or after ``at`` whose index covers ``index`` (is at least it)."""
+    for t, i in times[bisect.bisect_left(times, (at, -1)) :]:
+        if i >= index:
+            return t, i
+    return None
+
+
 class _RaftEvents:
-    """One node's Raft-thread events: appends, acknowledgments, applies."""
+    """One node's Raft-thread events: appends, acknowledgments (by follower), applies; and, as a
+    follower, what it appended and answered."""
 
     def __init__(self, rows: list[list[str]]) -> None:
         self.adds = sorted((float(r[0]), int(r[2])) for r in rows if r[1] == "L_add")
-        self.acks = sorted((float(r[0]), int(r[2])) for r in rows if r[1] == "L_ack" and r[2].isdigit())
+        self.acks = sorted((float(r[0]), int(r[2]), r[3]) for r in rows if r[1] == "L_ack" and r[2].isdigit())
         self.applied: dict[int, float] = {}
         for r in rows:
             if r[1] == "apply1":
                 self.applied.setdefault(int(r[2]), float(r[0]))
+        self.received = sorted((float(r[0]), int(r[2])) for r in rows if r[1] == "F_recv")
+        self.answered = sorted((float(r[0]), int(r[2])) for r in rows if r[1] == "F_ack")
+        self.address = next((r[3] for r in rows if r[1] in ("F_recv", "F_ack") and len(r) > 3), None)
         self.add_times = [a[0] for a in self.adds]
         self.ack_times = [a[0] for a in self.acks]
 
-    def follow(self, ev: dict[str, float]) -> bool:
-        """Add the entry's append, first covering acknowledgment and apply after ``ev["A_prop"]``."""
+    def follow(self, ev: dict[str, float], followers: dict[str, _RaftEvents]) -> bool:
+        """Add the entry's append, its first covering acknowledgment (and that follower's own
+        append and answer) and its apply, after ``ev["A_prop"]``."""
         i = bisect.bisect_left(self.add_times, ev["A_prop"])
         if i == len(self.adds):
             return False
@@ -242,7 +307,17 @@ class _RaftEvents:
             j += 1
         if j == len(self.acks) or index not in self.applied:
             return False
-        ev["L_ack"], ev["apply1"] = self.acks[j][0], self.applied[index]
+        ev["L_ack"], _, follower = self.acks[j]
+        ev["apply1"] = self.applied[index]
+        there = followers.get(follower)
+        got = None if there is None else _first_after(there.received, ev["L_add"], index)
+        if there is None or got is None:
+            return False
+        ev["F_recv"] = got[0]
+        answer = _first_after(there.answered, ev["F_recv"], index + 1)  # next index past the entry
+        if answer is None:
+            return False
+        ev["F_ack"] = answer[0]
         return True
 
 
@@ -250,21 +325,24 @@ _CALL_EVENTS = ("S_send", "S_reply", "H_start", "H_submit", "H_answered", "H_end
 
 
 def join(directory: Path) -> dict[str, dict[str, float]]:
-    """Each call (by its first request id) that every stage's events were found for: event -> time.
-    The Raft events are those of the node whose gateway took the call."""
+    """Each call (by its first request id) that every stage's events were found for: event ->
+    time, and ``unary`` (:data:`KINDS`). The Raft events are those of the node whose gateway took
+    the call, and of the follower that answered."""
     files = _read(directory)
     calls: dict[str, dict[str, float]] = {}
     node_of: dict[str, str] = {}
     for name, rows in files.items():
-        for t, kind, key, *_ in rows:
+        for t, kind, key, *n in rows:
             if kind in _CALL_EVENTS and key != "-":
                 calls.setdefault(key, {})[kind] = float(t)
                 if kind == "H_start":
                     node_of[key] = name
-    raft = {name: _RaftEvents(files[name]) for name in set(node_of.values())}
+                    calls[key]["unary"] = float(n == ["unary"])
+    events = {name: _RaftEvents(rows) for name, rows in files.items()}
+    followers = {e.address: e for e in events.values() if e.address is not None}
     whole: dict[str, dict[str, float]] = {}
     for rid, ev in calls.items():
-        if "A_prop" not in ev or rid not in node_of or not raft[node_of[rid]].follow(ev):
+        if "A_prop" not in ev or rid not in node_of or not events[node_of[rid]].follow(ev, followers):
             continue
         if all(a in ev and b in ev and ev[a] <= ev[b] for _, _, a, b in STAGES):
             whole[rid] = ev
@@ -277,26 +355,32 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def report(directory: Path) -> list[str]:
-    """Markdown lines: each stage of the joined calls, p50 / p90 / mean in ms and its share of the mean call."""
-    calls = join(directory)
-    if not calls:
-        return [f"- timeline: no WriteBatch call could be joined from {directory}"]
-    whole = [ev["S_reply"] - ev["S_send"] for ev in calls.values()]
-    total = statistics.mean(whole)
-    lines = [
-        f"- timeline of {len(calls)} WriteBatch calls (`--timeline`, files in {directory}): ms per call",
-        "",
-        "| stage | p50 | p90 | mean | share of the mean call |",
-        "|---|---:|---:|---:|---:|",
-    ]
+    """Markdown lines: for each kind of call joined, each stage, p50 / p90 / mean in ms and its
+    share of the mean call."""
+    joined = join(directory)
+    if not joined:
+        return [f"- timeline: no call could be joined from {directory}"]
+    lines: list[str] = []
+    for kind, title in KINDS.items():
+        calls = [ev for ev in joined.values() if ev["unary"] == (kind == "unary")]
+        if not calls:
+            continue
+        whole = [ev["S_reply"] - ev["S_send"] for ev in calls]
+        total = statistics.mean(whole)
+        lines += [
+            f"- timeline of {len(calls)} {title} (`--timeline`, files in {directory}): ms per call",
+            "",
+            "| stage | p50 | p90 | mean | share of the mean call |",
+            "|---|---:|---:|---:|---:|",
+        ]
 
-    def row(what: str, xs: list[float]) -> str:
-        mean = statistics.mean(xs)
-        ms = " | ".join(f"{x * 1e3:.2f}" for x in (_pct(xs, 0.5), _pct(xs, 0.9), mean))
-        return f"| {what} | {ms} | {mean / total:.0%} |"
+        def row(what: str, xs: list[float], total: float = total) -> str:
+            mean = statistics.mean(xs)
+            ms = " | ".join(f"{x * 1e3:.2f}" for x in (_pct(xs, 0.5), _pct(xs, 0.9), mean))
+            return f"| {what} | {ms} | {mean / total:.0%} |"
 
-    for _, what, a, b in STAGES:
-        lines.append(row(what, [ev[b] - ev[a] for ev in calls.values()]))
-    lines.append(row("**the whole call**", whole))
-    lines.append("")
+        for _, what, a, b in STAGES:
+            lines.append(row(what, [ev[b] - ev[a] for ev in calls]))
+        lines.append(row("**the whole call**", whole))
+        lines.append("")
     return lines

@@ -203,26 +203,47 @@ def _bench_timeline() -> object:
 def test_the_timeline_joins_a_call_with_its_own_nodes_raft_events(tmp_path: Path) -> None:
     """``--timeline``'s join (scripts/bench_timeline.py), on events written by hand: a call's Raft
     stages come from the node whose gateway took it (a follower applies the same entry at another
-    time), an acknowledgment that does not cover the entry is not its quorum, the entry is the
-    first one appended after the group was proposed, and the stages add up to the whole call."""
+    time), an acknowledgment that does not cover the entry is not its quorum, the follower stages
+    are those of the follower whose answer made it (not the other one's, nor that follower's
+    earlier entry or answer), the entry is the first one appended after the group was proposed,
+    the stages add up to the whole call, and unary calls get their own table."""
     tl = _bench_timeline()
-    (tmp_path / "tl-1.txt").write_text("10.000 S_send r1 \n10.050 S_reply r1 \n")
+    (tmp_path / "tl-1.txt").write_text(
+        "10.000 S_send r1 \n10.050 S_reply r1 \n10.100 S_send r2 unary\n10.110 S_reply r2 \n"
+    )
     (tmp_path / "tl-2.txt").write_text(  # the leader
         "10.001 H_start r1 2\n10.003 H_submit r1 \n10.006 L_add 7 1\n10.010 A_prop r1 99\n"
-        "10.012 L_add 8 1\n10.015 L_ack 8 n3\n10.020 L_ack 9 n3\n10.030 apply1 7 1\n10.031 apply1 8 2\n"
+        "10.012 L_add 8 1\n10.015 L_ack 8 f3\n10.020 L_ack 9 f3\n10.030 apply1 7 1\n10.031 apply1 8 2\n"
         "10.040 H_answered r1 \n10.045 H_end r1 \n"
+        "10.101 H_start r2 unary\n10.102 H_submit r2 \n10.1025 A_prop r2 98\n10.103 L_add 9 1\n"
+        "10.106 L_ack 10 f3\n10.107 apply1 9 1\n10.108 H_answered r2 \n10.109 H_end r2 \n"
     )
-    (tmp_path / "tl-0.txt").write_text("10.011 L_add 8 1\n10.013 apply1 8 2\n")  # a follower, read first
-    (call,) = tl.join(tmp_path).values()  # type: ignore[attr-defined]
+    (tmp_path / "tl-3.txt").write_text(  # the follower whose answers the leader counted
+        "10.008 F_recv 7 f3\n10.009 F_ack 8 f3\n10.014 F_recv 8 f3\n10.0145 F_ack 8 f3\n10.018 F_ack 9 f3\n"
+        "10.104 F_recv 9 f3\n10.105 F_ack 10 f3\n"
+    )
+    (tmp_path / "tl-0.txt").write_text(  # the other follower, read first
+        "10.011 L_add 8 1\n10.013 apply1 8 2\n10.0125 F_recv 8 f4\n10.0130 F_ack 9 f4\n"
+    )
+    calls = tl.join(tmp_path)  # type: ignore[attr-defined]
+    call = calls["r1"]
     assert (call["L_add"], call["L_ack"], call["apply1"]) == (10.012, 10.020, 10.031)
+    assert (call["F_recv"], call["F_ack"]) == (10.014, 10.018)
     stages = {key: call[b] - call[a] for key, _, a, b in tl.STAGES}  # type: ignore[attr-defined]
     assert stages["buffered"] == pytest.approx(0.007) and stages["to_raft"] == pytest.approx(0.002)
-    assert stages["quorum"] == pytest.approx(0.008) and stages["apply"] == pytest.approx(0.011)
+    assert stages["to_follower"] == pytest.approx(0.002) and stages["follower_sync"] == pytest.approx(0.004)
+    assert stages["ack_back"] == pytest.approx(0.002) and stages["apply"] == pytest.approx(0.011)
     assert sum(stages.values()) == pytest.approx(0.050)
+    unary = calls["r2"]
+    assert (unary["unary"], call["unary"]) == (1.0, 0.0)
+    assert (unary["F_recv"], unary["F_ack"], unary["L_ack"]) == (10.104, 10.105, 10.106)
     report = "\n".join(tl.report(tmp_path))  # type: ignore[attr-defined]
     assert "timeline of 1 WriteBatch calls" in report and "| **the whole call** | 50.00 |" in report
-    # A call whose reply was lost with its process is left out, not counted as zero.
-    (tmp_path / "tl-1.txt").write_text("10.000 S_send r1 \n")
+    assert "timeline of 1 unary RegisterWait calls" in report and "| **the whole call** | 10.00 |" in report
+    # A call whose reply was lost with its process is left out, not counted as zero; so is one
+    # whose follower events are missing.
+    (tmp_path / "tl-1.txt").write_text("10.000 S_send r1 \n10.100 S_send r2 unary\n10.110 S_reply r2 \n")
+    (tmp_path / "tl-3.txt").write_text("10.014 F_recv 8 f3\n10.018 F_ack 9 f3\n")
     assert tl.join(tmp_path) == {}  # type: ignore[attr-defined]
 
 
@@ -248,6 +269,8 @@ def test_cluster_benchmark_timeline_runs(tmp_path: Path) -> None:
     not_logs = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("{"))
     assert done.returncode == 0, (done.stdout[-3000:], not_logs[-5000:])
     assert re.search(r"threads waiting for a core, on average: n1\*? \d", done.stdout), done.stdout[-3000:]
-    joined = [line for line in done.stdout.splitlines() if line.startswith("- timeline of ")]
-    assert joined and int(joined[0].split()[3]) > 0, done.stdout[-3000:]
-    assert "| the SDK sends -> the handler starts |" in done.stdout
+    for kind in ("unary RegisterWait", "WriteBatch"):  # figures 1 and 2
+        joined = re.search(rf"^- timeline of (\d+) {kind} calls", done.stdout, re.MULTILINE)
+        assert joined and int(joined[1]) > 0, (kind, done.stdout[-3000:])
+    assert "| the client sends -> the handler starts |" in done.stdout
+    assert "| the follower's journal flushed, its answer sent |" in done.stdout
