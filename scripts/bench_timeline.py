@@ -24,7 +24,8 @@ Events (key in brackets):
   arrives; ``apply1`` [log index] when an entry has been applied (on every node).
 - On a follower (n: its own Raft address): ``F_recv`` [the last index of the entries] when an
   ``append_entries`` with entries has been handled (appended, not yet flushed); ``F_ack`` [the
-  highest next index answered] when the answers held for its journal's flush leave.
+  highest next index answered] when the answers held for its journal's flush leave (a durable
+  node's: a ``--no-fsync`` node holds none, so a run of those joins no call).
 
 :func:`report` joins them per call and prints the stages, one table per kind of call; the
 leader's log entry of a group is the first one appended after the group was proposed (one group
@@ -272,9 +273,9 @@ def _read(directory: Path) -> dict[str, list[list[str]]]:
 
 def _first_after(times: list[tuple[float, int]], at: float, index: int) -> tuple[float, int] | None:
     """The first (time, index) at or after ``at`` whose index covers ``index`` (is at least it)."""
-    for t, i in times[bisect.bisect_left(times, (at, -1)) :]:
-        if i >= index:
-            return t, i
+    for k in range(bisect.bisect_left(times, (at, -1)), len(times)):
+        if times[k][1] >= index:
+            return times[k]
     return None
 
 
