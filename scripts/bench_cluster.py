@@ -2610,7 +2610,13 @@ def main() -> int:
                 results["raw"] = run_raw(st.samples, st.seconds)
             asyncio.run(run(st, hs, root, results, errors))
         if args.etcd != "off" and not etcd_missing:
-            asyncio.run(run_versus(vs, root, results, errors))
+            # --timeline times figures 1 and 2 only: the etcd section's clusters reuse the agents'
+            # names, so their request ids would join with the first cluster's calls.
+            timeline, TIMELINE_DIR = TIMELINE_DIR, None
+            try:
+                asyncio.run(run_versus(vs, root, results, errors))
+            finally:
+                TIMELINE_DIR = timeline
     except KeyboardInterrupt:
         print("interrupted; every node process is being killed", file=sys.stderr)
         _kill_all()
