@@ -44,8 +44,9 @@ def roles(cluster: LocalCluster) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     while True:
         nodes = json.loads(wg(cluster, "status", "-o", "json").stdout)["nodes"]
         leaders = [n for n in nodes if n["role"] == "leader"]
-        if len(leaders) == 1 or time.monotonic() > deadline:
+        if len(leaders) == 1:
             return leaders[0], [n for n in nodes if n["role"] != "leader"]
+        assert time.monotonic() < deadline, f"no single leader within 10 s: {nodes}"
         time.sleep(0.2)
 
 
