@@ -714,11 +714,13 @@ async def drive_sdk(
     close: bool = True,
     cpu: CpuMeter | None = None,
     timeline: str | None = None,
+    batching: bool = True,
 ) -> DriveResult:
     """The workload of :func:`drive` as an agent runtime runs it: ``procs`` processes
     (``--sdk-worker``), each hosting ``len(agents) / procs`` agents that share one
     :class:`waitgraph.sdk.Client` (default batching: writes issued in the same loop iteration go as
-    one WriteBatch). Every write acts as its own agent's token and has its own request id."""
+    one WriteBatch; ``batching=False``: every write is its own unary RPC, as a client without the
+    SDK sends it). Every write acts as its own agent's token and has its own request id."""
     res = DriveResult(seconds, 0, 0)
     leader = await cluster.leader()
     before = (await cluster.status(leader)).commit_index
@@ -732,6 +734,7 @@ async def drive_sdk(
             "start_at": start_at,
             "close": close,
             "timeline": timeline,
+            "batching": batching,
             "agents": [{"name": a.name, "token": a.token, "W": a.W, "wait_on": a.wait_on, "v": a.v} for a in group],
         }
         for group in groups
@@ -769,7 +772,7 @@ async def drive_sdk(
 
 def sdk_worker() -> int:
     """``--sdk-worker``: one runtime process (spec as JSON on stdin, result as JSON on stdout)."""
-    from waitgraph.sdk import Client, RpcError
+    from waitgraph.sdk import Batching, Client, RpcError
 
     spec = json.loads(sys.stdin.read())
     if spec.get("mode") == "pool":
@@ -797,7 +800,13 @@ def sdk_worker() -> int:
         other: collections.Counter[str] = collections.Counter()
         counts = {"registrations": 0, "closes": 0}
         versions = {a["name"]: a["v"] for a in agents}
-        async with Client([spec["endpoint"]], agents[0]["token"], call_timeout_s=10, retry_deadline_s=10) as client:
+        async with Client(
+            [spec["endpoint"]],
+            agents[0]["token"],
+            call_timeout_s=10,
+            retry_deadline_s=10,
+            batching=Batching(enabled=spec.get("batching", True)),
+        ) as client:
             await client.transport.channel(spec["endpoint"]).channel_ready()
             await asyncio.sleep(max(0.0, spec["start_at"] - time.time()))
             t0, cpu0, waited0 = time.perf_counter(), time.process_time(), run_queue_wait_s()
@@ -1756,6 +1765,11 @@ async def versus_waitgraph(
             out["sdk64"] = _shape(r.reg_per_s, r.registrations, r.cpu, r.latencies, sum(r.other.values()))
             out["sdk64"]["writes_per_call"] = r.batch_items / r.batches if r.batches else float("nan")
             out["sdk64"]["waits"] = {k: round(v, 3) for k, v in r.waits.items()}
+            # One unary RPC per write again, from as many processes as etcd's clients use.
+            r = await drive_sdk(
+                cluster, agents, leader, vs.seconds, vs.procs, close=False, cpu=meter(False), batching=False
+            )
+            out["unary64p"] = _shape(r.reg_per_s, r.registrations, r.cpu, r.latencies, sum(r.other.values()))
         if attack:
             raw_raft = _load_script("bench_raw_raft")
             stop = threading.Event()
@@ -2050,7 +2064,8 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
         f"- shapes: {vs.samples} single-writer samples after 50 warm-ups; {AGENTS} writers for {vs.seconds:g}s "
         f"(closed loops; waitgraph: RegisterWait re-registering its open edge, no CloseWait; etcd: Put of a 64-byte "
         f"value, or Txn comparing the writer's key's mod_revision and putting 2 keys); SDK and etcd clients in "
-        f"{max(1, vs.procs)} processes, waitgraph unary in this one asyncio process; failover {vs.failover_trials} "
+        f"{max(1, vs.procs)} processes; waitgraph unary in this one asyncio process, and again through the SDK with "
+        f"batching off in {max(1, vs.procs)} processes as etcd's clients run; failover {vs.failover_trials} "
         "kill(s) per durable round"
     )
     print("- several values = one per round, in round order; the ratio is of their medians\n")
@@ -2086,6 +2101,12 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
         "rate",
     )
     row(
+        f"the same, waitgraph's writers in {max(1, vs.procs)} processes as etcd's (SDK, batching off)",
+        _vals(wg, "unary64p", "rate"),
+        _vals(et, "put64", "rate"),
+        "rate",
+    )
+    row(
         f"{AGENTS} writers through the SDK's `WriteBatch` (RegisterWait) vs etcd put, durable",
         _vals(wg, "sdk64", "rate"),
         _vals(et, "put64", "rate"),
@@ -2106,6 +2127,12 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
     row(
         "CPU per write, all processes: wg unary vs etcd put",
         _vals(wg, "unary64", "cpu_ms_per_write"),
+        _vals(et, "put64", "cpu_ms_per_write"),
+        "cpu",
+    )
+    row(
+        f"CPU per write, all processes: wg unary in {max(1, vs.procs)} processes vs etcd put",
+        _vals(wg, "unary64p", "cpu_ms_per_write"),
         _vals(et, "put64", "cpu_ms_per_write"),
         "cpu",
     )
