@@ -1765,11 +1765,13 @@ async def versus_waitgraph(
             out["sdk64"] = _shape(r.reg_per_s, r.registrations, r.cpu, r.latencies, sum(r.other.values()))
             out["sdk64"]["writes_per_call"] = r.batch_items / r.batches if r.batches else float("nan")
             out["sdk64"]["waits"] = {k: round(v, 3) for k, v in r.waits.items()}
+        if vs.procs > 0 and durable:  # (the not-durable table has no such row)
             # One unary RPC per write again, from as many processes as etcd's clients use.
             r = await drive_sdk(
                 cluster, agents, leader, vs.seconds, vs.procs, close=False, cpu=meter(False), batching=False
             )
             out["unary64p"] = _shape(r.reg_per_s, r.registrations, r.cpu, r.latencies, sum(r.other.values()))
+            out["unary64p"]["batches"] = r.batches  # WriteBatch calls: none, if the shape is what it says
         if attack:
             raw_raft = _load_script("bench_raw_raft")
             stop = threading.Event()

@@ -144,6 +144,8 @@ def test_cluster_benchmark_beside_etcd_runs(tmp_path: Path) -> None:
         "bare grpc.aio floor calls": got["grpc_floor"]["calls"],
     }
     assert all(n > 0 for n in counts.values()), counts
+    # The 4-process unary shape sent every write as its own RPC: no WriteBatch call at all.
+    assert wg["unary64p"]["batches"] == 0, wg["unary64p"]
     # Every txn's compare held: each writer tracks its key's mod_revision right (a wrong one fails them all).
     assert etcd["txn64"]["failed"] == 0, etcd["txn64"]
 
