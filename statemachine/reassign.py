@@ -107,26 +107,36 @@ def plan(state: State, c: Candidate) -> Plan:
     """Which approvals of the (re-validated) candidate move, and to whom; or why none does.
 
     It applies when some wait of the cycle is on an approval whose provider is a member, every
-    such approval has an independent approver (its waiter's run's, else the cluster's) that is
-    live, not a member and not of the waiter's run, and with those waits made external no
-    candidate deadlock is left among the members. Otherwise nothing moves and the victim path
+    such approval has an independent approver (its waiters' runs', else the cluster's: the same
+    one for every run of the cycle that waits on it) that is live, not a member and not of a
+    waiter's run, and with those waits made external no candidate deadlock is left among the
+    members. Otherwise nothing moves and the victim path
     decides, as before.
     """
     members = set(c.member_ids)
-    trapped: dict[str, str] = {}  # approval id -> the first waiter (edge order) that needs it
+    trapped: dict[str, list[str]] = {}  # approval id -> the runs of the cycle's waiters that need it
     for eid, _ in c.edges:
         waiter, _, tid = eid.partition(">")
         if kind_of(tid) is Kind.APPROVAL and state.targets[tid].satisfier_id in members:
-            trapped.setdefault(tid, waiter)
+            runs = trapped.setdefault(tid, [])
+            run_id = state.executions[waiter].run_id
+            if run_id not in runs:
+                runs.append(run_id)
     if not trapped:
         return Plan((), "no_approval_provided_inside_the_cycle")
     rb = state.recovery
     moves = []
     for tid in sorted(trapped):
-        run_id = state.executions[trapped[tid]].run_id
-        approver = rb.approver_for(run_id)
-        if approver is None:
+        runs = trapped[tid]
+        # Waiters of several runs: the approval moves only to an approver each of their runs
+        # names (or falls back to), never to one run's approver over another run's wait.
+        approvers = {rb.approver_for(run_id) for run_id in runs}
+        if None in approvers:
             return Plan((), "no_independent_approver")
+        if len(approvers) > 1:
+            return Plan((), "approvers_disagree")
+        (approver,) = approvers
+        assert approver is not None
         if approver in members:
             return Plan((), "approver_in_cycle")
         generation = 0
@@ -134,7 +144,7 @@ def plan(state: State, c: Candidate) -> Plan:
             ex = state.executions.get(approver)
             if ex is None or ex.status in SETTLED:
                 return Plan((), "approver_not_live")
-            if ex.run_id == run_id:
+            if ex.run_id in runs:
                 return Plan((), "approver_in_run")
             generation = ex.generation
         t = state.targets[tid]

@@ -245,3 +245,45 @@ def test_without_an_approver_reassign_never_applies() -> None:
     assert out.ok
     (d,) = w.st.recovery.decisions.values()
     assert d.kind is DecisionKind.VICTIM and d.remedies[2] == ("reassign", "not_applicable", "no_independent_approver")
+
+
+def _child(w: World, parent: str, name: str) -> str:
+    """A delegation: ``parent``'s agent creates ``exec:<name>`` in its run for agent <name>, started."""
+    w.agent(name)
+    eid = f"exec:{name}"
+    run = w.st.executions[parent].run_id
+    w.ok(
+        w.owner(parent),
+        CreateExecution(execution_id=eid, run_id=run, parent_id=parent, agent_id=name, observed_cancel_generation=0),
+    )
+    w.ok(f"agent:{name}", StartExecution(execution_id=eid, generation=1, observed_cancel_generation=0))
+    return eid
+
+
+def test_an_approval_shared_by_two_runs_moves_only_to_an_approver_both_name() -> None:
+    """The supervisor S (run-1) waits for T (run-1) and U (run-2), which both wait for S's
+    approval: one cycle, two runs. Run-1's approver may not be handed run-2's wait (hypothesis
+    found the core doing so: it took the first waiter's run alone)."""
+    w = World()
+    s = w.execution("s", run="run-1")
+    t = _child(w, s, "t")
+    u = w.execution("u", run="run-2")
+    w.produces(s, "approval:ok")
+    for waiter, target in ((s, t), (s, u), (t, "approval:ok"), (u, "approval:ok")):
+        w.wait(waiter, target)
+    w.configure(max_rollback=2)
+    (c,) = full_pass(w.st)
+    assert set(c.member_ids) == {s, t, u}
+    w.ok("operator:op", SetApprover(approver_id="human:alice", run_id="run-1"))
+    assert plan(w.st, c).reason == "no_independent_approver"  # run-2 names no one
+    w.ok("operator:op", SetApprover(approver_id="human:bob", run_id="run-2"))
+    assert plan(w.st, c).reason == "approvers_disagree"
+    w.ok("operator:op", SetApprover(approver_id="human:alice", run_id="run-2"))
+    (move,) = plan(w.st, c).moves
+    assert (move.approval_id, move.to_id) == ("approval:ok", "human:alice")
+    # An execution approver must be outside every waiter's run, not only the first one's.
+    w.ok("operator:op", SetApprover(approver_id=None, run_id="run-1"))
+    w.ok("operator:op", SetApprover(approver_id=None, run_id="run-2"))
+    v = _child(w, u, "v")
+    w.ok("operator:op", SetApprover(approver_id=v))
+    assert plan(w.st, c).reason == "approver_in_run"
