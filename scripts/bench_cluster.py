@@ -221,25 +221,41 @@ def cpu_model() -> str:
     return platform.processor() or "?"
 
 
-def run_queue_wait_s(pid: int | str = "self") -> float:
-    """Seconds the threads of ``pid`` have spent runnable but waiting for a core (the second field
-    of each ``/proc/PID/task/TID/schedstat``; threads that ended are not counted); NaN where the
-    kernel does not say."""
-    total = 0.0
+def _family(pid: int | str) -> list[int | str]:
+    """``pid`` and its live descendants: a node's native gRPC front (waitgraph-front) is its child
+    and works for it, so its CPU and waits are the node's. Not for this process: its children are
+    the nodes and clients it measures apart."""
+    if pid == "self" or pid == os.getpid():
+        return [pid]
     try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return float("nan")
-    for tid in tasks:
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[1]) / 1e9
+        return [pid, *(c.pid for c in psutil.Process(int(pid)).children(recursive=True))]
+    except psutil.Error:
+        return [pid]
+
+
+def run_queue_wait_s(pid: int | str = "self") -> float:
+    """Seconds the threads of ``pid`` and of its live children have spent runnable but waiting
+    for a core (the second field of each ``/proc/PID/task/TID/schedstat``; threads that ended are
+    not counted); NaN where the kernel does not say."""
+    total = 0.0
+    for member in _family(pid):
+        try:
+            tasks = os.listdir(f"/proc/{member}/task")
+        except OSError:
+            if member == pid:
+                return float("nan")
+            continue
+        for tid in tasks:
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += int(Path(f"/proc/{member}/task/{tid}/schedstat").read_text().split()[1]) / 1e9
     return total
 
 
 class CpuMeter:
-    """CPU used by each process between start() and stop(), in cores; plus ``others``: what every
-    other process on the machine used meanwhile (busy time of the whole machine minus ours), and
-    ``steal`` (time the hypervisor gave to someone else)."""
+    """CPU used by each process (with its live children: a node's native front) between start()
+    and stop(), in cores; plus ``others``: what every other process on the machine used meanwhile
+    (busy time of the whole machine minus ours), and ``steal`` (time the hypervisor gave to
+    someone else)."""
 
     def __init__(self, procs: dict[str, int]) -> None:
         self.pids = dict(procs)
@@ -259,9 +275,14 @@ class CpuMeter:
     def _cpu(pid: int) -> float:
         try:
             t = psutil.Process(pid).cpu_times()
-            return float(t.user + t.system + t.children_user + t.children_system)
+            total = float(t.user + t.system + t.children_user + t.children_system)
         except psutil.Error:
             return float("nan")
+        for child in _family(pid)[1:]:
+            with contextlib.suppress(psutil.Error):
+                c = psutil.Process(int(child)).cpu_times()
+                total += c.user + c.system
+        return total
 
     def start(self) -> CpuMeter:
         self.t0 = time.perf_counter()
