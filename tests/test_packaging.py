@@ -95,6 +95,19 @@ def test_the_wheel_holds_waitgraph_only_and_every_module(installed: tuple[Path, 
         "waitgraph/py.typed",
     ):
         assert data in names, data
+    if _front_expected():
+        # The native gRPC front, executable, with the licences of what it links, and a wheel
+        # tagged for the platform its Linux binary runs on.
+        with zipfile.ZipFile(wheel) as zf:
+            info = zf.getinfo("waitgraph/front/bin/waitgraph-front")
+            assert (info.external_attr >> 16) & 0o111, oct(info.external_attr >> 16)
+            assert "golang-google-grpc-dev" in zf.read("waitgraph/front/bin/LICENSES.txt").decode()
+        assert "-py3-none-linux_" in wheel.name, wheel.name
+
+
+def _front_expected() -> bool:
+    """The checkout has a built front (scripts/build_front), or CI requires one."""
+    return (REPO / "cluster/front/bin/waitgraph-front").is_file() or os.environ.get("WAITGRAPH_FRONT_REQUIRED") == "1"
 
 
 def test_neighbours_keep_their_names(installed: tuple[Path, Path, dict[str, str]]) -> None:
@@ -156,6 +169,9 @@ def test_cli_and_readme_example_from_the_wheel(installed: tuple[Path, Path, dict
         assert json.loads(cycles)["cycles"] == [], cycles
         digests = json.loads(_run([str(bin_dir / "waitgraph"), *admin, "status", "--digest", "-o", "json"], cwd, env))
         assert len({n["state_digest"] for n in digests["nodes"]}) == 1, digests
+        if _front_expected():  # the wheel's own front serves the nodes it starts
+            logs = [p.read_text(errors="replace") for p in data.rglob("*.log")]
+            assert logs and all("front=native" in text for text in logs), [t[-2000:] for t in logs]
     finally:
         os.killpg(dev.pid, 2)  # Ctrl-C: `waitgraph dev` stops every node it started
         try:

@@ -89,6 +89,9 @@ def secret_problem(secret: str) -> str | None:
     )
 
 
+GRPC_FRONTS = ("auto", "native", "python")
+
+
 class ConfigError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
@@ -167,6 +170,12 @@ class ServeConfig:
     """The history store's size bound (cluster/node/history.py): oldest records go first."""
     history_max_age_days: int = 90
     """Records older than this are deleted from the history store."""
+    grpc_front: str = "auto"
+    """Who serves the gRPC port (cluster/node/front.py): ``native``, the compiled front
+    (cluster/front/, a tenth of Python gRPC's cost per call; refuse to start without it),
+    ``python``, the node's own grpc.aio server, or ``auto``, native when it is installed."""
+    grpc_front_binary: Path | None = None
+    """The native front's executable; None: the one built into the package (scripts/build_front)."""
     log_compaction_min_entries: int = 5000
     """Raft log entries past which a follower compacts its log into a dump (a leader at four times
     as many; cluster/node/raft.py, "Log compaction"). Low values make every restart restore from a
@@ -245,6 +254,9 @@ KEYS: dict[str, str] = {
     "history_max_mb": "size bound of this node's history store (oldest records deleted first)",
     "history_max_age_days": "history records older than this are deleted",
     "log_compaction_min_entries": "Raft log entries past which a follower compacts its log into a dump (leader: 4x)",
+    "grpc_front": "who serves the gRPC port: native (the compiled front, cluster/front; required), python (the "
+    "node's grpc.aio server) or auto (native when installed, the default)",
+    "grpc_front_binary": "path of the native front's executable (default: the one installed with the package)",
 }
 """Every configuration key and what it sets."""
 
@@ -549,6 +561,12 @@ def resolve(
                 "http_addr: operator tokens in clear text off loopback: give tls_cert and tls_key (the view is "
                 "then served over HTTPS), or --insecure to accept it"
             )
+    grpc_front = str(get("grpc_front") or _default("grpc_front")).lower()
+    if grpc_front not in GRPC_FRONTS:
+        problems.append(f"grpc_front: must be one of {', '.join(GRPC_FRONTS)}")
+    grpc_front_binary = _path(get("grpc_front_binary"))
+    if grpc_front_binary is not None and not grpc_front_binary.is_file():
+        problems.append(f"grpc_front_binary: {grpc_front_binary} is not a file")
     log_level = str(get("log_level") or "INFO").upper()
     if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         problems.append("log_level: must be DEBUG, INFO, WARNING or ERROR")
@@ -580,5 +598,7 @@ def resolve(
         log_format=log_format,
         metrics_address=metrics_address,
         http_address=http_address,
+        grpc_front=grpc_front,
+        grpc_front_binary=grpc_front_binary,
         **values,
     )

@@ -636,12 +636,14 @@ class GrpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         known = self._wrapped.get(full)
         if known is not None and known[0] is handler:
             return known[1]
-        wrapped = self._wrap(full, handler)
+        wrapped = self.wrap(full, handler)
         if full in self.methods:  # bounded: a client's made-up names are wrapped each time
             self._wrapped[full] = (handler, wrapped)
         return wrapped
 
-    def _wrap(self, full: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def wrap(self, full: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """``handler`` measured as ``full`` (``pkg.Service/Method``): what the interceptor serves,
+        and what the native front's relay runs (cluster/node/front.py)."""
         service, method = self._labels(full)
         log_name = full if full in self.methods else OTHER_METHOD
         if handler.unary_unary is not None:

@@ -1562,6 +1562,9 @@ class RaftNode:
         self._deferred = False
         """The pending ``_flush_handle`` is a window that ended with the pipeline full (``_window_over``)."""
         self._in_flight: set[_Group] = set()
+        self._holding = False
+        """Until the next loop iteration, a lone :meth:`submit` waits for the group like the others
+        (:meth:`hold_lone_proposals`)."""
         self._ready = threading.Event()
         self._stopped = False
         self._image_readers = asyncio.Semaphore(MAX_IMAGE_READERS)
@@ -1706,11 +1709,24 @@ class RaftNode:
         elif self._flush_handle is None:
             if self._in_flight:
                 self._flush_handle = loop.call_later(self.cfg.group_window_s, self._window_over)
-            elif alone:
+            elif alone and not self._holding:
                 self._flush()
             else:
                 self._flush_handle = loop.call_soon(self._flush)
         return fut
+
+    def hold_lone_proposals(self) -> None:
+        """Several writers are about to submit in this loop iteration (the native front read a
+        burst of calls at once: cluster/node/front.py): none proposes alone, so they all leave as
+        one group at the next iteration instead of the first alone and the rest a round later."""
+        loop = self._loop
+        if loop is None or self._holding:
+            return
+        self._holding = True
+        loop.call_soon(self._release_hold)  # after the writers' first steps, already scheduled
+
+    def _release_hold(self) -> None:
+        self._holding = False
 
     async def barrier(self) -> None:
         """Return once this replica has applied an entry committed after the call started."""

@@ -22,8 +22,9 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
 
 import grpc
 from google.protobuf import message_factory
@@ -36,6 +37,7 @@ from waitgraph.node.clock import LogicalClock
 from waitgraph.node.config import INSECURE_SECRET, ServeConfig
 from waitgraph.node.errors import Stopped
 from waitgraph.node.events import EventfulMachine, EventJournal
+from waitgraph.node.front import Front, FrontError, find_binary, remove_upstream_socket, upstream_socket
 from waitgraph.node.history import FILE_NAME, HistoryStore
 from waitgraph.node.journal import JournalCorrupted
 from waitgraph.node.loops import LoopConfig, Loops
@@ -63,6 +65,7 @@ Load balancers check "" or a service name (writes); alerting and `waitgraph heal
 MAX_RECEIVE_BYTES = 4 * MAX_PAYLOAD_BYTES
 """gRPC's own limit (RESOURCE_EXHAUSTED beyond it). Requests between the codec's 64 KiB and this
 reach the handler and are refused as INVALID_ARGUMENT with their size, like every bad input."""
+MAX_SEND_BYTES = 64 * 1024 * 1024
 HEALTH_PERIOD_S = 0.2
 SERVED_METHODS = (
     *(
@@ -93,10 +96,43 @@ def service_handler(servicer: object, service: ServiceDescriptor) -> grpc.Generi
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
 
+class _CallDetails(NamedTuple):
+    method: str
+    invocation_metadata: tuple[tuple[str, str], ...] = ()
+
+
+class _Recorder:
+    """Stands in for a server to take the handlers a generated ``add_*_to_server`` registers."""
+
+    def __init__(self) -> None:
+        self.handlers: list[grpc.GenericRpcHandler] = []
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self.handlers.extend(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        pass  # the same methods as the generic handler above: a faster lookup only
+
+
+def unary_handlers(
+    handlers: Sequence[grpc.GenericRpcHandler], methods: Sequence[str]
+) -> dict[str, grpc.RpcMethodHandler]:
+    """``method`` -> its handler, for each of ``methods`` that a handler serves as a unary call."""
+    found: dict[str, grpc.RpcMethodHandler] = {}
+    for method in methods:
+        for generic in handlers:
+            handler = generic.service(_CallDetails(f"/{method}"))
+            if handler is not None:
+                if handler.unary_unary is not None:
+                    found[method] = handler
+                break
+    return found
+
+
 def grpc_options() -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-        ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ("grpc.max_send_message_length", MAX_SEND_BYTES),
         # gRPC turns SO_REUSEPORT on by default: a second node on the same port would bind too.
         ("grpc.so_reuseport", 0),
     ]
@@ -172,6 +208,15 @@ class NodeProcess:
         self.grpc_metrics = GrpcMetrics(SERVED_METHODS)
         self.http: HttpServer | None = None
         self.stopping = asyncio.Event()
+        self.front: Front | None = None
+        """The native gRPC front serving ``grpc_address``; None: this process's server serves it."""
+        self._front_watch: asyncio.Task[None] | None = None
+        self._stopping_front = False
+        self._upstream: tuple[Path, Path | None] | None = None
+        """With the front: the Unix socket this process's gRPC server listens on, and the
+        temporary directory made for it (cluster/node/front.py ``upstream_socket``)."""
+        self.failed = False
+        """Set when the node stops because a part of it failed (the front exited): exit status 1."""
 
     def _on_applied(self, env: Envelope, out: Outcome, state: State) -> None:
         """After each applied envelope (on the Raft tick thread): the decision log line, then the
@@ -203,6 +248,7 @@ class NodeProcess:
         problems = convert.check_schema()
         if problems:
             raise RuntimeError("the waitgraph.v1 messages do not match the core:\n" + "\n".join(problems))
+        front_binary = self._front_binary()
         if self.cfg.metrics_address is not None:
             # Scrapes run on the metrics server's own thread, reading the replica under the
             # machine lock like the service's reads: never on this loop. Bound first, so a busy
@@ -218,15 +264,16 @@ class NodeProcess:
         logs.add_context(self._log_context)
         self.journal.bind(self._last_applied, asyncio.get_running_loop())
         server = grpc.aio.server(options=grpc_options(), interceptors=[self.grpc_metrics])
-        server.add_generic_rpc_handlers(
-            (
-                service_handler(AgentServicer(self.gateway), agent_pb2.DESCRIPTOR.services_by_name["AgentService"]),
-                service_handler(
-                    OperatorServicer(self.gateway), operator_pb2.DESCRIPTOR.services_by_name["OperatorService"]
-                ),
-            )
+        health_handlers = _Recorder()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, health_handlers)
+        handlers = (
+            service_handler(AgentServicer(self.gateway), agent_pb2.DESCRIPTOR.services_by_name["AgentService"]),
+            service_handler(
+                OperatorServicer(self.gateway), operator_pb2.DESCRIPTOR.services_by_name["OperatorService"]
+            ),
+            *health_handlers.handlers,
         )
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        server.add_generic_rpc_handlers(handlers)
         for name in ("", *SERVICE_NAMES, RECOVERY_HEALTH):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         reflection.enable_server_reflection(
@@ -234,22 +281,72 @@ class NodeProcess:
             server,
         )
         creds = _credentials(self.cfg)
-        if creds is None:
+        if front_binary is not None:
+            self._upstream = upstream_socket(self.cfg.data_dir)
+            server.add_insecure_port(f"unix:{self._upstream[0]}")  # the front's; only this user can connect
+        elif creds is None:
             server.add_insecure_port(self.cfg.grpc_address)
         else:
             server.add_secure_port(self.cfg.grpc_address, creds)
         await server.start()
         self.server = server
+        if front_binary is not None and self._upstream is not None:
+            self._upstream[0].chmod(0o600)
+            await self._start_front(front_binary, self._upstream[0], handlers)
         self.loops.start()
         self._health_task = asyncio.get_running_loop().create_task(self._health_loop(), name="waitgraph-health")
         logger.info(
-            "node %s: raft %s, grpc %s (%s), %d peers",
+            "node %s: raft %s, grpc %s (%s, %s), %d peers",
             self.cfg.node_id,
             self.cfg.raft_address,
             self.cfg.grpc_address,
             "TLS" if creds else "plaintext",
+            "native front" if self.front is not None else "Python gRPC",
             len(self.cfg.peers) - 1,
         )
+
+    def _front_binary(self) -> Path | None:
+        """The native front to run, or None to serve gRPC from this process (``grpc_front``)."""
+        if self.cfg.grpc_front == "python":
+            return None
+        binary = find_binary(self.cfg.grpc_front_binary)
+        if binary is None:
+            where = self.cfg.grpc_front_binary or "the package (scripts/build_front builds it)"
+            if self.cfg.grpc_front == "native":
+                raise FrontError(f"--grpc-front native: no executable front in {where}")
+            logger.warning("no native gRPC front in %s: serving gRPC from Python (slower per call)", where)
+        return binary
+
+    async def _start_front(self, binary: Path, upstream: Path, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        relayed = unary_handlers(handlers, SERVED_METHODS)
+        tls = None
+        if self.cfg.tls_cert is not None and self.cfg.tls_key is not None:
+            tls = (self.cfg.tls_cert, self.cfg.tls_key, self.cfg.tls_client_ca)
+        front = Front(
+            binary,
+            listen=self.cfg.grpc_address,
+            upstream=upstream,
+            methods=[f"/{m}" for m in relayed],  # as gRPC names the method of a call
+            handlers=[self.grpc_metrics.wrap(m, h) for m, h in relayed.items()],
+            on_burst=self.node.hold_lone_proposals,
+            tls=tls,
+            max_recv_bytes=MAX_RECEIVE_BYTES,
+            max_send_bytes=MAX_SEND_BYTES,
+        )
+        await front.start()
+        self.front = front
+        self._front_watch = asyncio.get_running_loop().create_task(self._watch_front(front), name="waitgraph-front")
+
+    async def _watch_front(self, front: Front) -> None:
+        """The front is this node's gRPC port: without it the node serves nobody, so it stops,
+        with a failure status, for its supervisor to start it again."""
+        assert front.exited is not None
+        status = await front.exited
+        if self._stopping_front:
+            return
+        logger.critical("the gRPC front exited (status %s): stopping the node", status)
+        self.failed = True
+        self.stopping.set()
 
     async def _serve_http(self, address: str) -> HttpServer:
         """The live view and /metrics on one listener, served from this loop; what reads the
@@ -311,8 +408,13 @@ class NodeProcess:
         if self.http is not None:  # its feeds end before Raft stops under them
             await self.http.close()
         self.journal.close()
+        if self.front is not None:  # it drains its callers while this process still answers them
+            self._stopping_front = True
+            await self.front.stop(self.cfg.shutdown_grace_s)
         if self.server is not None:
-            await self.server.stop(self.cfg.shutdown_grace_s)
+            await self.server.stop(self.cfg.shutdown_grace_s if self.front is None else 0.5)
+        if self._upstream is not None:
+            remove_upstream_socket(*self._upstream)
         await self.node.stop()
         self.history.close()
         if self.metrics is not None:
@@ -323,9 +425,14 @@ class NodeProcess:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()  # what did start (Raft, the servers) stops again
+            raise
         tune_gc()
-        print(f"READY {self.cfg.node_id} grpc={self.cfg.grpc_address}", flush=True)
+        front = "native" if self.front is not None else "python"
+        print(f"READY {self.cfg.node_id} grpc={self.cfg.grpc_address} front={front}", flush=True)
         try:
             await self.stopping.wait()
         finally:
@@ -355,10 +462,11 @@ def main(cfg: ServeConfig, http_view: HttpView | None = None) -> int:
         logger.warning("--insecure: no cluster secret protects the Raft port; loopback development only")
     if cfg.tls_cert is None:
         logger.warning("no TLS: bearer tokens travel in clear text (%s)", cfg.grpc_address)
+    node = NodeProcess(cfg, http_view)
     try:
-        asyncio.run(NodeProcess(cfg, http_view).run())
-    except JournalCorrupted as exc:
+        asyncio.run(node.run())
+    except (JournalCorrupted, FrontError) as exc:
         logger.critical("not starting: %s", exc)
         print(f"waitgraph serve: not starting: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return 1 if node.failed else 0

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
+import pytest
 
+from waitgraph.node.front import BINARY, find_binary
 from waitgraph.proto.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc
 from waitgraph.statemachine.commands import Command
 from waitgraph.statemachine.outcome import Outcome
@@ -42,6 +44,23 @@ TOKENS = {
     "root": "admin-token-0123456789ab",
     "old": "expired-token-0123456789",
 }
+
+
+FRONT_REQUIRED = os.environ.get("WAITGRAPH_FRONT_REQUIRED") == "1"
+"""Set by .ci/run, which builds the native gRPC front: a test that needs it fails instead of skipping."""
+FRONTS = ("native", "python")
+"""What can serve a node's gRPC port (``waitgraph serve --grpc-front``)."""
+
+
+def front_args(front: str) -> list[str]:
+    """The ``waitgraph serve`` flags of a test that runs with each front. The native one is
+    skipped where it is not built, and fails where it must be (CI)."""
+    if front == "native" and find_binary() is None:
+        why = f"the native gRPC front is not built ({BINARY}: scripts/build_front needs Go)"
+        if FRONT_REQUIRED:
+            pytest.fail(why + " but WAITGRAPH_FRONT_REQUIRED=1")
+        pytest.skip(why)
+    return ["--grpc-front", front]
 
 
 def token_file(path: Path) -> Path:

@@ -28,11 +28,13 @@ from waitgraph.wire import convert
 from waitgraph.wire.metadata import CODE_KEY, LEADER_ID_KEY, LEADER_KEY, OUTCOME_KEY
 
 from .grpc_harness import (
+    FRONTS,
     Agent,
     GrpcCluster,
     GrpcNode,
     Operator,
     auth,
+    front_args,
     leader_of,
     make_pki,
     refused,
@@ -490,10 +492,12 @@ async def test_follower_redirects_then_no_quorum_is_not_serving_and_sigterm_stop
 
 
 @pytest.mark.timeout(60)
-async def test_tls_with_client_certificates(tmp_path: Path, logs_on_failure: list[GrpcCluster]) -> None:
+@pytest.mark.parametrize("front", FRONTS)
+async def test_tls_with_client_certificates(tmp_path: Path, logs_on_failure: list[GrpcCluster], front: str) -> None:
+    """The same TLS, whichever serves the port: the native front (cluster/front) or Python's gRPC."""
     pki = make_pki(tmp_path)
     tls = ["--tls-cert", str(pki["server"]), "--tls-key", str(pki["server-key"]), "--tls-client-ca", str(pki["ca"])]
-    cluster = GrpcCluster(tmp_path / "tls", size=1, extra_args=tls)
+    cluster = GrpcCluster(tmp_path / "tls", size=1, extra_args=[*tls, *front_args(front)])
     logs_on_failure.append(cluster)
     cluster.__enter__()
     node = cluster.nodes[0]

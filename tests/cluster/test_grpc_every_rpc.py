@@ -17,7 +17,7 @@ from waitgraph.node.auth import POLICY, Role
 from waitgraph.proto.v1 import agent_pb2, operator_pb2
 from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES
 
-from .grpc_harness import GrpcCluster, Operator, auth, leader_of
+from .grpc_harness import FRONTS, GrpcCluster, Operator, auth, front_args, leader_of
 
 SERVICES = (
     agent_pb2.DESCRIPTOR.services_by_name["AgentService"],
@@ -52,9 +52,11 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-@pytest.fixture(scope="module")
-def one_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcCluster]:
-    cluster = GrpcCluster(tmp_path_factory.mktemp("grpc-every-rpc"), size=1, extra_args=["--rate-limit-per-s", "0"])
+@pytest.fixture(scope="module", params=FRONTS)
+def one_node(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[GrpcCluster]:
+    """One node, served by the native front and then by Python's gRPC: every RPC answers the same."""
+    args = ["--rate-limit-per-s", "0", *front_args(request.param)]
+    cluster = GrpcCluster(tmp_path_factory.mktemp("grpc-every-rpc"), size=1, extra_args=args)
     with cluster:
         yield cluster
 
