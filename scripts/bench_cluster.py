@@ -154,6 +154,7 @@ import psutil  # noqa: E402
 
 from waitgraph.dev.localcluster import free_ports  # noqa: E402
 from waitgraph.node.config import ServeConfig  # noqa: E402
+from waitgraph.node.front import find_binary  # noqa: E402
 from waitgraph.proto.v1 import (  # noqa: E402
     agent_pb2,
     agent_pb2_grpc,
@@ -1928,6 +1929,13 @@ async def run_versus(vs: VersusSettings, root: Path, results: dict[str, Any], er
         None,
         "grpc_floor",
     )
+    if find_binary() is not None:
+        await step(
+            "the native front's floor",
+            lambda a: asyncio.to_thread(G.grpc_floor, min(vs.seconds, 5.0), max(50, vs.samples // 2), front=True),
+            None,
+            "front_floor",
+        )
 
 
 def _vals(runs: list[dict[str, Any]], shape: str, key: str) -> list[float]:
@@ -2185,6 +2193,14 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
             f"{rate(floor['rate'])}/s, server CPU {floor['server_ms']:.3f} ms and client CPU "
             f"{floor['client_ms']:.3f} ms per call (waitgraph's durable unary p50 is "
             f"{_med(lone) / floor['p50_ms']:.1f}x it)."
+        )
+    front = v.get("front_floor")
+    if front:
+        print(
+            f"\nThe same call through the native gRPC front, relayed to its Python handler as a node relays every "
+            f"unary call (`grpc_floor(front=True)`): lone p50 {front['p50_ms']:.2f} ms; {AGENTS} callers "
+            f"{rate(front['rate'])}/s, server CPU (Python and the front) {front['server_ms']:.3f} ms and client CPU "
+            f"{front['client_ms']:.3f} ms per call."
         )
     print()
     print("### waitgraph: durable (default) vs `--no-fsync`, and under the stalling attack (issue #15)\n")

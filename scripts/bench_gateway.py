@@ -223,37 +223,76 @@ def main() -> None:
 # -- the floor: a grpc.aio server that does nothing ------------------------------------------------
 
 
-def _floor_server(port_out: Any, begin: Any, stop: Any) -> None:
-    """A grpc.aio server whose one method answers at once (the health service's Check)."""
+def _floor_server(port_out: Any, begin: Any, stop: Any, front: bool = False) -> None:
+    """A grpc.aio server whose one method answers at once (the health service's Check). With
+    ``front``, the native gRPC front serves the port and relays each Check to that handler, as a
+    node's front relays its calls (cluster/node/front.py); the CPU reported is this process's and
+    the front's together."""
     import grpc
+    import psutil
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     class Answer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
         async def Check(self, request: Any, context: Any) -> Any:
             return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
 
+    def cpu_s() -> float:
+        me = psutil.Process()
+        return sum(sum(p.cpu_times()[:2]) for p in (me, *me.children()))
+
     async def serve() -> None:
         server = grpc.aio.server()
         health_pb2_grpc.add_HealthServicer_to_server(Answer(), server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
+        relay = None
+        if front:
+            import tempfile
+
+            from waitgraph.dev.localcluster import free_ports
+            from waitgraph.node.front import Front, find_binary
+
+            binary = find_binary()
+            assert binary is not None, "no native gRPC front (scripts/build_front)"
+            upstream = Path(tempfile.mkdtemp()) / "grpc.sock"
+            server.add_insecure_port(f"unix:{upstream}")
+            await server.start()
+            (port,) = free_ports(1)
+            check = grpc.unary_unary_rpc_method_handler(
+                Answer().Check,
+                request_deserializer=health_pb2.HealthCheckRequest.FromString,
+                response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
+            )
+            relay = Front(
+                binary,
+                listen=f"127.0.0.1:{port}",
+                upstream=upstream,
+                methods=["/grpc.health.v1.Health/Check"],
+                handlers=[check],
+                max_recv_bytes=1 << 20,
+                max_send_bytes=1 << 20,
+            )
+            await relay.start()
+        else:
+            port = server.add_insecure_port("127.0.0.1:0")
+            await server.start()
         port_out.put(port)
         while not begin.is_set():
             await asyncio.sleep(0.01)
-        at_begin = os.times()
+        at_begin = cpu_s()
         while not stop.is_set():
             await asyncio.sleep(0.01)
-        at_end = os.times()
-        port_out.put((at_end.user + at_end.system) - (at_begin.user + at_begin.system))
+        port_out.put(cpu_s() - at_begin)
+        if relay is not None:
+            await relay.stop(0)
         await server.stop(None)
 
     asyncio.run(serve())
 
 
-def grpc_floor(seconds: float, samples: int, callers: int = AGENTS) -> dict[str, float]:
+def grpc_floor(seconds: float, samples: int, callers: int = AGENTS, front: bool = False) -> dict[str, float]:
     """What grpc.aio costs on this machine before any work: the p50 of lone calls, and
     ``callers`` closed-loop callers in one asyncio client process (as figure 2u's unary client):
-    calls/s and each side's CPU per call."""
+    calls/s and each side's CPU per call. ``front``: the same call served through the native gRPC
+    front and its relay to the Python handler (what a node does with every unary call)."""
     import multiprocessing as mp
 
     import grpc
@@ -261,7 +300,7 @@ def grpc_floor(seconds: float, samples: int, callers: int = AGENTS) -> dict[str,
 
     ctx = mp.get_context("spawn")
     port_q, begin, stop = ctx.Queue(), ctx.Event(), ctx.Event()
-    server = ctx.Process(target=_floor_server, args=(port_q, begin, stop), daemon=True)
+    server = ctx.Process(target=_floor_server, args=(port_q, begin, stop, front), daemon=True)
     server.start()
     try:
         port = port_q.get(timeout=60)

@@ -32,6 +32,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -144,7 +145,9 @@ func run(listen, upstream string, relayFd int, tlsCert, tlsKey, tlsClientCA stri
 	go func() { served <- server.Serve(lis) }()
 
 	stopped := make(chan struct{})
+	var stopping int32
 	onStop := func(graceMs int) {
+		atomic.StoreInt32(&stopping, 1)
 		go func() {
 			drained := make(chan struct{})
 			go func() { server.GracefulStop(); close(drained) }()
@@ -172,6 +175,10 @@ func run(listen, upstream string, relayFd int, tlsCert, tlsKey, tlsClientCA stri
 		}
 		return fmt.Errorf("the relay failed: %v", err)
 	case err := <-served:
+		if atomic.LoadInt32(&stopping) == 1 { // a graceful stop ends Serve before it is done
+			<-stopped
+			return nil
+		}
 		return fmt.Errorf("serving %s: %v", listen, err)
 	}
 }

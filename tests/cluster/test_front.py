@@ -269,6 +269,21 @@ async def test_a_stop_lets_calls_in_flight_finish_and_then_the_front_exits(stand
 
 
 @pytest.mark.timeout(60)
+async def test_a_stop_without_grace_ends_calls_and_exits_cleanly(stand_in: tuple[StandIn, str]) -> None:
+    node, address = stand_in
+    front = node.front
+    assert front is not None and front.exited is not None
+    async with grpc.aio.insecure_channel(address) as ch:
+        pending = asyncio.ensure_future(_call(ch, "/t.T/Slow")(b"", timeout=10))
+        await asyncio.sleep(0.3)
+        await asyncio.wait_for(front.stop(grace_s=0), 10)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await pending
+        assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+    assert front.exited.result() == 0, list(front.stderr_tail)
+
+
+@pytest.mark.timeout(60)
 async def test_the_front_exits_at_once_when_its_node_goes_away(stand_in: tuple[StandIn, str]) -> None:
     node, _ = stand_in
     front = node.front
