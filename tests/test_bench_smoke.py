@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from waitgraph.node.front import find_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,6 +146,9 @@ def test_cluster_benchmark_beside_etcd_runs(tmp_path: Path) -> None:
         "etcd --unsafe-no-fsync put64": got["etcd_nf"]["put64"]["n"],
         "bare grpc.aio floor calls": got["grpc_floor"]["calls"],
     }
+    if find_binary() is not None or os.environ.get("WAITGRAPH_FRONT_REQUIRED") == "1":
+        assert "The same call through the native gRPC front" in done.stdout, done.stdout[-3000:]
+        counts["the native front's floor calls"] = got["front_floor"]["calls"]
     assert all(n > 0 for n in counts.values()), counts
     # The 4-process unary shape sent every write as its own RPC: no WriteBatch call at all.
     assert wg["unary64p"]["batches"] == 0, wg["unary64p"]
