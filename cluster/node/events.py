@@ -27,6 +27,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from waitgraph.statemachine import Envelope, Outcome, StateMachine
 from waitgraph.statemachine.commands import RetireSettled
@@ -64,43 +65,92 @@ def cursor_of(log_index: int, ordinal: int) -> int:
 
 
 _OWNER_FIELDS = ("execution_id", "satisfier_id", "edge_id", "members", "agent_id")
-_owner_fields: dict[type, tuple[str, ...]] = {}
-"""Effect class -> those of ``_OWNER_FIELDS`` it has. Effects are slotted dataclasses, so a field
-their class lacks is never on an instance; looking it up anyway costs an exception each time."""
 
 
-def _owner_fields_of(fx: Effect) -> tuple[str, ...]:
-    if hasattr(fx, "__dict__"):
+def _owner_fields_of(cls: type) -> tuple[str, ...]:
+    """Those of ``_OWNER_FIELDS`` an effect class has. Effects are slotted dataclasses, so a field
+    their class lacks is never on an instance; looking it up anyway costs an exception each time."""
+    if "__dict__" in dir(cls):
         return _OWNER_FIELDS
-    return tuple(name for name in _OWNER_FIELDS if hasattr(type(fx), name))
+    return tuple(name for name in _OWNER_FIELDS if hasattr(cls, name))
+
+
+Owners = Callable[[dict[str, Any], Effect], tuple[str, ...]]
+
+
+def _execution_owner(name: str) -> Owners:
+    """The owner of the one execution a field names (an ``edge_id``: its waiter)."""
+    edge = name == "edge_id"
+
+    def one(execs: dict[str, Any], fx: Effect) -> tuple[str, ...]:
+        eid = getattr(fx, name)
+        if not isinstance(eid, str):
+            return ()
+        ex = execs.get(eid.partition(">")[0] if edge else eid)
+        return () if ex is None else (ex.agent_id,)
+
+    return one
+
+
+def _agent_field(execs: dict[str, Any], fx: Effect) -> tuple[str, ...]:
+    agent = getattr(fx, "agent_id", None)
+    return (agent,) if isinstance(agent, str) else ()
+
+
+def _no_owner(execs: dict[str, Any], fx: Effect) -> tuple[str, ...]:
+    return ()
+
+
+def _owners_of(cls: type) -> Owners:
+    """How to find the agents of one effect class: most name one execution or one agent, and
+    get a function that reads just that field (one apply records every effect on every node)."""
+    names = _owner_fields_of(cls)
+    if issubclass(cls, RecoveryProposed) or len(names) > 1 or names == ("members",):
+        return _fields_owners(names)
+    if not names:
+        return _no_owner
+    if names == ("agent_id",):
+        return _agent_field
+    return _execution_owner(names[0])
+
+
+def _fields_owners(names: tuple[str, ...]) -> Owners:
+    def several(execs: dict[str, Any], fx: Effect) -> tuple[str, ...]:
+        agents: list[str] = []
+        for name in names:
+            value = getattr(fx, name, None)
+            if name == "agent_id":
+                if isinstance(value, str):
+                    agents.append(value)
+                continue
+            if name == "edge_id" and isinstance(value, str):
+                value = value.partition(">")[0]  # the waiter
+            for eid in (value or ()) if name == "members" else (value,):
+                if isinstance(eid, str):
+                    ex = execs.get(eid)
+                    if ex is not None:
+                        agents.append(ex.agent_id)
+        # Most effects name one agent: only several need sorting and deduplicating.
+        return tuple(agents) if len(agents) < 2 else tuple(sorted(set(agents)))
+
+    return several
+
+
+_owners_by_class: dict[type, Owners] = {}
 
 
 def owners(state: State, fx: Effect) -> tuple[str, ...]:
     """Agents an effect concerns: the owners of the executions it names (``execution_id``, the
     waiter of ``edge_id``, an ``exec:`` ``satisfier_id``, recovery ``members``) and its ``agent_id``;
     for a recovery proposal also the agents in the voter set."""
-    names = _owner_fields.get(type(fx))
-    if names is None:
-        names = _owner_fields[type(fx)] = _owner_fields_of(fx)
-    agents: list[str] = []
-    execs = state.executions
-    for name in names:
-        value = getattr(fx, name, None)
-        if name == "agent_id":
-            if isinstance(value, str):
-                agents.append(value)
-            continue
-        if name == "edge_id" and isinstance(value, str):
-            value = value.partition(">")[0]  # the waiter
-        for eid in (value or ()) if name == "members" else (value,):
-            if isinstance(eid, str):
-                ex = execs.get(eid)
-                if ex is not None:
-                    agents.append(ex.agent_id)
-    if isinstance(fx, RecoveryProposed):
-        # Agents in the voter set (DESIGN.md section 4) vote on every proposal, members or not.
-        agents.extend(v.partition(":")[2] for v in state.recovery.config.voters if v.startswith("agent:"))
-    # Most effects name one agent: only several need sorting and deduplicating.
+    find = _owners_by_class.get(type(fx))
+    if find is None:
+        find = _owners_by_class[type(fx)] = _owners_of(type(fx))
+    if not isinstance(fx, RecoveryProposed):
+        return find(state.executions, fx)
+    # Agents in the voter set (DESIGN.md section 4) vote on every proposal, members or not.
+    agents = [*find(state.executions, fx)]
+    agents.extend(v.partition(":")[2] for v in state.recovery.config.voters if v.startswith("agent:"))
     return tuple(agents) if len(agents) < 2 else tuple(sorted(set(agents)))
 
 
@@ -171,6 +221,7 @@ class EventJournal:
                 self._gap = self._lost_entry = False
             if index == self._skip_entry:
                 return
+            append, base, head = self._events.append, index << CURSOR_SHIFT, self._head
             for fx in effects:
                 ordinal = self._ordinal
                 self._ordinal += 1
@@ -178,14 +229,15 @@ class EventJournal:
                     logger.error("log entry %d has more than %d effects; the rest get no cursor", index, _MAX_ORDINAL)
                     self._raise_horizon(cursor_of(index + 1, 0) - 1)
                     continue
-                cursor = cursor_of(index, ordinal)
-                if cursor <= self._head:
+                cursor = base | ordinal  # cursor_of(index, ordinal)
+                if cursor <= head:
                     # Never happens while entries apply in log order; refuse to break the order.
-                    logger.error("event cursor %d is not after the head %d; dropped", cursor, self._head)
+                    logger.error("event cursor %d is not after the head %d; dropped", cursor, head)
                     continue
-                self._events.append(Event(cursor, index, owners(state, fx), fx))
-                self._head = cursor
-            self._evict()
+                append(Event(cursor, index, owners(state, fx), fx))
+                self._head = head = cursor
+            if len(self._events) - self._first > self.capacity:
+                self._evict()
             waiting = self._wakeup is not None
         if waiting:
             self._schedule_wake()
