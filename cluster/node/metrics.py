@@ -732,8 +732,10 @@ class GrpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return yielded
 
 
-def build_info() -> Info:
-    """``waitgraph_build_info{version,python,pysyncobj,grpcio,protobuf} 1``: what this node runs."""
+def build_info(grpc_front: str = "python") -> Info:
+    """``waitgraph_build_info{version,python,pysyncobj,grpcio,protobuf,grpc_front} 1``: what this
+    node runs; ``grpc_front`` is ``native`` when its native front serves its gRPC port, else
+    ``python`` (cluster/node/front.py): a dashboard can spot a node that fell back."""
     from importlib.metadata import PackageNotFoundError, version
 
     def of(package: str) -> str:
@@ -750,19 +752,22 @@ def build_info() -> Info:
             "pysyncobj": of("pysyncobj"),
             "grpcio": of("grpcio"),
             "protobuf": of("protobuf"),
+            "grpc_front": grpc_front,
         }
     )
     return info
 
 
-def node_collectors(read: Reader, raft_status: Callable[[], Any], grpc_metrics: GrpcMetrics) -> tuple[Collector, ...]:
+def node_collectors(
+    read: Reader, raft_status: Callable[[], Any], grpc_metrics: GrpcMetrics, grpc_front: str = "python"
+) -> tuple[Collector, ...]:
     """Everything one node's /metrics serves: the replica (on the leader), its Raft view, its gRPC
     server, what it runs (``waitgraph_build_info``) and the process and platform collectors
     (``process_*``: CPU, resident memory, open fds, start time; ``python_info``; ``python_gc_*``)."""
     return (
         WaitgraphCollector(read, raft_status),
         *grpc_metrics.collectors(),
-        build_info(),
+        build_info(grpc_front),
         ProcessCollector(registry=None),
         PlatformCollector(registry=None),
         GCCollector(registry=CollectorRegistry(auto_describe=False)),  # its own registers it; ours too

@@ -215,6 +215,8 @@ class NodeProcess:
         self._upstream: tuple[Path, Path | None] | None = None
         """With the front: the Unix socket this process's gRPC server listens on, and the
         temporary directory made for it (cluster/node/front.py ``upstream_socket``)."""
+        self._front_kind = "python"
+        """What serves the gRPC port: ``native`` (the front) or ``python`` (``waitgraph_build_info``)."""
         self.failed = False
         """Set when the node stops because a part of it failed (the front exited): exit status 1."""
 
@@ -249,13 +251,16 @@ class NodeProcess:
         if problems:
             raise RuntimeError("the waitgraph.v1 messages do not match the core:\n" + "\n".join(problems))
         front_binary = self._front_binary()
+        self._front_kind = "python" if front_binary is None else "native"
         if self.cfg.metrics_address is not None:
             # Scrapes run on the metrics server's own thread, reading the replica under the
             # machine lock like the service's reads: never on this loop. Bound first, so a busy
             # port fails the start before Raft runs.
             self.metrics = serve_metrics(
                 self.cfg.metrics_address,
-                *node_collectors(lambda fn: self.node.obj.read(fn), self.node.status, self.grpc_metrics),
+                *node_collectors(
+                    lambda fn: self.node.obj.read(fn), self.node.status, self.grpc_metrics, self._front_kind
+                ),
             )
             logger.info("metrics: http://%s/metrics", self.cfg.metrics_address)
         if self.cfg.http_address is not None:
@@ -357,7 +362,9 @@ class NodeProcess:
         if self.http_view is None:
             raise RuntimeError("--http-addr: this node was started without a live view (use `waitgraph serve`)")
         registry = CollectorRegistry(auto_describe=False)
-        for collector in node_collectors(lambda fn: self.node.obj.read(fn), self.node.status, self.grpc_metrics):
+        for collector in node_collectors(
+            lambda fn: self.node.obj.read(fn), self.node.status, self.grpc_metrics, self._front_kind
+        ):
             registry.register(collector)  # the same series as --metrics-addr
         return await self.http_view(self, address, registry)
 
@@ -431,8 +438,7 @@ class NodeProcess:
             await self.stop()  # what did start (Raft, the servers) stops again
             raise
         tune_gc()
-        front = "native" if self.front is not None else "python"
-        print(f"READY {self.cfg.node_id} grpc={self.cfg.grpc_address} front={front}", flush=True)
+        print(f"READY {self.cfg.node_id} grpc={self.cfg.grpc_address} front={self._front_kind}", flush=True)
         try:
             await self.stopping.wait()
         finally:

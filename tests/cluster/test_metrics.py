@@ -21,6 +21,7 @@ from prometheus_client.utils import floatToGoString
 
 from tests.world import World
 from waitgraph.node import metrics as M
+from waitgraph.node.front import find_binary
 from waitgraph.node.metrics import OTHER_METHOD, WaitgraphCollector
 from waitgraph.node.server import SERVED_METHODS
 from waitgraph.proto.v1 import operator_pb2, operator_pb2_grpc
@@ -367,6 +368,7 @@ def test_a_serving_node_exposes_raft_and_epoch_series(tmp_path: Path) -> None:
         assert all(ls["grpc_type"] == "unary" for n, ls, _ in samples if n.startswith("grpc_server_handling_seconds"))
         build = [ls for n, ls, _ in samples if n == "waitgraph_build_info"]
         assert len(build) == 1 and build[0]["version"] and build[0]["pysyncobj"] == "0.3.17", build
+        assert build[0]["grpc_front"] == ("native" if find_binary() is not None else "python"), build
         assert any(n == "process_resident_memory_bytes" for n, _, _ in samples)
         assert [v for n, _, v in samples if n == "waitgraph_replica_series_exported"] == [1.0]
         # The shipped dashboard reads only series a live node serves, and promtool accepts them.
