@@ -1477,6 +1477,9 @@ async def phase_soak(cluster: Cluster, agents: list[BenchAgent], seconds: float,
 
 # -- py-spy (optional) -------------------------------------------------------------------------------
 
+PROFILE_HZ = 250
+"""py-spy's sampling rate: 100 Hz gave 250-330 samples of a leader in a 5 s figure."""
+
 
 def start_profilers(
     targets: dict[str, int], seconds: float, out_dir: Path, native: bool = False
@@ -1491,7 +1494,7 @@ def start_profilers(
         # --gil: only the thread holding the GIL, i.e. what the process's one Python core is spent on.
         # --native needs py-spy to pause the process for each sample (it slows the run down).
         mode = ["--native"] if native else ["--nonblocking"]
-        cmd = [exe, "record", *mode, "--gil", "--full-filenames", "--format", "raw", "--rate", "100"]
+        cmd = [exe, "record", *mode, "--gil", "--full-filenames", "--format", "raw", "--rate", str(PROFILE_HZ)]
         cmd += ["--duration", str(max(1, int(seconds))), "--pid", str(pid), "--output", str(out)]
         running[name] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out)
     return running
@@ -1547,7 +1550,7 @@ def summarize_profile(path: Path, top: int = 12) -> list[str]:
     if not total:
         return ["(no samples)"]
     lines = [
-        f"{total} samples holding the GIL ({total / 100:.1f} s of Python at 100 Hz); by thread: "
+        f"{total} samples holding the GIL ({total / PROFILE_HZ:.1f} s of Python at {PROFILE_HZ} Hz); by thread: "
         + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in threads.most_common()),
         "",
         "| own % | function (file) | | incl % | repo / pysyncobj / grpc function |",
@@ -2502,7 +2505,7 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
     if profiles:
         print()
         print(
-            f"### py-spy during figure 2 ({st.seconds:g}s, --gil, 100 Hz, "
+            f"### py-spy during figure 2 ({st.seconds:g}s, --gil, {PROFILE_HZ} Hz, "
             f"{'--native: the processes were paused per sample' if st.profile == 'native' else '--nonblocking'})\n"
         )
         for name, lines in profiles.items():

@@ -169,14 +169,16 @@ class Gateway:
         return self.unary(f"/waitgraph.v1.{service}/{rpc}", write)
 
     async def write(self, principal: Principal, rpc: str, request: Any) -> types_pb2.Outcome:
+        self.check_request(request)
         checked = self.checked_envelope(principal, rpc, request, self.stamp())
         self.check_forwarding()
         return self.answer(await self.node.submit(checked))
 
     def checked_envelope(self, principal: Principal, rpc: str, request: Any, at_ms: int) -> CheckedEnvelope:
         """The Envelope of one write request, encoded and checked by the codec (WireError if
-        refused); this node applies the checked value instead of decoding its bytes again."""
-        self.check_request(request)
+        refused); this node applies the checked value instead of decoding its bytes again. The
+        caller checked the request's size (:meth:`check_request`): a WriteBatch item's is within its
+        whole request's."""
         if principal.role is Role.AGENT and rpc in _SESSION_RPCS and not request.HasField("agent_id"):
             request.agent_id = principal.agent_id  # the token names the agent already
         command = convert.command_from_request(rpc, request)
