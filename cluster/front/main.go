@@ -32,6 +32,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -146,18 +147,21 @@ func run(listen, upstream string, relayFd int, tlsCert, tlsKey, tlsClientCA stri
 
 	stopped := make(chan struct{})
 	var stopping int32
+	var stopOnce sync.Once
 	onStop := func(graceMs int) {
 		atomic.StoreInt32(&stopping, 1)
-		go func() {
-			drained := make(chan struct{})
-			go func() { server.GracefulStop(); close(drained) }()
-			select {
-			case <-drained:
-			case <-time.After(time.Duration(graceMs) * time.Millisecond):
-				server.Stop()
-			}
-			close(stopped)
-		}()
+		stopOnce.Do(func() { // a second STOP changes nothing
+			go func() {
+				drained := make(chan struct{})
+				go func() { server.GracefulStop(); close(drained) }()
+				select {
+				case <-drained:
+				case <-time.After(time.Duration(graceMs) * time.Millisecond):
+					server.Stop()
+				}
+				close(stopped)
+			}()
+		})
 	}
 	if err := f.relay.send(listeningFrame(lis.Addr().String())); err != nil {
 		return err

@@ -276,6 +276,8 @@ async def test_a_stop_without_grace_ends_calls_and_exits_cleanly(stand_in: tuple
     async with grpc.aio.insecure_channel(address) as ch:
         pending = asyncio.ensure_future(_call(ch, "/t.T/Slow")(b"", timeout=10))
         await asyncio.sleep(0.3)
+        assert front.relay is not None
+        front.relay.send(F.encode_stop(0))  # a second STOP (stop() sends one) changes nothing
         await asyncio.wait_for(front.stop(grace_s=0), 10)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await pending
