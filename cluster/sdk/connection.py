@@ -331,9 +331,9 @@ class Transport:
         of this client into WriteBatch calls when batching is on (the module's rules); returns the
         ``Outcome`` message. ``token`` acts as another bearer token for this write only."""
         authorization = f"Bearer {token}" if token is not None else ""
-        item = convert.write_item(rpc, request, authorization)
-        if not self.batching.enabled or item.ByteSize() + _ITEM_OVERHEAD > self.batching.max_bytes:
-            return await self.call(
+        item = convert.write_item(rpc, request, authorization) if self.batching.enabled else None
+        if item is None or item.ByteSize() + _ITEM_OVERHEAD > self.batching.max_bytes:
+            return await self.call(  # one RPC of its own
                 "agent", rpc, request, request_id, (("authorization", authorization),) if token else None
             )
 

@@ -385,8 +385,12 @@ def write_item(rpc: str, request: Message, authorization: str = "") -> agent_pb2
     if rpc not in AGENT_WRITES:
         raise KeyError(f"WriteBatch carries AgentService writes only, not {rpc!r}")
     item = agent_pb2.WriteItem(authorization=authorization)
-    getattr(item, snake(rpc)).CopyFrom(request)
+    getattr(item, _WRITE_ITEM_CASE[rpc]).CopyFrom(request)
     return item
+
+
+_WRITE_ITEM_CASE = {rpc: case for case, rpc in WRITE_ITEM_CASES.items()}
+"""AgentService write RPC -> its ``WriteItem.write`` case (snake's regular expression, once)."""
 
 
 # -- effects and outcomes ------------------------------------------------------------------------------
