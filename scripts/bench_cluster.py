@@ -87,7 +87,8 @@ with one grpc.aio channel per node, every call carrying its agent's bearer token
 nothing.
 
 ``--profile`` runs py-spy (``--gil``: what each process's one Python core is spent on) on the
-leader, a follower and the client during figure 2 and prints the top frames; ``--profile native``
+leader, a follower and the client (with the SDK: one of its worker processes, from the moment the
+workers start writing) during figure 2 and prints the top frames; ``--profile native``
 adds C/Cython frames (py-spy then pauses the processes per sample). ``--node-switch-interval-ms``
 is an experiment: the nodes start with ``sys.setswitchinterval`` changed.
 
@@ -694,10 +695,15 @@ async def drive(
 # -- the SDK workload: agents in a few processes, one shared Client each ----------------------------
 
 
-async def run_workers(specs: list[dict[str, Any]], cpu: CpuMeter | None = None) -> list[dict[str, Any]]:
+async def run_workers(
+    specs: list[dict[str, Any]],
+    cpu: CpuMeter | None = None,
+    on_started: Callable[[list[int]], None] | None = None,
+) -> list[dict[str, Any]]:
     """One ``--sdk-worker`` process per spec (the spec as JSON on its stdin, its result as JSON on
     its stdout), all at once; ``cpu`` starts at the specs' common ``start_at`` and stops when the
-    last worker is done (its figures in ``cpu.meter_result``)."""
+    last worker is done (its figures in ``cpu.meter_result``); ``on_started`` gets the workers'
+    pids at ``start_at``, once their imports and connections are behind them (``--profile``)."""
     workers = []
     for spec in specs:
         proc = await asyncio.create_subprocess_exec(
@@ -713,8 +719,11 @@ async def run_workers(specs: list[dict[str, Any]], cpu: CpuMeter | None = None) 
         proc.stdin.write(json.dumps(spec).encode())
         proc.stdin.close()
         workers.append(proc)
-    if cpu is not None:
+    if cpu is not None or on_started is not None:
         await asyncio.sleep(max(0.0, specs[0]["start_at"] - time.time()))
+    if on_started is not None:
+        on_started([w.pid for w in workers])
+    if cpu is not None:
         cpu.start()
     outs = await asyncio.gather(*(w.communicate() for w in workers))
     if cpu is not None:
@@ -737,12 +746,14 @@ async def drive_sdk(
     cpu: CpuMeter | None = None,
     timeline: str | None = None,
     batching: bool = True,
+    on_started: Callable[[list[int]], None] | None = None,
 ) -> DriveResult:
     """The workload of :func:`drive` as an agent runtime runs it: ``procs`` processes
     (``--sdk-worker``), each hosting ``len(agents) / procs`` agents that share one
     :class:`waitgraph.sdk.Client` (default batching: writes issued in the same loop iteration go as
     one WriteBatch; ``batching=False``: every write is its own unary RPC, as a client without the
-    SDK sends it). Every write acts as its own agent's token and has its own request id."""
+    SDK sends it). Every write acts as its own agent's token and has its own request id.
+    ``on_started``: as :func:`run_workers`'."""
     res = DriveResult(seconds, 0, 0)
     leader = await cluster.leader()
     before = (await cluster.status(leader)).commit_index
@@ -764,7 +775,7 @@ async def drive_sdk(
     worker_cpu = worker_waits = 0.0
     seconds_seen = []
     batches = items = 0
-    for got in await run_workers(specs, cpu):
+    for got in await run_workers(specs, cpu, on_started):
         res.registrations += got["registrations"]
         res.closes += got["closes"]
         res.other.update(got["other"])
@@ -1501,7 +1512,14 @@ def start_profilers(
 
 
 _FRAME = re.compile(r"^(.*) \((.*?):\d+\)$")
-_ENTRY_POINTS = ("cli.py", "server.py:main", "server.py:NodeProcess.run", "bench_cluster.py:main")
+_ENTRY_POINTS = (
+    "cli.py",
+    "server.py:main",
+    "server.py:NodeProcess.run",
+    "bench_cluster.py:main",
+    "bench_cluster.py:<module>",
+    "bench_cluster.py:sdk_worker",  # the harness around the SDK in a worker
+)
 
 
 def _thread_kind(funcs: list[str]) -> str:
@@ -1665,19 +1683,37 @@ async def run(st: Settings, hs: HandoffSettings, root: Path, results: dict[str, 
             client = {} if sdk else {"client": os.getpid()}  # the SDK workers measure themselves
             cpu = CpuMeter({n.name + ("*" if n is ldr else ""): n.pid for n in cluster.nodes} | client)
             profs = {}
-            if st.profile and not to_follower and close:
+            profiling = bool(st.profile) and not to_follower and close
+            # the SDK workers start 2 s after they are spawned
+            profile_s = st.seconds + (2 if sdk else 0)
+            if profiling:
                 follower = next(n for n in cluster.nodes if n is not ldr)
                 tag = " (SDK batches)" if sdk else ""
                 profs = start_profilers(
                     {f"leader{tag}": ldr.pid, f"follower{tag}": follower.pid} | client,
-                    st.seconds + (2 if sdk else 0),  # the workers start 2 s after they are spawned
+                    profile_s,
                     root,
                     native=st.profile == "native",
                 )
+
+            def profile_worker(pids: list[int]) -> None:
+                """One SDK worker is the client of an SDK figure: sampled while it writes."""
+                if profiling and pids:
+                    name = f"one of the {len(pids)} SDK worker processes"
+                    profs.update(start_profilers({name: pids[0]}, st.seconds, root, native=st.profile == "native"))
+
             if sdk:
                 timeline = TIMELINE_DIR if not to_follower and close else None  # figure 2 only
                 res = await drive_sdk(
-                    cluster, agents, node, st.seconds, st.sdk_procs, close=close, cpu=cpu, timeline=timeline
+                    cluster,
+                    agents,
+                    node,
+                    st.seconds,
+                    st.sdk_procs,
+                    close=close,
+                    cpu=cpu,
+                    timeline=timeline,
+                    on_started=profile_worker,
                 )
             else:
                 res = await drive(cluster, agents, node, st.seconds, close=close, cpu=cpu)
