@@ -295,6 +295,22 @@ def test_small_messages_go_uncompressed_and_large_ones_compressed():
     assert len(deflated) < len(large) // 20
 
 
+@pytest.mark.parametrize("size", [0, 1, 66, 1000, SMALL_FRAME - 1, SMALL_FRAME, 16 * 1024 - 1])
+def test_a_stored_stream_is_the_bytes_zlib_writes_at_level_0(size):
+    """Small payloads skip zlib's compressor; a peer (or an older member) reads the same bytes."""
+    data = os.urandom(size)
+    assert raft_wire.zlib_stored(data) == zlib.compress(data, 0)
+
+
+@pytest.mark.parametrize("size", [65_535, 65_536, 2 * 65_535, 2 * 65_535 + 1, 200_000])
+def test_a_stored_stream_of_several_blocks_inflates_to_its_data(size):
+    data = os.urandom(size)
+    stream = raft_wire.zlib_stored(data)
+    assert zlib.decompress(stream) == data
+    assert decode_payload(raft_wire.zlib_stored(pickle.dumps(data, 5))) == data
+    assert len(stream) == size + 2 + 5 * -(-size // 65_535) + 4  # header, one 5-byte head a block, Adler-32
+
+
 def test_the_transport_builds_every_connection_as_ours(tmp_path):
     cfg = _two_member_config(tmp_path)
     obj = WaitgraphSyncObj(cfg.raft_address, list(cfg.peers), build_conf(cfg, autoTick=False), StateMachine())
