@@ -15,13 +15,20 @@ everything after it. Rules kept at start-up (:meth:`ChecksummedJournal.__init__`
   zeros, is a **torn tail**: the last append never completed. It is truncated and logged. With
   fsync on (the default) a record is acknowledged only after it is on disk, so a torn record was
   never acknowledged.
+- Zeros alone after the last good record are **allocated space** (below): cut off, not logged.
 - A bad record with good data after it is **corruption**: the node refuses to start with
   :class:`JournalCorrupted`, naming the file and the offset and saying how to recover (replace the
   node with an empty data directory: docs/deploy.md, "Replacing a failed node"). Starting anyway
   could make this replica diverge or vote with a log it does not have.
 
 Appends are ``pwrite`` at the end; :meth:`~ChecksummedJournal.sync` is one ``fdatasync`` when
-something changed (the durability rule of ``cluster/node/raft.py``). Deleting a suffix
+something changed (the durability rule of ``cluster/node/raft.py``). The file is allocated ahead
+of its records, :data:`PREALLOCATE_BYTES` at a time (``posix_fallocate``, as etcd's WAL does):
+an append that grows the file makes its ``fdatasync`` commit the new size too (an ext4 journal
+transaction), and one inside allocated space does not (measured on this machine's ext4: p50
+0.15-0.22 ms against 0.10 ms, p90 0.17-0.86 ms against 0.14 ms). The allocated tail reads as
+zeros; a clean close cuts it off, and after a crash the start-up scan finds it after the last
+record and cuts it off without calling it torn (nothing was written there). Deleting a suffix
 truncates the file; deleting a prefix (after a log compaction) writes the remaining records to a
 new file, fsyncs it and renames it over the journal, so a power cut leaves either the old journal
 or the new one, never a half-rewritten one. The term, the vote and the commit index stay in
@@ -63,6 +70,8 @@ _RECORD = struct.Struct(">IIQQ")
 RECORD_HEAD_BYTES = _RECORD.size
 _LENGTH = struct.Struct(">I")
 _BODY_HEAD = struct.Struct(">QQ")
+PREALLOCATE_BYTES = 4 * 1024 * 1024
+"""How far ahead of its records the journal file is allocated (module docstring)."""
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """Far above any entry (cluster/node/raft.py keeps a group under 512 KiB); a length above it is damage."""
 
@@ -157,11 +166,13 @@ def scan(data: bytes | memoryview, path: Path | str = "journal") -> tuple[list[t
             offsets.append(pos)
             pos += 8 + length
             continue
+        if not bytes(view[pos:]).strip(b"\0"):
+            # Zeros only: space allocated ahead of the records, or an append whose data never
+            # landed. Nothing was written there, so nothing is torn.
+            return entries, offsets, pos
         # Only the last append can be torn: a good record anywhere after this one means damage.
-        later = None
-        if bytes(view[pos:]).strip(b"\0"):  # (a tail of zeros: the file grew, the data never landed)
-            starts = range(pos + 1, end - RECORD_HEAD_BYTES + 1)
-            later = next((at for at in starts if _record_problem(view, at, end) is None), None)
+        starts = range(pos + 1, end - RECORD_HEAD_BYTES + 1)
+        later = next((at for at in starts if _record_problem(view, at, end) is None), None)
         if later is None:
             logger.warning(
                 "%s: a torn last record at byte offset %d (%s): truncated; it was never acknowledged",
@@ -199,6 +210,7 @@ class ChecksummedJournal(Journal):  # type: ignore[misc]
         self.flushed_index = 0
         """The last log index on disk after the latest :meth:`sync` (0: none yet)."""
         self.torn_truncated = 0
+        """Bytes of a torn last record cut off at start-up (zeros after the records not counted)."""
         created = not self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         data = _read_all(self._fd)
@@ -207,8 +219,13 @@ class ChecksummedJournal(Journal):  # type: ignore[misc]
             os.pwrite(self._fd, _journal_header(), 0)
             self._end = JOURNAL_HEADER_BYTES
         if self._end < len(data):
-            self.torn_truncated = len(data) - self._end
+            if data[self._end :].strip(b"\0"):
+                self.torn_truncated = len(data) - self._end
             os.ftruncate(self._fd, self._end)
+        self._allocated = self._end
+        """The file's size: records up to ``_end``, zeros after it (:meth:`_allocate`)."""
+        self._preallocate = True
+        """False once ``posix_fallocate`` failed: appends then grow the file themselves."""
         meta_path = str(self.path) + ".meta"
         self._meta_storer = DurableMetaStorer(meta_path) if durable else MetaStorer(meta_path)
         self._meta: dict[str, Any] = self._meta_storer.getMeta()
@@ -223,26 +240,46 @@ class ChecksummedJournal(Journal):  # type: ignore[misc]
     def add(self, command: bytes, idx: int, term: int) -> None:
         command = bytes(command)
         record = encode_record(command, idx, term)
+        if self._end + len(record) > self._allocated:
+            self._allocate(self._end + len(record))
         os.pwrite(self._fd, record, self._end)
         self._entries.append((command, idx, term))
         self._offsets.append(self._end)
         self._end += len(record)
         self.dirty = True
 
+    def _allocate(self, needed: int) -> None:
+        """Allocate the file up to at least ``needed`` bytes, :data:`PREALLOCATE_BYTES` past it."""
+        if not self._preallocate:
+            return
+        size = needed + PREALLOCATE_BYTES
+        try:
+            os.posix_fallocate(self._fd, self._allocated, size - self._allocated)
+        except OSError as exc:
+            # Not supported here, or no room for the margin: appends grow the file as before (a
+            # full disk then fails the append itself, which is fatal, as it was).
+            self._preallocate = False
+            logger.warning("%s: cannot allocate the journal ahead of its records (%s); appending", self.path, exc)
+            return
+        self._allocated = size
+
+    def _cut(self, end: int) -> None:
+        """Records end at ``end``: the file too (its allocated tail goes; the next append allocates)."""
+        self._end = self._allocated = end
+        os.ftruncate(self._fd, end)
+        self.dirty = True
+
     def clear(self) -> None:
         self._entries, self._offsets = [], []
-        self._end = JOURNAL_HEADER_BYTES
-        os.ftruncate(self._fd, self._end)
-        self.dirty = True
+        self._cut(JOURNAL_HEADER_BYTES)
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
         if entryFrom >= len(self._entries):
             return
-        self._end = self._offsets[entryFrom]
+        end = self._offsets[entryFrom]
         del self._entries[entryFrom:]
         del self._offsets[entryFrom:]
-        os.ftruncate(self._fd, self._end)
-        self.dirty = True
+        self._cut(end)
 
     def deleteEntriesTo(self, entryTo: int) -> None:
         # After a log compaction: the kept records go to a new file that replaces this one whole.
@@ -266,7 +303,7 @@ class ChecksummedJournal(Journal):  # type: ignore[misc]
         for record in records:
             self._offsets.append(pos)
             pos += len(record)
-        self._end = pos
+        self._end = self._allocated = pos
         self.dirty = True
 
     def __getitem__(self, item: Any) -> Any:
@@ -278,6 +315,8 @@ class ChecksummedJournal(Journal):  # type: ignore[misc]
     def _destroy(self) -> None:
         if self.durable:
             self.sync()
+        if self._allocated > self._end:
+            os.ftruncate(self._fd, self._end)  # a clean close leaves the records alone in the file
         os.close(self._fd)
 
     def setRaftCommitIndex(self, raftCommitIndex: int) -> None:

@@ -3,7 +3,9 @@ the previous release's formats, and kill -9 of every node mid-burst."""
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -16,8 +18,10 @@ from pysyncobj.journal import FileJournal
 from waitgraph.node.journal import (
     DUMP_MAGIC,
     JOURNAL_HEADER_BYTES,
+    PREALLOCATE_BYTES,
     ChecksummedJournal,
     JournalCorrupted,
+    encode_record,
     migrate_legacy_journal,
     open_dump,
     scan,
@@ -76,11 +80,83 @@ def test_a_torn_last_record_is_truncated_at_every_offset(tmp_path: Path, caplog:
             caplog.clear()
             assert reopened(path) == COMMANDS[:-1], cut
         assert path.stat().st_size == last  # truncated where the last good record ends
-        assert cut == last or "torn last record" in caplog.text
+        # A tail of zeros alone (a length's high bytes) is what allocated space holds: not logged.
+        assert "torn last record" in caplog.text or not whole[last:cut].strip(b"\0")
     # Torn with the rest of the page left as zeros (the file grew, the data never landed).
     path.write_bytes(whole[: last + 5] + bytes(4096))
     assert reopened(path) == COMMANDS[:-1]
     path.write_bytes(whole)
+    assert reopened(path) == COMMANDS
+
+
+def test_the_file_is_allocated_ahead_of_its_records_and_a_crash_leaves_only_zeros_there(
+    tmp_path: Path, caplog: Any
+) -> None:
+    path = tmp_path / "raft.wal"
+    journal = ChecksummedJournal(path, durable=True)
+    for entry in COMMANDS:
+        journal.add(*entry)
+    journal.sync()
+    end = journal._end
+    assert path.stat().st_size >= end + PREALLOCATE_BYTES - 4096  # allocated once, ahead
+    os.close(journal._fd)  # a crash: no clean close
+    image = path.read_bytes()
+    assert not image[end:].strip(b"\0")
+    with caplog.at_level(logging.DEBUG, "waitgraph.node.journal"):
+        reopened_journal = ChecksummedJournal(path, durable=True)
+    assert [reopened_journal[i] for i in range(len(reopened_journal))] == COMMANDS
+    assert reopened_journal.torn_truncated == 0 and "torn" not in caplog.text  # nothing was written there
+    assert path.stat().st_size == end
+    reopened_journal.add(b"after", 13, 4)
+    reopened_journal._destroy()  # a clean close: the records alone
+    assert path.stat().st_size == end + len(encode_record(b"after", 13, 4))
+    assert reopened(path) == [*COMMANDS, (b"after", 13, 4)]
+
+
+def test_a_byte_in_the_allocated_tail_is_a_torn_tail_not_damage(tmp_path: Path, caplog: Any) -> None:
+    """An append that landed only in part, inside the allocated space: cut off and logged."""
+    path = tmp_path / "raft.wal"
+    journal = ChecksummedJournal(path, durable=True)
+    for entry in COMMANDS:
+        journal.add(*entry)
+    end = journal._end
+    os.close(journal._fd)
+    image = bytearray(path.read_bytes())
+    image[end + 100] = 0x5A
+    path.write_bytes(bytes(image))
+    with caplog.at_level(logging.WARNING, "waitgraph.node.journal"):
+        caplog.clear()
+        again = ChecksummedJournal(path, durable=True)
+    assert [again[i] for i in range(len(again))] == COMMANDS
+    assert again.torn_truncated == len(image) - end and "torn last record" in caplog.text
+    again._destroy()
+
+
+def test_cutting_records_cuts_the_allocated_tail_and_the_next_append_allocates_again(tmp_path: Path) -> None:
+    path, _ = written(tmp_path)
+    journal = ChecksummedJournal(path, durable=True)
+    journal.deleteEntriesFrom(6)
+    assert path.stat().st_size == journal._end
+    journal.add(b"again", 7, 9)
+    assert path.stat().st_size > journal._end
+    journal.deleteEntriesTo(2)  # a compaction's rewrite: a new file, exactly its records
+    assert path.stat().st_size == journal._end
+    journal.clear()
+    assert path.stat().st_size == JOURNAL_HEADER_BYTES
+    journal._destroy()
+
+
+def test_without_posix_fallocate_appends_grow_the_file(tmp_path: Path, monkeypatch: Any, caplog: Any) -> None:
+    calls = []
+
+    def refuse(fd: int, offset: int, length: int) -> None:
+        calls.append(length)
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "posix_fallocate", refuse)
+    with caplog.at_level(logging.WARNING, "waitgraph.node.journal"):
+        path, _ = written(tmp_path)
+    assert len(calls) == 1 and "cannot allocate the journal ahead" in caplog.text  # tried once
     assert reopened(path) == COMMANDS
 
 
@@ -193,9 +269,10 @@ def test_a_follower_with_a_torn_journal_tail_restarts_and_catches_up(make_cluste
     follower.kill()
     wal = follower.data / "raft.wal"
     whole = wal.read_bytes()
-    _, offsets, _ = scan(whole, wal)
+    _, offsets, end = scan(whole, wal)
+    whole = whole[:end]  # killed: the space allocated ahead of the records is still there
     last = offsets[-1]
-    for cut in (last + 1, (last + len(whole)) // 2, len(whole) - 1):
+    for cut in (last + 5, (last + len(whole)) // 2, len(whole) - 1):  # +5: past the length, some non-zero
         wal.write_bytes(whole[:cut])
         follower.start()
         assert "torn last record" in follower.log_text()
@@ -218,7 +295,9 @@ def test_a_corrupt_journal_refuses_to_start_until_the_node_is_replaced(make_clus
     follower.kill()
     wal = follower.data / "raft.wal"
     data = bytearray(wal.read_bytes())
-    data[len(data) // 2] ^= 0x40
+    _, _, end = scan(bytes(data), wal)
+    assert end < len(data)  # killed: the space allocated ahead of its records is still there
+    data[end // 2] ^= 0x40  # inside the records
     wal.write_bytes(bytes(data))
     follower.spawn()
     assert follower.proc is not None
