@@ -15,7 +15,7 @@ everything after it. Rules kept at start-up (:meth:`ChecksummedJournal.__init__`
   zeros, is a **torn tail**: the last append never completed. It is truncated and logged. With
   fsync on (the default) a record is acknowledged only after it is on disk, so a torn record was
   never acknowledged.
-- Zeros alone after the last good record are **allocated space** (below): cut off, not logged.
+- Zeros alone after the last good record are **allocated space** (below): cut off, logged at INFO.
 - A bad record with good data after it is **corruption**: the node refuses to start with
   :class:`JournalCorrupted`, naming the file and the offset and saying how to recover (replace the
   node with an empty data directory: docs/deploy.md, "Replacing a failed node"). Starting anyway
@@ -28,7 +28,8 @@ an append that grows the file makes its ``fdatasync`` commit the new size too (a
 transaction), and one inside allocated space does not (measured on this machine's ext4: p50
 0.15-0.22 ms against 0.10 ms, p90 0.17-0.86 ms against 0.14 ms). The allocated tail reads as
 zeros; a clean close cuts it off, and after a crash the start-up scan finds it after the last
-record and cuts it off without calling it torn (nothing was written there). Deleting a suffix
+record and cuts it off without calling it torn (nothing was written there). Where
+``posix_fallocate`` is missing (macOS) or fails, appends grow the file as before. Deleting a suffix
 truncates the file; deleting a prefix (after a log compaction) writes the remaining records to a
 new file, fsyncs it and renames it over the journal, so a power cut leaves either the old journal
 or the new one, never a half-rewritten one. The term, the vote and the commit index stay in
@@ -221,11 +222,18 @@ class ChecksummedJournal(Journal):  # type: ignore[misc]
         if self._end < len(data):
             if data[self._end :].strip(b"\0"):
                 self.torn_truncated = len(data) - self._end
+            else:
+                logger.info(
+                    "%s: %d bytes of zeros after the last record (offset %d) cut off: space allocated ahead",
+                    self.path,
+                    len(data) - self._end,
+                    self._end,
+                )
             os.ftruncate(self._fd, self._end)
         self._allocated = self._end
         """The file's size: records up to ``_end``, zeros after it (:meth:`_allocate`)."""
-        self._preallocate = True
-        """False once ``posix_fallocate`` failed: appends then grow the file themselves."""
+        self._preallocate = hasattr(os, "posix_fallocate")  # not on macOS
+        """False where ``posix_fallocate`` is missing or failed: appends then grow the file themselves."""
         meta_path = str(self.path) + ".meta"
         self._meta_storer = DurableMetaStorer(meta_path) if durable else MetaStorer(meta_path)
         self._meta: dict[str, Any] = self._meta_storer.getMeta()

@@ -106,6 +106,8 @@ def test_the_file_is_allocated_ahead_of_its_records_and_a_crash_leaves_only_zero
         reopened_journal = ChecksummedJournal(path, durable=True)
     assert [reopened_journal[i] for i in range(len(reopened_journal))] == COMMANDS
     assert reopened_journal.torn_truncated == 0 and "torn" not in caplog.text  # nothing was written there
+    cut = f"{len(image) - end} bytes of zeros after the last record"
+    assert [r.levelno for r in caplog.records if cut in r.getMessage()] == [logging.INFO]  # said, not alarming
     assert path.stat().st_size == end
     reopened_journal.add(b"after", 13, 4)
     reopened_journal._destroy()  # a clean close: the records alone
@@ -144,6 +146,12 @@ def test_cutting_records_cuts_the_allocated_tail_and_the_next_append_allocates_a
     journal.clear()
     assert path.stat().st_size == JOURNAL_HEADER_BYTES
     journal._destroy()
+
+
+def test_where_posix_fallocate_is_missing_appends_grow_the_file(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.delattr(os, "posix_fallocate")  # macOS has none
+    path, _ = written(tmp_path)
+    assert reopened(path) == COMMANDS
 
 
 def test_without_posix_fallocate_appends_grow_the_file(tmp_path: Path, monkeypatch: Any, caplog: Any) -> None:
