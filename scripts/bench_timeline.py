@@ -23,9 +23,11 @@ Events (key in brackets):
   ``L_ack`` [the follower's next index, n: the follower's Raft address] when a follower's answer
   arrives; ``apply1`` [log index] when an entry has been applied (on every node).
 - On a follower (n: its own Raft address): ``F_recv`` [the last index of the entries] when an
-  ``append_entries`` with entries has been handled (appended, not yet flushed); ``F_ack`` [the
-  highest next index answered] when the answers held for its journal's flush leave (a durable
-  node's: a ``--no-fsync`` node holds none, so a run of those joins no call).
+  ``append_entries`` with entries has been handled (appended, not yet flushed); ``F_flush`` [the
+  highest next index held] when the flush those answers wait for starts, ``F_synced`` [the last
+  index on disk] when its ``fdatasync`` returned; ``F_ack`` [the highest next index answered] when
+  the held answers leave (a durable node's: a ``--no-fsync`` node holds none, so a run of those
+  joins no call).
 
 :func:`report` joins them per call and prints the stages, one table per kind of call; the
 leader's log entry of a group is the first one appended after the group was proposed (one group
@@ -147,6 +149,7 @@ def install_node(directory: str) -> None:
     """In a node process, before ``waitgraph serve`` runs: the gateway, the group commit, the Raft thread."""
     from pysyncobj import SyncObj
 
+    from waitgraph.node.journal import ChecksummedJournal
     from waitgraph.node.raft import RaftNode, WaitgraphSyncObj
     from waitgraph.node.service import Gateway
 
@@ -219,7 +222,14 @@ def install_node(directory: str) -> None:
 
     def held(self: Any) -> int:
         """The highest next index among the answers waiting for this flush (0: none)."""
-        return max((r[2] for r in self._held_replies if r[3]), default=0)
+        index = max((r[2] for r in self._held_replies if r[3]), default=0)
+        if index:
+            _event("F_flush", index, self.selfNode.address)
+        return index
+
+    def synced(journal: Any, token: None, flushed: bool) -> None:
+        if flushed:
+            _event("F_synced", journal.flushed_index)
 
     def answered(self: Any, index: int, result: None) -> None:
         if index:
@@ -227,6 +237,7 @@ def install_node(directory: str) -> None:
 
     _around(WaitgraphSyncObj, "_SyncObj__onMessageReceived", received, handled)
     _around(WaitgraphSyncObj, "sync_journal", held, answered)
+    _around(ChecksummedJournal, "sync", lambda journal: None, synced)
     _around(
         WaitgraphSyncObj,
         "_apply_payload",
@@ -249,7 +260,9 @@ STAGES = (
     ("buffered", "waits for the group in flight", "H_submit", "A_prop"),
     ("to_raft", "proposed -> in the leader's log (Raft thread)", "A_prop", "L_add"),
     ("to_follower", "in the leader's log -> appended by the follower", "L_add", "F_recv"),
-    ("follower_sync", "the follower's journal flushed, its answer sent", "F_recv", "F_ack"),
+    ("follower_wait", "appended -> the follower's flush starts", "F_recv", "F_flush"),
+    ("follower_fsync", "the follower's fdatasync", "F_flush", "F_synced"),
+    ("follower_answer", "flushed -> the follower's answer sent", "F_synced", "F_ack"),
     ("ack_back", "the answer read by the leader", "F_ack", "L_ack"),
     ("apply", "acknowledged -> committed and applied on the leader", "L_ack", "apply1"),
     ("to_loop", "applied -> the answer on the event loop", "apply1", "H_answered"),
@@ -292,13 +305,15 @@ class _RaftEvents:
                 self.applied.setdefault(int(r[2]), float(r[0]))
         self.received = sorted((float(r[0]), int(r[2])) for r in rows if r[1] == "F_recv")
         self.answered = sorted((float(r[0]), int(r[2])) for r in rows if r[1] == "F_ack")
+        self.flushes = sorted((float(r[0]), int(r[2])) for r in rows if r[1] == "F_flush")
+        self.synced = sorted((float(r[0]), int(r[2])) for r in rows if r[1] == "F_synced")
         self.address = next((r[3] for r in rows if r[1] in ("F_recv", "F_ack") and len(r) > 3), None)
         self.add_times = [a[0] for a in self.adds]
         self.ack_times = [a[0] for a in self.acks]
 
     def follow(self, ev: dict[str, float], followers: dict[str, _RaftEvents]) -> bool:
         """Add the entry's append, its first covering acknowledgment (and that follower's own
-        append and answer) and its apply, after ``ev["A_prop"]``."""
+        append, flush and answer) and its apply, after ``ev["A_prop"]``."""
         i = bisect.bisect_left(self.add_times, ev["A_prop"])
         if i == len(self.adds):
             return False
@@ -315,10 +330,12 @@ class _RaftEvents:
         if there is None or got is None:
             return False
         ev["F_recv"] = got[0]
-        answer = _first_after(there.answered, ev["F_recv"], index + 1)  # next index past the entry
-        if answer is None:
+        flush = _first_after(there.flushes, ev["F_recv"], index + 1)  # next index past the entry
+        synced = None if flush is None else _first_after(there.synced, flush[0], index)
+        answer = _first_after(there.answered, ev["F_recv"], index + 1)
+        if flush is None or synced is None or answer is None:
             return False
-        ev["F_ack"] = answer[0]
+        ev["F_flush"], ev["F_synced"], ev["F_ack"] = flush[0], synced[0], answer[0]
         return True
 
 

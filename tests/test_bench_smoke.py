@@ -216,7 +216,7 @@ def test_the_timeline_joins_a_call_with_its_own_nodes_raft_events(tmp_path: Path
     stages come from the node whose gateway took it (a follower applies the same entry at another
     time), an acknowledgment that does not cover the entry is not its quorum, the follower stages
     are those of the follower whose answer made it (not the other one's, nor that follower's
-    earlier entry or answer), the entry is the first one appended after the group was proposed,
+    earlier entry, flush or answer), the entry is the first one appended after the group was proposed,
     the stages add up to the whole call, and unary calls get their own table."""
     tl = _bench_timeline()
     (tmp_path / "tl-1.txt").write_text(
@@ -230,24 +230,31 @@ def test_the_timeline_joins_a_call_with_its_own_nodes_raft_events(tmp_path: Path
         "10.106 L_ack 10 f3\n10.107 apply1 9 1\n10.108 H_answered r2 \n10.109 H_end r2 \n"
     )
     (tmp_path / "tl-3.txt").write_text(  # the follower whose answers the leader counted
-        "10.008 F_recv 7 f3\n10.009 F_ack 8 f3\n10.014 F_recv 8 f3\n10.0145 F_ack 8 f3\n10.018 F_ack 9 f3\n"
-        "10.104 F_recv 9 f3\n10.105 F_ack 10 f3\n"
+        "10.008 F_recv 7 f3\n10.0085 F_flush 8 f3\n10.0087 F_synced 7 \n10.009 F_ack 8 f3\n"
+        "10.014 F_recv 8 f3\n10.0142 F_flush 8 f3\n10.0144 F_synced 7 \n10.0145 F_ack 8 f3\n"
+        "10.0146 F_synced 8 \n10.015 F_flush 9 f3\n10.0155 F_synced 7 \n10.016 F_synced 8 \n10.018 F_ack 9 f3\n"
+        "10.104 F_recv 9 f3\n10.1043 F_flush 10 f3\n10.1047 F_synced 9 \n10.105 F_ack 10 f3\n"
     )
     (tmp_path / "tl-0.txt").write_text(  # the other follower, read first
-        "10.011 L_add 8 1\n10.013 apply1 8 2\n10.0125 F_recv 8 f4\n10.0130 F_ack 9 f4\n"
+        "10.011 L_add 8 1\n10.013 apply1 8 2\n10.0125 F_recv 8 f4\n10.0126 F_flush 9 f4\n"
+        "10.0128 F_synced 8 \n10.0130 F_ack 9 f4\n"
     )
     calls = tl.join(tmp_path)  # type: ignore[attr-defined]
     call = calls["r1"]
     assert (call["L_add"], call["L_ack"], call["apply1"]) == (10.012, 10.020, 10.031)
     assert (call["F_recv"], call["F_ack"]) == (10.014, 10.018)
+    # the flush whose answers cover entry 8, and the first fdatasync after it that covers the entry
+    assert (call["F_flush"], call["F_synced"]) == (10.015, 10.016)
     stages = {key: call[b] - call[a] for key, _, a, b in tl.STAGES}  # type: ignore[attr-defined]
     assert stages["buffered"] == pytest.approx(0.007) and stages["to_raft"] == pytest.approx(0.002)
-    assert stages["to_follower"] == pytest.approx(0.002) and stages["follower_sync"] == pytest.approx(0.004)
+    assert stages["to_follower"] == pytest.approx(0.002) and stages["follower_wait"] == pytest.approx(0.001)
+    assert stages["follower_fsync"] == pytest.approx(0.001) and stages["follower_answer"] == pytest.approx(0.002)
     assert stages["ack_back"] == pytest.approx(0.002) and stages["apply"] == pytest.approx(0.011)
     assert sum(stages.values()) == pytest.approx(0.050)
     unary = calls["r2"]
     assert (unary["unary"], call["unary"]) == (1.0, 0.0)
     assert (unary["F_recv"], unary["F_ack"], unary["L_ack"]) == (10.104, 10.105, 10.106)
+    assert (unary["F_flush"], unary["F_synced"]) == (10.1043, 10.1047)
     report = "\n".join(tl.report(tmp_path))  # type: ignore[attr-defined]
     assert "timeline of 1 WriteBatch calls" in report and "| **the whole call** | 50.00 |" in report
     assert "timeline of 1 unary RegisterWait calls" in report and "| **the whole call** | 10.00 |" in report
@@ -284,4 +291,4 @@ def test_cluster_benchmark_timeline_runs(tmp_path: Path) -> None:
         joined = re.search(rf"^- timeline of (\d+) {kind} calls", done.stdout, re.MULTILINE)
         assert joined and int(joined[1]) > 0, (kind, done.stdout[-3000:])
     assert "| the client sends -> the handler starts |" in done.stdout
-    assert "| the follower's journal flushed, its answer sent |" in done.stdout
+    assert "| the follower's fdatasync |" in done.stdout
