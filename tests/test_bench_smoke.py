@@ -292,3 +292,7 @@ def test_cluster_benchmark_timeline_runs(tmp_path: Path) -> None:
         assert joined and int(joined[1]) > 0, (kind, done.stdout[-3000:])
     assert "| the client sends -> the handler starts |" in done.stdout
     assert "| the follower's fdatasync |" in done.stdout
+    # figure 7's flush probe: the journal's way (allocated ahead) beside its anchor (appended)
+    assert re.search(
+        r"inside allocated space, as the journal writes it: p50 [\d.]+ ms.*appended to a growing file: p50", done.stdout
+    )

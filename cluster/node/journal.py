@@ -23,18 +23,18 @@ everything after it. Rules kept at start-up (:meth:`ChecksummedJournal.__init__`
 
 Appends are ``pwrite`` at the end; :meth:`~ChecksummedJournal.sync` is one ``fdatasync`` when
 something changed (the durability rule of ``cluster/node/raft.py``). The file is allocated ahead
-of its records, :data:`PREALLOCATE_BYTES` at a time (``posix_fallocate``, as etcd's WAL does):
-an append that grows the file makes its ``fdatasync`` commit the new size too (an ext4 journal
-transaction), and one inside allocated space does not (measured on this machine's ext4: p50
-0.15-0.22 ms against 0.10 ms, p90 0.17-0.86 ms against 0.14 ms). The allocated tail reads as
-zeros; a clean close cuts it off, and after a crash the start-up scan finds it after the last
-record and cuts it off without calling it torn (nothing was written there). Where
-``posix_fallocate`` is missing (macOS) or fails, appends grow the file as before. Deleting a suffix
-truncates the file; deleting a prefix (after a log compaction) writes the remaining records to a
-new file, fsyncs it and renames it over the journal, so a power cut leaves either the old journal
-or the new one, never a half-rewritten one. The term, the vote and the commit index stay in
-pysyncobj's ``.meta`` file next to it (``raft.wal.meta``; fsynced and renamed into place when
-durable: :class:`DurableMetaStorer`).
+of its records, :data:`PREALLOCATE_BYTES` at a time (``posix_fallocate``, as etcd's WAL does): an
+append that grows the file makes its ``fdatasync`` commit the new size too (an ext4 journal
+transaction), and one inside allocated space does not (this machine's ext4, the two alternated in
+one run: p50 0.157-0.171 ms against 0.105-0.115 ms; ``scripts/bench cluster`` figure 7 prints
+both). The allocated tail reads as zeros; a clean close cuts it off, and after a crash the
+start-up scan finds it after the last record and cuts it off without calling it torn (nothing was
+written there). Where ``posix_fallocate`` is missing (macOS) or fails, appends grow the file as
+before. Deleting a suffix truncates the file; deleting a prefix (after a log compaction) writes
+the remaining records to a new file, fsyncs it and renames it over the journal, so a power cut
+leaves either the old journal or the new one, never a half-rewritten one. The term, the vote and
+the commit index stay in pysyncobj's ``.meta`` file next to it (``raft.wal.meta``; fsynced and
+renamed into place when durable: :class:`DurableMetaStorer`).
 
 The dump (``raft.dump``): ``b"WGDUMP\\0\\0" | format version (u16 BE) | reserved (u16) | crc32 (u32
 BE) | length (u64 BE) | body`` (:func:`seal_dump` / :func:`open_dump`); a dump that does not check
