@@ -1,7 +1,7 @@
-"""Figure 2 of ``scripts/bench cluster`` in this checkout and another, alternating (issue 20).
+"""Figures 1 and 2 of ``scripts/bench cluster`` in this checkout and another, alternating (issue 20).
 
 Prints tables; asserts nothing. Usage: scripts/bench alternate --against CHECKOUT [--runs 6]
-[--seconds 10] [--smoke]
+[--seconds 10] [--samples 100] [--smoke]
 
 A change to the write path moves figures by less than this machine drifts in an hour (the same
 code gives 2,900-4,400 writes/s from one run to the next), so one run before and one after say
@@ -10,8 +10,10 @@ sharing one Client each, WriteBatch, RegisterWait + CloseWait, 3 durable nodes) 
 and in ``CHECKOUT`` (another clone or worktree with its own ``.venv``, as ``scripts/_venv`` makes
 it: each side runs its own benchmark and nodes from its own code and install), ``--runs``
 times each, swapping which goes first every time, and prints each run's writes/s and CPU per
-write of the leader, a follower (mean of two) and the SDK processes, then the medians. Runs
-in which the cluster printed no figure 2 (an election under load, say) are listed and left out.
+write of the leader, a follower (mean of two) and the SDK processes, and figure 1's lone unary
+RegisterWait p50 and p99 (``--samples`` of them, one at a time, at the leader), then the
+medians. Runs in which the cluster printed no figure 2 (an election under load, say) are listed
+and left out.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 _FIG2 = re.compile(
     r"- 2: to n\d for ([\d.]+)s: (\d+) registrations, (\d+) closes.*?CPU in cores \(\* = leader\): (.*?) \(sum"
 )
-FIGURES = ("writes/s", "leader ms", "follower ms", "sdk ms", "total ms")
+_FIG1 = re.compile(r"^\| 1 \| unary RegisterWait at the leader, (p50|p99)[^|]*\| ([\d.]+) ms", re.MULTILINE)
+FIGURES = ("writes/s", "leader ms", "follower ms", "sdk ms", "total ms", "lone p50 ms", "lone p99 ms")
 
 
-def figure2(stdout: str) -> dict[str, float] | None:
-    """Figure 2's writes/s and CPU per write by process kind, from ``bench cluster``'s details."""
+def figures(stdout: str) -> dict[str, float] | None:
+    """Figure 2's writes/s and CPU per write by process kind, from ``bench cluster``'s details, and
+    figure 1's p50 and p99 from its table."""
     m = _FIG2.search(stdout)
     if m is None:
         return None
@@ -44,7 +48,10 @@ def figure2(stdout: str) -> dict[str, float] | None:
     sdk = float(re.search(r"sdk x\d+ ([\d.]+)", cores).group(1))  # type: ignore[union-attr]
     rate = writes / seconds
     per = 1e3 / rate
-    return {
+    lone = {f"lone {q} ms": float(v) for q, v in _FIG1.findall(stdout)}
+    if len(lone) != 2:
+        return None  # figure 1 failed (its row says why)
+    return lone | {
         "writes/s": rate,
         "leader ms": leader * per,
         "follower ms": statistics.mean(followers) * per,
@@ -53,15 +60,15 @@ def figure2(stdout: str) -> dict[str, float] | None:
     }
 
 
-def run(checkout: str, seconds: float, smoke: bool) -> tuple[dict[str, float] | None, str]:
+def run(checkout: str, seconds: float, samples: int, smoke: bool) -> tuple[dict[str, float] | None, str]:
     python = os.path.join(checkout, ".venv", "bin", "python")
     if not os.path.exists(python):
         raise SystemExit(f"{checkout} has no .venv (run its scripts/bench once, or scripts/test, to make one)")
     args = [python, "scripts/bench_cluster.py", "--no-raw", "--no-unary", "--etcd", "off", "--handoff", "off"]
     args += ["--smoke"] if smoke else ["--quick", "--seconds", str(seconds)]
-    args += ["--recovery-trials", "0", "--failover-trials", "0", "--soak-s", "0", "--samples", "100"]
+    args += ["--recovery-trials", "0", "--failover-trials", "0", "--soak-s", "0", "--samples", str(samples)]
     done = subprocess.run(args, cwd=checkout, capture_output=True, text=True)
-    return figure2(done.stdout), done.stderr[-500:]
+    return figures(done.stdout), done.stderr[-500:]
 
 
 def main() -> None:
@@ -69,6 +76,7 @@ def main() -> None:
     p.add_argument("--against", required=True, help="another checkout (clone or worktree) with scripts/bench")
     p.add_argument("--runs", type=int, default=6, help="runs per checkout (default 6)")
     p.add_argument("--seconds", type=float, default=10.0, help="figure 2's duration per run (default 10)")
+    p.add_argument("--samples", type=int, default=100, help="figure 1's lone writes per run (default 100)")
     p.add_argument("--smoke", action="store_true", help="tiny runs (tests/test_bench_smoke.py); figures mean nothing")
     args = p.parse_args()
     sides = {"this checkout": ROOT, "against": os.path.abspath(args.against)}
@@ -78,13 +86,13 @@ def main() -> None:
     load = os.getloadavg()[0]
     for i in range(args.runs):
         for name in list(sides) if i % 2 == 0 else list(sides)[::-1]:
-            got, err = run(sides[name], args.seconds, args.smoke)
+            got, err = run(sides[name], args.seconds, args.samples, args.smoke)
             if got is None:
                 lost.append(f"{name}, run {i + 1}: {err.strip().splitlines()[-1] if err.strip() else 'no figure 2'}")
             else:
                 rows[name].append(got)
             print(f"... {name} run {i + 1}: {got}", file=sys.stderr, flush=True)
-    print(f"## Figure 2 alternated between two checkouts ({started}, load average {load:.2f} before)")
+    print(f"## Figures 1 and 2 alternated between two checkouts ({started}, load average {load:.2f} before)")
     print()
     print(f"- this checkout: {ROOT}; against: {sides['against']}; {args.runs} runs each, first side swapped every run")
     print()
@@ -102,7 +110,9 @@ def main() -> None:
 
 
 def _cell(figure: str, value: Any) -> str:
-    return f"{value:,.0f}" if figure == "writes/s" else f"{value:.3f}"
+    if figure == "writes/s":
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if figure.startswith("lone") else f"{value:.3f}"
 
 
 if __name__ == "__main__":
