@@ -64,9 +64,14 @@ with one grpc.aio channel per node, every call carrying its agent's bearer token
    3-member etcd cluster (``scripts/etcd_bench.py``), alternating which goes first, on the same
    shapes: one writer's p50/p99 (``--versus-samples``), 64 unary writers (RegisterWait vs Put),
    64 writers through the SDK vs etcd Put and vs a Txn (compare mod_revision, put 2 keys), CPU
-   per write of every process, failover; then one not-durable pair (``--no-fsync`` /
-   ``--unsafe-no-fsync``). Round 1's waitgraph cluster also runs the single writer and the SDK
-   shape again under ``bench_raw_raft.py``'s huge-length attack on all three Raft ports (issue
+   per write of every process and of the three servers alone, failover; in each round, between
+   the two, the lone write again below gRPC (:func:`raft_alone`: pysyncobj as it comes, and
+   waitgraph's Raft layer, in-process at the leader), which with the section's do-nothing call
+   (through grpc.aio and through the front) says what a unary write cannot go under without a
+   native replication path, and the CPU of apply alone (``bench_apply.py``) beside etcd's
+   members' whole CPU per put; then one not-durable pair (``--no-fsync`` / ``--unsafe-no-fsync``).
+   Round 1's waitgraph cluster also runs the single writer and the SDK shape again under
+   ``bench_raw_raft.py``'s huge-length attack on all three Raft ports (issue
    #15). Prints the issue's table with waitgraph / etcd ratios; ``--json-out`` saves the figures.
 
 8. hand-off latency (issue #21; ``--handoff-rounds``): one resource, a holder and a waiter (two
@@ -1911,8 +1916,9 @@ async def versus_etcd(vs: VersusSettings, root: Path, stubs: Any, durable: bool,
 
 async def run_versus(vs: VersusSettings, root: Path, results: dict[str, Any], errors: dict[str, str]) -> None:
     """Alternating: round r runs waitgraph then etcd (r even) or etcd then waitgraph (r odd), each
-    on a fresh durable cluster; then the not-durable pair (wg ``--no-fsync``, etcd
-    ``--unsafe-no-fsync``); the attack figures come from round 0's waitgraph cluster."""
+    on a fresh durable cluster, with :func:`raft_alone` between the two; then the not-durable pair
+    (wg ``--no-fsync``, etcd ``--unsafe-no-fsync``); the attack figures come from round 0's
+    waitgraph cluster."""
     E = _load_script("etcd_bench")
     out: dict[str, Any] = {"wg": [], "etcd": [], "etcd_version": E.etcd_version()}
     results["versus"] = out
@@ -1945,6 +1951,7 @@ async def run_versus(vs: VersusSettings, root: Path, results: dict[str, Any], er
             finally:
                 print(f"    {label}: {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
 
+    out["raft"] = []
     for r in range(vs.rounds):
         wg = (
             f"round {r + 1} waitgraph, durable",
@@ -1958,7 +1965,8 @@ async def run_versus(vs: VersusSettings, root: Path, results: dict[str, Any], er
             out["etcd"],
             "",
         )
-        for label, fn, into, key in (wg, et) if r % 2 == 0 else (et, wg):
+        rf = (f"round {r + 1} the Raft layer alone", lambda a: asyncio.to_thread(raft_alone, vs), out["raft"], "")
+        for label, fn, into, key in (wg, rf, et) if r % 2 == 0 else (et, rf, wg):
             await step(label, fn, into, key)
     nofsync = VersusSettings(1, vs.samples, vs.seconds, 0, vs.procs)
     await step(
@@ -1987,6 +1995,42 @@ async def run_versus(vs: VersusSettings, root: Path, results: dict[str, Any], er
             None,
             "front_floor",
         )
+
+
+RAFT_ALONE = ("raw", "wrapper")
+"""``scripts/bench_raw_raft.py``'s variants the etcd section runs beside both systems: pysyncobj as it
+comes (a counter, never flushed) and waitgraph's Raft layer (``RaftNode`` and the state machine,
+durable), each a lone write submitted inside the leader's process: what a unary write costs before
+any gRPC, client or handler."""
+
+
+APPLIED_WRITE = "RegisterWait (re-register)"
+"""The SDK shape's write, as ``scripts/bench_apply.py`` names it."""
+
+
+def raft_alone(vs: VersusSettings) -> dict[str, Any]:
+    """One lone-write latency run of each of :data:`RAFT_ALONE` (their throughput part is kept short:
+    the section's rates come from the real clusters), and the CPU one replica spends applying the
+    SDK shape's write (``scripts/bench_apply.py``, the node's path: state machine and event journal,
+    in one fresh process, nothing else in it; so less than a busy node spends)."""
+    mod = _load_script("bench_raw_raft")
+    ns = argparse.Namespace(samples=vs.samples, concurrency=AGENTS, seconds=min(vs.seconds, 1.0))
+    out: dict[str, Any] = {variant: mod.run_variant(variant, ns) for variant in RAFT_ALONE}
+    script = str(Path(__file__).with_name("bench_apply.py"))
+    (run,) = _load_script("bench_apply").tree_runs(script, [str(REPO)], 1, ["--rounds", "10"])[str(REPO)]
+    out["apply_us"] = run["node"]["us"][APPLIED_WRITE]
+    return out
+
+
+def _server_cpu_ms(run: dict[str, Any], shape: str) -> list[float]:
+    """CPU per write of the three servers alone (waitgraph's nodes with their fronts, or etcd's
+    members), without the clients: ms of CPU per write, [] when not measured."""
+    got = run.get(shape, {})
+    cpu, rate_ = got.get("cpu"), got.get("rate")
+    if not cpu or not rate_:
+        return []
+    servers = [v for k, v in cpu.items() if k[:1] in ("n", "e") and k[1:].isdigit()]
+    return [1000 * sum(servers) / rate_] if len(servers) == 3 else []
 
 
 def _vals(runs: list[dict[str, Any]], shape: str, key: str) -> list[float]:
@@ -2207,6 +2251,19 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
         "cpu",
     )
     row(
+        "CPU per write, the 3 servers alone (wg's nodes with their fronts, etcd's members): SDK vs put",
+        [x for r in wg for x in _server_cpu_ms(r, "sdk64")],
+        [x for r in et for x in _server_cpu_ms(r, "put64")],
+        "cpu",
+    )
+    row(
+        "CPU per write, waitgraph's apply alone on 3 replicas (`bench_apply.py`, node path, the SDK shape's write, "
+        "one idle process) vs etcd's 3 members' whole put",
+        [3 * r["apply_us"] / 1000 for r in v.get("raft", []) if "apply_us" in r],
+        [x for r in et for x in _server_cpu_ms(r, "put64")],
+        "cpu",
+    )
+    row(
         "CPU per write, all processes: wg unary vs etcd put",
         _vals(wg, "unary64", "cpu_ms_per_write"),
         _vals(et, "put64", "cpu_ms_per_write"),
@@ -2222,6 +2279,23 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
         "failover, kill -9 leader → first write, p50",
         [r["failover"]["p50"] for r in wg if "failover" in r],
         [r["failover"]["p50"] for r in et if "failover" in r],
+        "ms",
+    )
+    raft = v.get("raft", [])
+    raw_p50 = [r["raw"]["p50_ms"] / 1000 for r in raft if "raw" in r]
+    layer_p50 = [r["wrapper"]["p50_ms"] / 1000 for r in raft if "wrapper" in r]
+    row(
+        "a lone write through pysyncobj alone, p50: a counter in-process at the leader (no gRPC, no state machine, "
+        "journal never flushed) vs etcd's whole durable put",
+        raw_p50,
+        [x["p50"] for x in lat_et],
+        "ms",
+    )
+    row(
+        "a lone write through waitgraph's Raft layer alone, p50: `RaftNode` and the state machine in-process at the "
+        "leader, durable, no gRPC, vs etcd's whole durable put",
+        layer_p50,
+        [x["p50"] for x in lat_et],
         "ms",
     )
     waits = [
@@ -2252,6 +2326,16 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
             f"unary call (`grpc_floor(front=True)`): lone p50 {front['p50_ms']:.2f} ms; {AGENTS} callers "
             f"{rate(front['rate'])}/s, server CPU (Python and the front) {front['server_ms']:.3f} ms and client CPU "
             f"{front['client_ms']:.3f} ms per call."
+        )
+    call = front or floor
+    if call and layer_p50 and lat_et:
+        under = _med(layer_p50) * 1000 + call["p50_ms"]
+        etcd_p50 = _med([x["p50"] for x in lat_et]) * 1000
+        print(
+            f"\nWhat waitgraph's unary p50 cannot go below here without a native replication path: its Raft layer "
+            f"alone ({_med(layer_p50) * 1000:.2f} ms) plus one lone call that does nothing through "
+            f"{'its gRPC front' if front else 'grpc.aio'} ({call['p50_ms']:.2f} ms) = {under:.2f} ms, "
+            f"{under / etcd_p50:.2f}x etcd's whole put ({etcd_p50:.2f} ms; medians of the rounds)."
         )
     print()
     print("### waitgraph: durable (default) vs `--no-fsync`, and under the stalling attack (issue #15)\n")

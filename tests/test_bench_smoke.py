@@ -83,6 +83,14 @@ def _etcd_missing() -> str | None:
     return missing
 
 
+DERIVED_ROWS = (
+    "| CPU per write, the 3 servers alone (wg's nodes with their fronts, etcd's members): SDK vs put |",
+    "| a lone write through pysyncobj alone, p50: ",
+    "| a lone write through waitgraph's Raft layer alone, p50: ",
+    "| CPU per write, waitgraph's apply alone on 3 replicas (`bench_apply.py`, ",
+)
+"""Rows computed from other measurements: each must show figures, not a dash for a missing one."""
+
 VERSUS_ROWS = (
     "| unary write p50, durable (wg default, etcd default) |",
     "| unary write p99, durable |",
@@ -93,6 +101,8 @@ VERSUS_ROWS = (
     "| CPU per write, all processes: wg SDK vs etcd put |",
     "| the same, waitgraph's writers in ",
     "| CPU per write, all processes: wg unary in ",
+    *DERIVED_ROWS,
+    "What waitgraph's unary p50 cannot go below here without a native replication path",
     "| failover, kill -9 leader → first write, p50 |",
     "| unary write p50 / p99 |",
     "| registrations/s, 64 writers, SDK |",
@@ -145,11 +155,17 @@ def test_cluster_benchmark_beside_etcd_runs(tmp_path: Path) -> None:
         "wg --no-fsync sdk64": got["wg_nf"]["sdk64"]["n"],
         "etcd --unsafe-no-fsync put64": got["etcd_nf"]["put64"]["n"],
         "bare grpc.aio floor calls": got["grpc_floor"]["calls"],
+        "pysyncobj alone, writes": got["raft"][0]["raw"]["writes"],
+        "waitgraph's Raft layer alone, writes": got["raft"][0]["wrapper"]["writes"],
+        "apply alone, CPU µs per write": got["raft"][0]["apply_us"],
     }
     if find_binary() is not None or os.environ.get("WAITGRAPH_FRONT_REQUIRED") == "1":
         assert "The same call through the native gRPC front" in done.stdout, done.stdout[-3000:]
         counts["the native front's floor calls"] = got["front_floor"]["calls"]
     assert all(n > 0 for n in counts.values()), counts
+    for row in DERIVED_ROWS:
+        line = next(x for x in done.stdout.splitlines() if x.startswith(row))
+        assert "—" not in line, line
     # The 4-process unary shape sent every write as its own RPC: no WriteBatch call at all.
     assert wg["unary64p"]["batches"] == 0, wg["unary64p"]
     # Every txn's compare held: each writer tracks its key's mod_revision right (a wrong one fails them all).
