@@ -67,8 +67,8 @@ with one grpc.aio channel per node, every call carrying its agent's bearer token
    per write of every process and of the three servers alone, failover; in each round, between
    the two, the lone write again below gRPC (:func:`raft_alone`: pysyncobj as it comes, and
    waitgraph's Raft layer, in-process at the leader), which with the section's do-nothing call
-   (through grpc.aio and through the front) says what a unary write cannot go under without a
-   native replication path, and the CPU of apply alone (``bench_apply.py``) beside etcd's
+   (through grpc.aio and through the front) says what a unary write cannot go under while the
+   replication path stays as it is, and the CPU of apply alone (``bench_apply.py``) beside etcd's
    members' whole CPU per put; then one not-durable pair (``--no-fsync`` / ``--unsafe-no-fsync``).
    Round 1's waitgraph cluster also runs the single writer and the SDK shape again under
    ``bench_raw_raft.py``'s huge-length attack on all three Raft ports (issue
@@ -2332,7 +2332,7 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
         under = _med(layer_p50) * 1000 + call["p50_ms"]
         etcd_p50 = _med([x["p50"] for x in lat_et]) * 1000
         print(
-            f"\nWhat waitgraph's unary p50 cannot go below here without a native replication path: its Raft layer "
+            f"\nWhat waitgraph's unary p50 cannot go below here with its replication path as it is: its Raft layer "
             f"alone ({_med(layer_p50) * 1000:.2f} ms) plus one lone call that does nothing through "
             f"{'its gRPC front' if front else 'grpc.aio'} ({call['p50_ms']:.2f} ms) = {under:.2f} ms, "
             f"{under / etcd_p50:.2f}x etcd's whole put ({etcd_p50:.2f} ms; medians of the rounds)."

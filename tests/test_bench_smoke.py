@@ -102,7 +102,7 @@ VERSUS_ROWS = (
     "| the same, waitgraph's writers in ",
     "| CPU per write, all processes: wg unary in ",
     *DERIVED_ROWS,
-    "What waitgraph's unary p50 cannot go below here without a native replication path",
+    "What waitgraph's unary p50 cannot go below here with its replication path as it is",
     "| failover, kill -9 leader → first write, p50 |",
     "| unary write p50 / p99 |",
     "| registrations/s, 64 writers, SDK |",
