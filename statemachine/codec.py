@@ -38,7 +38,9 @@ MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_STR_LEN = 1024
 """Longest string field; ids have their own tighter limit (``ids.MAX_ID_LEN``)."""
 MAX_FIELDS = 64
-_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""The range of every integer the codec carries (msgpack's and protobuf's int64); the state
+clamps what it computes to it (``context.later``, ``State.bump``) so that a snapshot reads back."""
 
 Checker = Callable[[Any, str], Any]
 _ABSENT = object()
@@ -55,7 +57,7 @@ def _check_str(value: Any, name: str) -> str:
 def _check_int(value: Any, name: str) -> int:
     if type(value) is not int:
         raise CodecError(f"field {name!r} must be an integer, got {type(value).__name__}", field=name)
-    if not _INT_MIN <= value <= _INT_MAX:
+    if not INT64_MIN <= value <= INT64_MAX:
         raise CodecError(f"field {name!r} is out of the 64-bit range", field=name)
     return value
 
@@ -144,7 +146,7 @@ def _inline(tp: Any, name: str, indent: str) -> list[str] | None:
         return None if inner is None else [f"{indent}if v is not None:", *inner]
     test = {
         str: "type(v) is not str or len(v) > _MAX_STR",
-        int: "type(v) is not int or not _INT_MIN <= v <= _INT_MAX",
+        int: "type(v) is not int or not INT64_MIN <= v <= INT64_MAX",
         bool: "type(v) is not bool",
     }.get(tp)
     if test is None:
@@ -167,8 +169,8 @@ def _builder(cls: type, hints: dict[str, Any], fields: tuple[tuple[str, Checker,
         "_cls": cls,
         "_missing": _missing,
         "_MAX_STR": MAX_STR_LEN,
-        "_INT_MIN": _INT_MIN,
-        "_INT_MAX": _INT_MAX,
+        "INT64_MIN": INT64_MIN,
+        "INT64_MAX": INT64_MAX,
         "_check_str": _check_str,
         "_check_int": _check_int,
         "_check_bool": _check_bool,

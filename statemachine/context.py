@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import errors as E
+from .codec import INT64_MAX
 from .effects import (
     Effect,
 )
@@ -146,9 +147,6 @@ def check_open_execution_room(st: State, agent_id: str) -> None:
 
 
 # -- retired ids (statemachine/retire.py) ---------------------------------------------------------
-
-
-INT64_MAX = 2**63 - 1
 
 
 def later(at_ms: int, ms: int) -> int:

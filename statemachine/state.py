@@ -26,7 +26,7 @@ import msgspec
 
 from . import queues as Q
 from .cancel_state import CancelBook
-from .codec import outcome_from_plain, outcome_to_plain, pack
+from .codec import INT64_MAX, outcome_from_plain, outcome_to_plain, pack
 from .enums import SETTLED, CancelMode, EffectOutcome, ExecStatus, SessionStatus
 from .errors import CodecError
 from .ids import HELD_KINDS, Kind
@@ -51,13 +51,6 @@ is configured and decisions list no remedies; before v6 the queues are rebuilt f
 waits (:func:`queues.rebuild`: by registration time, then waiter id) and decisions list no
 reorders."""
 READABLE_VERSIONS = frozenset({2, 3, 4, 5, 6})
-
-
-COUNTER_MAX = 2**63 - 1
-"""Counters saturate here, the largest int the snapshot codec and the operator API (int64) carry.
-A sum of durations (``cancel.propagation_ms.sum_ms``) between clocks far apart, since ``at_ms`` is
-any int64 a proposer stamped, would otherwise leave every replica with a state it cannot snapshot
-(hypothesis found it: ``test_retire_props``, seed 2520642)."""
 
 
 @dataclass(slots=True)
@@ -281,8 +274,12 @@ class State:
         return text
 
     def bump(self, counter: str, by: int = 1) -> None:
+        """Add ``by``, saturating at the codec's int64 limit: a sum of durations
+        (``cancel.propagation_ms.sum_ms``) between far-apart proposer clocks (``at_ms`` is any int64)
+        would otherwise leave every replica with a state it cannot snapshot (hypothesis found it:
+        ``test_retire_props``, seed 2520642). Logical time never goes back, so no sum goes below zero."""
         value = self.counters.get(counter, 0) + by
-        self.counters[counter] = value if value <= COUNTER_MAX else COUNTER_MAX
+        self.counters[counter] = value if value <= INT64_MAX else INT64_MAX
 
     def add_satisfies(self, execution_id: str, target_id: str) -> None:
         self.satisfies.setdefault(execution_id, set()).add(target_id)

@@ -395,8 +395,9 @@ def test_the_live_part_matches_a_run_without_retirement(seed: int) -> None:
 
 def test_a_counter_saturates_so_the_state_stays_snapshottable() -> None:
     """Two sums of durations between clocks far apart passed 2**64 and every replica's snapshot
-    raised OverflowError (seed 2520642 of the test above); a counter now stops at COUNTER_MAX."""
-    from waitgraph.statemachine.state import COUNTER_MAX, State
+    raised OverflowError (seed 2520642 of the test above); a counter now stops at the codec's INT64_MAX."""
+    from waitgraph.statemachine.codec import INT64_MAX as COUNTER_MAX
+    from waitgraph.statemachine.state import State
 
     state = State()
     state.bump("cancel.propagation_ms.sum_ms", COUNTER_MAX - 1)
