@@ -2205,12 +2205,8 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
 
     lat_wg = [r["latency"] for r in wg if "latency" in r]
     lat_et = [r["latency"] for r in et if "latency" in r]
-    row(
-        "unary write p50, durable (wg default, etcd default)",
-        [x["p50"] for x in lat_wg],
-        [x["p50"] for x in lat_et],
-        "ms",
-    )
+    etcd_p50s = [x["p50"] for x in lat_et]
+    row("unary write p50, durable (wg default, etcd default)", [x["p50"] for x in lat_wg], etcd_p50s, "ms")
     row("unary write p99, durable", [x["p99"] for x in lat_wg], [x["p99"] for x in lat_et], "ms")
     nf_wg = [v["wg_nf"]] if "wg_nf" in v else []
     nf_et = [v["etcd_nf"]] if "etcd_nf" in v else []
@@ -2288,14 +2284,14 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
         "a lone write through pysyncobj alone, p50: a counter in-process at the leader (no gRPC, no state machine, "
         "journal never flushed) vs etcd's whole durable put",
         raw_p50,
-        [x["p50"] for x in lat_et],
+        etcd_p50s,
         "ms",
     )
     row(
         "a lone write through waitgraph's Raft layer alone, p50: `RaftNode` and the state machine in-process at the "
         "leader, durable, no gRPC, vs etcd's whole durable put",
         layer_p50,
-        [x["p50"] for x in lat_et],
+        etcd_p50s,
         "ms",
     )
     waits = [
@@ -2328,9 +2324,9 @@ def report_versus(vs: VersusSettings, results: dict[str, Any], skipped: str | No
             f"{front['client_ms']:.3f} ms per call."
         )
     call = front or floor
-    if call and layer_p50 and lat_et:
+    if call and layer_p50 and etcd_p50s:
         under = _med(layer_p50) * 1000 + call["p50_ms"]
-        etcd_p50 = _med([x["p50"] for x in lat_et]) * 1000
+        etcd_p50 = _med(etcd_p50s) * 1000
         print(
             f"\nWhat waitgraph's unary p50 cannot go below here with its replication path as it is: its Raft layer "
             f"alone ({_med(layer_p50) * 1000:.2f} ms) plus one lone call that does nothing through "
