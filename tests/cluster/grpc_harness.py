@@ -12,18 +12,16 @@ import asyncio
 import base64
 import json
 import os
-import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 import pytest
 
-from waitgraph.dev.localcluster import LocalCluster, LocalNode
+from waitgraph.dev.localcluster import LocalCluster, NodeHandle
 from waitgraph.node.front import BINARY, find_binary
 from waitgraph.proto.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc
 from waitgraph.statemachine.commands import Command
@@ -80,60 +78,8 @@ def auth(name: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {TOKENS[name]}"),)
 
 
-@dataclass(eq=False)
-class GrpcNode:
+class GrpcNode(NodeHandle):
     """One node of a :class:`GrpcCluster`: the launcher's node, and a channel to it."""
-
-    launcher: LocalCluster
-    member: LocalNode
-
-    @property
-    def name(self) -> str:
-        return self.member.node_id
-
-    @property
-    def raft(self) -> str:
-        return self.member.raft_address
-
-    @property
-    def grpc(self) -> str:
-        return self.member.grpc_address
-
-    @property
-    def data(self) -> Path:
-        return self.member.data_dir
-
-    @property
-    def log(self) -> Path:
-        return self.member.log_path
-
-    @property
-    def proc(self) -> subprocess.Popen[bytes] | None:
-        return self.member.proc
-
-    def spawn(self) -> None:
-        self.launcher.spawn(self.name)
-
-    def wait_ready(self, timeout_s: float = 20.0) -> None:
-        self.launcher.wait_ready(self.name, timeout_s)
-
-    def start(self) -> None:
-        self.spawn()
-        self.wait_ready()
-
-    def kill(self) -> None:
-        """SIGKILL: a crash."""
-        self.launcher.kill(self.name)
-
-    def terminate(self, timeout_s: float = 10.0) -> int | None:
-        """SIGTERM and wait: the graceful stop (SIGKILL after ``timeout_s``). Returns the exit code."""
-        return self.launcher.terminate(self.name, timeout_s)
-
-    def alive(self) -> bool:
-        return self.member.alive()
-
-    def log_text(self) -> str:
-        return self.member.log_text()
 
     def channel(self) -> grpc.aio.Channel:
         return grpc.aio.insecure_channel(self.grpc)
@@ -150,7 +96,7 @@ class GrpcCluster:
             tokens=TOKEN_ENTRIES,
         )
         self.launcher.prepare()
-        self.nodes = [GrpcNode(self.launcher, m) for m in self.launcher.members]
+        self.nodes = [GrpcNode(self.launcher, m, 20, 10) for m in self.launcher.members]
 
     def __enter__(self) -> GrpcCluster:
         self.launcher.start(20)

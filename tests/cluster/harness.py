@@ -13,16 +13,14 @@ import base64
 import os
 import socket
 import struct
-import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
-from waitgraph.dev.localcluster import LocalCluster, LocalNode
+from waitgraph.dev.localcluster import LocalCluster, LocalNode, NodeHandle
 from waitgraph.dev.localcluster import free_ports as free_ports  # the tests import it from here
 from waitgraph.statemachine.codec import decode_outcome, encode_envelope
 from waitgraph.statemachine.commands import CreateTarget, Envelope
@@ -75,32 +73,12 @@ class ControlClient:
         self.sock.close()
 
 
-@dataclass(eq=False)
-class Node:
+class Node(NodeHandle):
     """One Raft-only node of a :class:`Cluster`: the launcher's node, and its control channel."""
-
-    launcher: LocalCluster
-    member: LocalNode
-
-    @property
-    def name(self) -> str:
-        return self.member.node_id
-
-    @property
-    def raft(self) -> str:
-        return self.member.raft_address
 
     @property
     def control(self) -> int:
         return int(self.member.grpc_address.rpartition(":")[2])
-
-    @property
-    def data(self) -> Path:
-        return self.member.data_dir
-
-    @property
-    def log(self) -> Path:
-        return self.member.log_path
 
     @property
     def peers(self) -> list[str]:
@@ -115,30 +93,9 @@ class Node:
     def python(self, value: str) -> None:
         self.member.python = value
 
-    @property
-    def proc(self) -> subprocess.Popen[bytes] | None:
-        return self.member.proc
-
-    def start(self) -> None:
-        self.spawn()
-        self.wait_ready()
-
-    def spawn(self) -> None:
-        self.launcher.spawn(self.name)
-
-    def wait_ready(self) -> None:
-        self.launcher.wait_ready(self.name, 15)
-
     def stop(self) -> None:
         """SIGTERM: the graceful stop an operator's restart does (SIGKILL after 10 s)."""
-        self.launcher.terminate(self.name, 10)
-
-    def kill(self) -> None:
-        """SIGKILL: a crash, nothing flushed by the process itself."""
-        self.launcher.kill(self.name)
-
-    def alive(self) -> bool:
-        return self.member.alive()
+        self.terminate()
 
     def call(self, timeout_s: float = 10.0, **request: Any) -> dict[str, Any]:
         client = ControlClient(self.control, timeout_s)
@@ -168,9 +125,6 @@ class Node:
         assert reply["ok"], reply
         return reply["digest"]  # type: ignore[no-any-return]
 
-    def log_text(self) -> str:
-        return self.member.log_text()
-
 
 def until_placed(call: Callable[[], Any], retry_s: float = 30.0) -> Any:
     """``call()``, made again while it is refused before anything was done (``not_leader``: no
@@ -195,14 +149,14 @@ class Cluster:
             extra_env=lambda m: {PASSWORD_ENV: PASSWORD},
         )
         self.launcher.prepare()
-        self.nodes = [Node(self.launcher, m) for m in self.launcher.members]
+        self.nodes = [Node(self.launcher, m, 15, 10) for m in self.launcher.members]
 
     def impostor(self, name: str, at: Node, password: str) -> Node:
         """A node that is no member: ``at``'s Raft address and control port, another secret, an
         empty data directory. Not started."""
         m = self.launcher.new_member(name, raft_address=at.raft, grpc_address=at.member.grpc_address)
         m.env[PASSWORD_ENV] = password
-        return Node(self.launcher, m)
+        return Node(self.launcher, m, 15, 10)
 
     def __enter__(self) -> Cluster:
         self.launcher.start(15)
