@@ -6,9 +6,10 @@ side by side with raw pysyncobj (``scripts/bench_raw_raft.py``) in the same run.
 Prints markdown tables; asserts nothing, and never exits non-zero because a target is missed (it
 does exit 1 when a phase could not produce its figures at all, e.g. the cluster did not start).
 
-The cluster: 3 nodes (``python -m waitgraph serve``, i.e. ``waitgraph serve``), free loopback
-ports, a temporary data directory, a generated cluster secret (``--secret-file``, mode 0600) and a
-generated tokens file (sha256 entries, one agent token per simulated agent, one operator token).
+The cluster: 3 nodes (``python -m waitgraph serve``, i.e. ``waitgraph serve``) started by the one
+launcher (``waitgraph.dev.localcluster.LocalCluster``): free loopback ports, a temporary data
+directory, a generated cluster secret (``--secret-file``, mode 0600) and a generated tokens file
+(sha256 entries, one agent token per simulated agent, one operator token, one admin token).
 Every node runs with the defaults (detection every 25 ms, confirmation window 500 ms) except
 ``--initial-mode auto`` (the core's default, shadow, never cancels, so there would be no recovery
 to time). Every process started here is killed at exit, on Ctrl-C, SIGTERM or an exception.
@@ -127,7 +128,6 @@ import asyncio
 import atexit
 import collections
 import contextlib
-import hashlib
 import importlib.util
 import json
 import os
@@ -138,7 +138,6 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -158,7 +157,7 @@ import bench_timeline  # noqa: E402 - beside this script (sys.path[0]); wraps no
 import grpc  # noqa: E402
 import psutil  # noqa: E402
 
-from waitgraph.dev.localcluster import free_ports  # noqa: E402
+from waitgraph.dev.localcluster import LocalCluster, LocalNode, NodeHandle  # noqa: E402
 from waitgraph.node.config import ServeConfig  # noqa: E402
 from waitgraph.node.front import find_binary  # noqa: E402
 from waitgraph.proto.v1 import (  # noqa: E402
@@ -313,44 +312,36 @@ class CpuMeter:
 # -- the cluster ------------------------------------------------------------------------------------
 
 
-@dataclass
-class Node:
-    name: str
-    raft: str
-    grpc: str
-    log: Path
-    args: list[str]
-    env: dict[str, str]
-    proc: subprocess.Popen[bytes] | None = None
+def node_command(lc: LocalCluster, m: LocalNode) -> list[str]:
+    """``waitgraph serve``, after what ``--node-switch-interval-ms`` and ``--timeline`` ask for."""
+    first = []
+    if NODE_SWITCH_INTERVAL_S is not None:
+        # Experiment only (--node-switch-interval-ms): the interpreter's GIL switch interval changed first.
+        first.append(f"sys.setswitchinterval({NODE_SWITCH_INTERVAL_S!r})")
+    if TIMELINE_DIR is not None:  # --timeline: scripts/bench_timeline.py wraps a few methods first
+        first.append(
+            f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
+            f"import bench_timeline; bench_timeline.install_node({TIMELINE_DIR!r})"
+        )
+    if not first:
+        return lc.serve_command(m)
+    boot = (  # the same command, after those
+        f"import runpy, sys; {'; '.join(first)}; "
+        "sys.argv = ['waitgraph', *sys.argv[1:]]; runpy.run_module('waitgraph', run_name='__main__')"
+    )
+    return [m.python, "-c", boot, *lc.serve_argv(m)]
+
+
+class Node(NodeHandle):
+    """One node of the cluster, as the launcher started it; registered for the kill at exit."""
 
     def spawn(self) -> None:
-        cmd = [sys.executable, "-m", "waitgraph", "serve", *self.args]
-        first = []
-        if NODE_SWITCH_INTERVAL_S is not None:
-            # Experiment only (--node-switch-interval-ms): the interpreter's GIL switch interval changed first.
-            first.append(f"sys.setswitchinterval({NODE_SWITCH_INTERVAL_S!r})")
-        if TIMELINE_DIR is not None:  # --timeline: scripts/bench_timeline.py wraps a few methods first
-            first.append(
-                f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
-                f"import bench_timeline; bench_timeline.install_node({TIMELINE_DIR!r})"
-            )
-        if first:  # the same command, after those
-            boot = (
-                f"import runpy, sys; {'; '.join(first)}; "
-                "sys.argv = ['waitgraph', *sys.argv[1:]]; runpy.run_module('waitgraph', run_name='__main__')"
-            )
-            cmd = [sys.executable, "-c", boot, "serve", *self.args]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=log, stderr=log)
+        super().spawn()
+        assert self.proc is not None
         _LIVE.add(self.proc)
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        super().kill()
         if self.proc is not None:
             _LIVE.discard(self.proc)
 
@@ -359,21 +350,11 @@ class Node:
         assert self.proc is not None
         return self.proc.pid
 
-    async def wait_port(self, timeout_s: float = 30.0) -> None:
-        host, port = self.grpc.rsplit(":", 1)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc is None or self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited:\n{self.log_tail()}")
-            try:
-                socket.create_connection((host, int(port)), timeout=1).close()
-                return
-            except OSError:
-                await asyncio.sleep(0.05)
-        raise TimeoutError(f"{self.name} did not open its gRPC port")
+    async def wait_port(self) -> None:
+        await asyncio.to_thread(self.wait_ready)
 
     def log_tail(self, n: int = 3000) -> str:
-        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
+        return self.member.log_tail(n)
 
 
 def _load_script(name: str) -> Any:
@@ -421,35 +402,23 @@ class BenchAgent:
 class Cluster:
     def __init__(self, root: Path, agent_names: list[str], extra_args: list[str]) -> None:
         self.root = root
-        ports = free_ports(6)
-        raft = [f"127.0.0.1:{p}" for p in ports[:3]]
-        grpcs = [f"127.0.0.1:{p}" for p in ports[3:]]
-        names = ["n1", "n2", "n3"]
-        secret_file = root / "secret"
-        secret_file.write_text(secrets.token_urlsafe(32))
-        secret_file.chmod(0o600)
-        self.agents = {a: BenchAgent(a, secrets.token_urlsafe(24)) for a in agent_names}
-        self.ops_token = secrets.token_urlsafe(24)
-        entries: list[dict[str, Any]] = [
-            {"name": f"agent-{a.name}", "role": "agent", "agent_id": a.name, "sha256": _sha(a.token)}
-            for a in self.agents.values()
-        ]
-        entries.append({"name": "bench-ops", "role": "operator", "sha256": _sha(self.ops_token)})
-        tokens = root / "tokens.json"
-        tokens.write_text(json.dumps({"tokens": entries}))
-        tokens.chmod(0o600)
-        peers = ",".join(f"{n}={a}" for n, a in zip(names, raft, strict=True))
-        peer_grpc = ",".join(f"{n}={a}" for n, a in zip(names, grpcs, strict=True))
-        env = dict(os.environ, PYTHONPATH=str(REPO))
-        env.pop("WAITGRAPH_SECRET", None)
-        self.nodes: list[Node] = []
-        for i, name in enumerate(names):
-            args = ["--id", name, "--raft-addr", raft[i], "--grpc-addr", grpcs[i], "--peers", peers]
-            args += ["--peer-grpc", peer_grpc, "--data-dir", str(root / name), "--tokens-file", str(tokens)]
-            args += ["--secret-file", str(secret_file), *extra_args]
-            self.nodes.append(Node(name, raft[i], grpcs[i], root / f"{name}.log", args, env))
+        self.launcher = LocalCluster(
+            root=root,
+            nodes=3,
+            mode=None,
+            agents=agent_names,
+            serve_args=extra_args,
+            log_level=None,
+            node_command=node_command,
+        )
+        self.launcher.prepare()
+        creds = self.launcher.credentials
+        assert creds is not None
+        self.agents = {a: BenchAgent(a, creds.agents[a]) for a in agent_names}
+        self.ops_token = creds.operator
+        self.nodes = [Node(self.launcher, m) for m in self.launcher.members]
         self.channels: dict[str, grpc.aio.Channel] = {}
-        self.example_command = shlex.join(["waitgraph", "serve", *self.nodes[0].args])
+        self.example_command = shlex.join(["waitgraph", *self.launcher.serve_argv(self.launcher.members[0])])
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -568,10 +537,6 @@ class Cluster:
         if out.result != APPLIED:
             raise RuntimeError(f"setup: {cmd.KIND} by {agent.name}: {out.code} {out.message}")
         return out
-
-
-def _sha(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 # -- the workload -----------------------------------------------------------------------------------

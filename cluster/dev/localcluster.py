@@ -1,4 +1,7 @@
-"""N real ``waitgraph serve`` processes on loopback: ``waitgraph dev``, the demo, tests.
+"""The one way to start a local cluster: N node processes on loopback (or on the chaos lab's hosts).
+
+``waitgraph dev``, the demo, the cluster tests' harnesses, the benchmarks and the chaos lab all start
+their nodes here; by default each node is a real ``waitgraph serve``.
 
     with LocalCluster(nodes=3, mode="auto") as lc:     # a temporary directory, removed at the end
         lc.wait_for_leader()
@@ -6,6 +9,12 @@
         lc.credentials.agents   # {"a": "<token>", ...}: tokens for the AgentService
         with lc.client() as ops:  # an admin OperatorClient
             ...
+        lc.kill("n1"); lc.spawn("n1"); lc.wait_ready("n1")   # a crash and a restart on the same data
+        lc.terminate("n2")      # SIGTERM, the graceful stop (SIGKILL when it takes too long)
+
+What a node runs is :meth:`LocalCluster.serve_command` unless ``node_command`` says otherwise (the Raft
+tests run a Raft-only node that opens a control port where ``waitgraph serve`` opens gRPC). Per node:
+``extra_args``, ``python`` (another virtual environment's interpreter: an older release) and ``env``.
 
 Rules kept here:
 - Everything a node needs is generated into the directory, readable only by the user: ``secret``
@@ -13,12 +22,12 @@ Rules kept here:
   ``credentials.json`` (the plain tokens, for clients), ``admin.token`` / ``operator.token``
   (one token each, for ``--token-file``) and ``cluster.json`` (the members and their addresses).
   Starting again on a directory that has them reuses them, so the Raft journals, the addresses
-  and the exported tokens stay valid.
+  and the exported tokens stay valid. A node's data is ``<id>/data``, its log ``<id>/node.log``.
 - Children get a clean environment: no ``WAITGRAPH_*`` variable of the caller leaks into a node's
   configuration (a stray ``WAITGRAPH_CONFIG`` would silently change it).
 - :meth:`LocalCluster.stop` sends SIGTERM (the nodes' graceful stop), waits, then SIGKILLs what is
-  left; :meth:`LocalCluster.close` also removes a directory it created. Nothing it started
-  outlives it.
+  left (``graceful=False``: SIGKILL at once, as the tests do); :meth:`LocalCluster.close` also
+  removes a directory it created. Nothing it started outlives it.
 """
 
 from __future__ import annotations
@@ -110,6 +119,12 @@ class LocalNode:
     proc: subprocess.Popen[bytes] | None = None
     http_address: str | None = None
     """The live view's (and /metrics') address when the cluster serves it (:attr:`LocalCluster.http`)."""
+    extra_args: list[str] = field(default_factory=list)
+    """This node's own flags, after the cluster's :attr:`LocalCluster.serve_args`."""
+    python: str = sys.executable
+    """The interpreter the node runs under (another virtual environment's: an older release)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """This node's own environment variables, over :attr:`LocalCluster.extra_env`'s."""
 
     @property
     def data_dir(self) -> Path:
@@ -126,8 +141,11 @@ class LocalNode:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
     def log_tail(self, chars: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+        return self.log_text()[-chars:]
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -151,8 +169,9 @@ class LocalCluster:
     """gRPC ports base_port.., Raft ports base_port+100..; None: free ports."""
     agents: Sequence[str] = DEFAULT_AGENTS
     serve_args: Sequence[str] = ()
-    """Extra ``waitgraph serve`` flags for every node (``--detect-interval-ms 50``...)."""
-    log_level: str = "INFO"
+    """Extra flags for every node's command (``--detect-interval-ms 50``...)."""
+    log_level: str | None = "INFO"
+    """``--log-level``; None leaves the node's default."""
     die_with_parent: bool = False
     """Linux: nodes get SIGTERM when the launching thread dies. Only for launchers that spawn from a
     thread that lives as long as the cluster (``waitgraph dev``)."""
@@ -165,6 +184,14 @@ class LocalCluster:
     """Variables added to a node's clean environment (the chaos runs' clock hook)."""
     http: bool = False
     """Serve the live view and /metrics on a free loopback port per node (``--http-addr``)."""
+    node_command: Callable[[LocalCluster, LocalNode], Sequence[str]] | None = None
+    """What a node runs (under :attr:`command_prefix`); None: :meth:`serve_command`. A node's
+    :attr:`LocalNode.grpc_address` is the port such a command opens once it is ready."""
+    secret: str | None = None
+    """The cluster secret written to ``secret``; None: the directory's, or a new random one."""
+    tokens: Sequence[Mapping[str, Any]] | None = None
+    """The servers' ``tokens.json`` entries (fixed names, plain or expired tokens: the tests');
+    None: the digests of :attr:`credentials`."""
     members: list[LocalNode] = field(default_factory=list)
     credentials: Credentials | None = None
     created_root: bool = False
@@ -195,8 +222,11 @@ class LocalCluster:
             self.members = self._new_members(root)
             self._save_layout()
         secret = root / "secret"
-        if not secret.exists():
-            _write_private(secret, secrets.token_urlsafe(32) + "\n")
+        if self.secret is None and secret.exists():
+            self.secret = secret.read_text().strip()
+        else:
+            self.secret = self.secret if self.secret is not None else secrets.token_urlsafe(32)
+            _write_private(secret, self.secret + "\n")
         creds_file = root / "credentials.json"
         if creds_file.exists():
             raw = json.loads(creds_file.read_text())
@@ -204,7 +234,8 @@ class LocalCluster:
         else:
             self.credentials = Credentials.generate(self.agents)
             _write_private(creds_file, json.dumps(self.credentials.to_json(), indent=2) + "\n")
-        (root / "tokens.json").write_text(json.dumps({"tokens": self.credentials.token_entries()}, indent=2) + "\n")
+        entries = [dict(e) for e in self.tokens] if self.tokens is not None else self.credentials.token_entries()
+        (root / "tokens.json").write_text(json.dumps({"tokens": entries}, indent=2) + "\n")
         _write_private(root / "admin.token", self.credentials.admin + "\n")
         _write_private(root / "operator.token", self.credentials.operator + "\n")
         for m in self.members:
@@ -221,16 +252,21 @@ class LocalCluster:
         }
         (self.root / CLUSTER_FILE).write_text(json.dumps(doc, indent=2) + "\n")
 
-    def new_member(self, node_id: str, host: str = "127.0.0.1") -> LocalNode:
-        """A node at new free ports, listed from now on in every node's --peers (its own included)
-        and in the layout file; not started, and no Raft member until ``waitgraph member add``
-        (docs/deploy.md, "Membership changes")."""
+    def new_member(
+        self, node_id: str, host: str = "127.0.0.1", *, raft_address: str | None = None, grpc_address: str | None = None
+    ) -> LocalNode:
+        """A node at new free ports (or the addresses given: an impostor at a stopped member's),
+        listed from now on in every node's --peers (its own included) and in the layout file; not
+        started, and no Raft member until ``waitgraph member add`` (docs/deploy.md, "Membership
+        changes")."""
         self.prepare()
         assert self.root is not None
         if any(m.node_id == node_id for m in self.members):
             raise ValueError(f"{node_id} is already a node of this cluster")
         grpc_port, raft_port = free_ports(2)
-        m = LocalNode(node_id, f"{host}:{raft_port}", f"{host}:{grpc_port}", self.root / node_id)
+        m = LocalNode(
+            node_id, raft_address or f"{host}:{raft_port}", grpc_address or f"{host}:{grpc_port}", self.root / node_id
+        )
         m.directory.mkdir(exist_ok=True)
         if self.http:
             m.http_address = f"{host}:{free_ports(1)[0]}"
@@ -242,14 +278,7 @@ class LocalCluster:
     def forget_member(self, node_id: str) -> LocalNode:
         """Stop a node removed from the membership and drop it from the layout and every --peers."""
         m = self.node(node_id)
-        if m.alive():
-            assert m.proc is not None
-            m.proc.terminate()
-            try:
-                m.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                m.proc.kill()
-                m.proc.wait(10)
+        self.terminate(node_id)
         self.members.remove(m)
         self.nodes = len(self.members)
         self._save_layout()
@@ -304,25 +333,34 @@ class LocalCluster:
 
     # -- processes ---------------------------------------------------------------------------------------
 
-    def serve_command(self, m: LocalNode) -> list[str]:
+    def serve_argv(self, m: LocalNode) -> list[str]:
+        """The node's ``waitgraph serve ...`` arguments (``serve`` first)."""
         root = self.directory
         peers = ",".join(f"{p.node_id}={p.raft_address}" for p in self.members)
         peer_grpc = ",".join(f"{p.node_id}={p.grpc_address}" for p in self.members)
-        cmd = [sys.executable, "-m", "waitgraph", "serve", "--id", m.node_id]
-        cmd += ["--raft-addr", m.raft_address, "--grpc-addr", m.grpc_address, "--peers", peers]
-        cmd += ["--peer-grpc", peer_grpc, "--data-dir", str(m.data_dir), "--secret-file", str(root / "secret")]
-        cmd += ["--tokens-file", str(root / "tokens.json"), "--log-level", self.log_level]
+        argv = ["serve", "--id", m.node_id, "--raft-addr", m.raft_address, "--grpc-addr", m.grpc_address]
+        argv += ["--peers", peers, "--peer-grpc", peer_grpc, "--data-dir", str(m.data_dir)]
+        argv += ["--secret-file", str(root / "secret"), "--tokens-file", str(root / "tokens.json")]
+        if self.log_level:
+            argv += ["--log-level", self.log_level]
         if self.mode:
-            cmd += ["--initial-mode", self.mode]
+            argv += ["--initial-mode", self.mode]
         if m.http_address:
-            cmd += ["--http-addr", m.http_address]
-        return cmd + list(self.serve_args)
+            argv += ["--http-addr", m.http_address]
+        return [*argv, *self.serve_args, *m.extra_args]
 
-    def _child_env(self) -> dict[str, str]:
+    def serve_command(self, m: LocalNode) -> list[str]:
+        return [m.python, "-m", "waitgraph", *self.serve_argv(m)]
+
+    def _child_env(self, m: LocalNode) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")}
-        repo = str(Path(__file__).resolve().parents[1])
+        # The checkout's root, where a module of the tests can be a node's command.
+        repo = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
+        if self.extra_env is not None:
+            env.update(self.extra_env(m))
+        env.update(m.env)
         return env
 
     def spawn(self, node_id: str) -> LocalNode:
@@ -330,12 +368,11 @@ class LocalCluster:
         if m.alive():
             return m
         prefix = list(self.command_prefix(m)) if self.command_prefix is not None else []
-        env = self._child_env()
-        if self.extra_env is not None:
-            env.update(self.extra_env(m))
+        command = list(self.node_command(self, m)) if self.node_command is not None else self.serve_command(m)
+        env = self._child_env(m)
         with open(m.log_path, "ab") as log:
             m.proc = subprocess.Popen(
-                prefix + self.serve_command(m),
+                prefix + command,
                 cwd=self.directory,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -346,7 +383,7 @@ class LocalCluster:
         return m
 
     def wait_ready(self, node_id: str, timeout_s: float = 30.0) -> None:
-        """Until the node's gRPC port accepts connections; its exit is an error with its log."""
+        """Until the node's gRPC (or control) port accepts connections; its exit is an error with its log."""
         m = self.node(node_id)
         host, port = m.grpc_address.rsplit(":", 1)
         deadline = time.monotonic() + timeout_s
@@ -400,36 +437,45 @@ class LocalCluster:
 
     def kill(self, node_id: str) -> None:
         """SIGKILL one node: a crash."""
+        self.terminate(node_id, 10.0, signal.SIGKILL)
+
+    def terminate(self, node_id: str, timeout_s: float = 15.0, sig: signal.Signals = signal.SIGTERM) -> int | None:
+        """Send ``sig`` (SIGTERM: the graceful stop) to one node, wait for it to exit, SIGKILL it after
+        ``timeout_s``. Its exit code (None: never started)."""
         m = self.node(node_id)
-        if m.alive():
-            assert m.proc is not None
-            m.proc.kill()
-            m.proc.wait(10)
+        self._signal([m], sig, timeout_s)
+        return m.proc.returncode if m.proc is not None else None
+
+    def _signal(self, nodes: Sequence[LocalNode], sig: signal.Signals, timeout_s: float) -> None:
+        running = [m.proc for m in nodes if m.proc is not None and m.proc.poll() is None]
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
+        deadline = time.monotonic() + timeout_s
+        for proc in running:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
     def exited(self) -> list[LocalNode]:
         """Nodes that were started and are no longer running."""
         return [m for m in self.members if m.proc is not None and m.proc.poll() is not None]
 
-    def stop(self, timeout_s: float = 15.0) -> dict[str, int | None]:
-        """SIGTERM every node, wait for them together, SIGKILL the rest. Exit codes by node id."""
-        running = [m for m in self.members if m.alive()]
-        for m in running:
-            assert m.proc is not None
-            with contextlib.suppress(ProcessLookupError):
-                m.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for m in running:
-            assert m.proc is not None
-            try:
-                m.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                m.proc.kill()
-                m.proc.wait(10)
+    def logs(self, chars: int = 4000) -> str:
+        """Every node's log tail under a ``===== <id>`` line: what a failed test prints."""
+        return "\n".join(f"===== {m.node_id}\n{m.log_tail(chars)}" for m in self.members)
+
+    def stop(self, timeout_s: float = 15.0, *, graceful: bool = True) -> dict[str, int | None]:
+        """SIGTERM every node, wait for them together, SIGKILL the rest (``graceful=False``: SIGKILL
+        at once, a crash of every node). Exit codes by node id."""
+        self._signal(self.members, signal.SIGTERM if graceful else signal.SIGKILL, timeout_s)
         return {m.node_id: (m.proc.returncode if m.proc else None) for m in self.members}
 
-    def close(self, remove: bool | None = None) -> dict[str, int | None]:
+    def close(self, remove: bool | None = None, *, graceful: bool = True) -> dict[str, int | None]:
         """Stop every node; remove the directory when this object created it (or ``remove``)."""
-        codes = self.stop()
+        codes = self.stop(graceful=graceful)
         if self.root is not None and (self.created_root if remove is None else remove):
             shutil.rmtree(self.root, ignore_errors=True)
         return codes
@@ -442,10 +488,72 @@ class LocalCluster:
         self.close()
 
 
+@dataclass(eq=False)
+class NodeHandle:
+    """One node of a :class:`LocalCluster` with its actions at hand, under the short names the
+    tests' harnesses and the benchmark use (two handles are the same node only if the same object)."""
+
+    launcher: LocalCluster
+    member: LocalNode
+    ready_timeout_s: float = 30.0
+    """How long :meth:`wait_ready` waits for the node's port."""
+    stop_timeout_s: float = 15.0
+    """How long :meth:`terminate` waits before SIGKILL."""
+
+    @property
+    def name(self) -> str:
+        return self.member.node_id
+
+    @property
+    def raft(self) -> str:
+        return self.member.raft_address
+
+    @property
+    def grpc(self) -> str:
+        return self.member.grpc_address
+
+    @property
+    def data(self) -> Path:
+        return self.member.data_dir
+
+    @property
+    def log(self) -> Path:
+        return self.member.log_path
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.member.proc
+
+    def spawn(self) -> None:
+        self.launcher.spawn(self.name)
+
+    def wait_ready(self) -> None:
+        self.launcher.wait_ready(self.name, self.ready_timeout_s)
+
+    def start(self) -> None:
+        self.spawn()
+        self.wait_ready()
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, nothing flushed by the process itself."""
+        self.launcher.kill(self.name)
+
+    def terminate(self, timeout_s: float | None = None) -> int | None:
+        """SIGTERM and wait: the graceful stop (SIGKILL after ``timeout_s``, default
+        :attr:`stop_timeout_s`). The exit code."""
+        return self.launcher.terminate(self.name, self.stop_timeout_s if timeout_s is None else timeout_s)
+
+    def alive(self) -> bool:
+        return self.member.alive()
+
+    def log_text(self) -> str:
+        return self.member.log_text()
+
+
 def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)
 
 
-__all__ = ["Credentials", "LocalCluster", "LocalNode", "OpsError", "default_endpoints", "free_ports"]
+__all__ = ["Credentials", "LocalCluster", "LocalNode", "NodeHandle", "OpsError", "default_endpoints", "free_ports"]

@@ -51,7 +51,6 @@ import glob
 import os
 import random
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -248,17 +247,7 @@ class ChaosEnv:
 
     def stop(self, node_id: str, sig: signal.Signals) -> None:
         """SIGTERM (graceful, SIGKILL after 10 s) or SIGKILL one node and wait for it to exit."""
-        m = self.cluster.node(node_id)
-        if m.proc is None or not m.alive():
-            return
-        if sig is signal.SIGKILL:
-            self.cluster.kill(node_id)
-            return
-        m.proc.send_signal(sig)
-        try:
-            m.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.cluster.kill(node_id)
+        self.cluster.terminate(node_id, 10.0, sig)
 
     def next_node_id(self) -> str:
         """An id no node of this run ever had."""

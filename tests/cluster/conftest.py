@@ -60,6 +60,5 @@ def local_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Ca
         failed = getattr(request.node, "rep_call", None)
         for lc in started:
             if failed is not None and failed.failed:
-                for m in lc.members:
-                    print(f"===== {m.node_id}\n{m.log_tail(4000)}")
+                print(lc.logs(4000))
             lc.close()

@@ -1,8 +1,9 @@
 """``waitgraph serve`` processes on loopback for the gRPC tests, and small async clients.
 
-Each node is ``python -m waitgraph serve`` in its own process with its own data directory and
-log file; tests talk to it over gRPC only. :class:`GrpcCluster` kills every process it started
-when it is closed, whatever happened.
+Each node is ``waitgraph serve`` in its own process, started, killed and restarted by the one
+launcher (:class:`~waitgraph.dev.localcluster.LocalCluster`), with the tests' fixed tokens
+(:data:`TOKENS`: names the tests' actors carry, an expired one); tests talk to it over gRPC only.
+:class:`GrpcCluster` kills every process it started when it is closed, whatever happened.
 """
 
 from __future__ import annotations
@@ -11,27 +12,21 @@ import asyncio
 import base64
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 import pytest
 
+from waitgraph.dev.localcluster import LocalCluster, NodeHandle
 from waitgraph.node.front import BINARY, find_binary
 from waitgraph.proto.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc
 from waitgraph.statemachine.commands import Command
 from waitgraph.statemachine.outcome import Outcome
 from waitgraph.wire import convert
-
-from .harness import REPO, free_ports
 
 T = TypeVar("T")
 SECRET = base64.b64encode(os.urandom(32)).decode()
@@ -63,13 +58,19 @@ def front_args(front: str) -> list[str]:
     return ["--grpc-front", front]
 
 
+TOKEN_ENTRIES = [
+    {"name": f"agent-{a}", "role": "agent", "agent_id": a, "token": TOKENS[a]} for a in ("a", "b", "c")
+] + [
+    {"name": "ops", "role": "operator", "token": TOKENS["ops"]},
+    {"name": "root", "role": "admin", "token": TOKENS["root"]},
+    {"name": "old", "role": "operator", "token": TOKENS["old"], "expires_at": "2020-01-01T00:00:00Z"},
+]
+"""The servers' tokens file of every :class:`GrpcCluster`."""
+
+
 def token_file(path: Path) -> Path:
-    entries = [{"name": f"agent-{a}", "role": "agent", "agent_id": a, "token": TOKENS[a]} for a in ("a", "b", "c")] + [
-        {"name": "ops", "role": "operator", "token": TOKENS["ops"]},
-        {"name": "root", "role": "admin", "token": TOKENS["root"]},
-        {"name": "old", "role": "operator", "token": TOKENS["old"], "expires_at": "2020-01-01T00:00:00Z"},
-    ]
-    path.write_text(json.dumps({"tokens": entries}))
+    """:data:`TOKEN_ENTRIES` as a tokens file, for a test that configures one node itself."""
+    path.write_text(json.dumps({"tokens": TOKEN_ENTRIES}))
     return path
 
 
@@ -77,59 +78,8 @@ def auth(name: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {TOKENS[name]}"),)
 
 
-@dataclass
-class GrpcNode:
-    name: str
-    raft: str
-    grpc: str
-    data: Path
-    log: Path
-    args: list[str]
-    proc: subprocess.Popen[bytes] | None = None
-    extra_args: list[str] = field(default_factory=list)
-
-    def spawn(self) -> None:
-        assert self.proc is None or self.proc.poll() is not None
-        env = dict(os.environ, WAITGRAPH_SECRET=SECRET, PYTHONPATH=str(REPO))
-        cmd = [sys.executable, "-m", "waitgraph", "serve", *self.args, *self.extra_args]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=log)
-
-    def wait_ready(self, timeout_s: float = 20.0) -> None:
-        assert self.proc is not None
-        host, port = self.grpc.rsplit(":", 1)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
-            try:
-                socket.create_connection((host, int(port)), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"{self.name} did not open its gRPC port")
-
-    def start(self) -> None:
-        self.spawn()
-        self.wait_ready()
-
-    def kill(self) -> None:
-        """SIGKILL: a crash."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def terminate(self, timeout_s: float = 10.0) -> int:
-        """SIGTERM and wait: the graceful stop. Returns the exit code."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout_s)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
+class GrpcNode(NodeHandle):
+    """One node of a :class:`GrpcCluster`: the launcher's node, and a channel to it."""
 
     def channel(self) -> grpc.aio.Channel:
         return grpc.aio.insecure_channel(self.grpc)
@@ -137,50 +87,26 @@ class GrpcNode:
 
 class GrpcCluster:
     def __init__(self, root: Path, size: int = 3, extra_args: list[str] | None = None) -> None:
-        root.mkdir(parents=True, exist_ok=True)
-        ports = free_ports(2 * size)
-        raft = [f"127.0.0.1:{p}" for p in ports[:size]]
-        grpcs = [f"127.0.0.1:{p}" for p in ports[size:]]
-        names = [f"n{i + 1}" for i in range(size)]
-        tokens = token_file(root / "tokens.json")
-        peers = ",".join(f"{n}={a}" for n, a in zip(names, raft, strict=True))
-        peer_grpc = ",".join(f"{n}={a}" for n, a in zip(names, grpcs, strict=True))
-        self.nodes: list[GrpcNode] = []
-        for i, name in enumerate(names):
-            (root / name).mkdir(exist_ok=True)
-            args = ["--id", name, "--raft-addr", raft[i], "--grpc-addr", grpcs[i], "--peers", peers]
-            args += ["--peer-grpc", peer_grpc, "--data-dir", str(root / name / "data"), "--tokens-file", str(tokens)]
-            args += ["--detect-interval-ms", "50", "--log-level", "INFO"]
-            self.nodes.append(
-                GrpcNode(
-                    name,
-                    raft[i],
-                    grpcs[i],
-                    root / name / "data",
-                    root / name / "node.log",
-                    args,
-                    None,
-                    list(extra_args or []),
-                )
-            )
+        self.launcher = LocalCluster(
+            root=root,
+            nodes=size,
+            mode=None,
+            serve_args=["--detect-interval-ms", "50", *(extra_args or [])],
+            secret=SECRET,
+            tokens=TOKEN_ENTRIES,
+        )
+        self.launcher.prepare()
+        self.nodes = [GrpcNode(self.launcher, m, 20, 10) for m in self.launcher.members]
 
     def __enter__(self) -> GrpcCluster:
-        try:
-            for node in self.nodes:
-                node.spawn()
-            for node in self.nodes:
-                node.wait_ready()
-        except BaseException:
-            self.close()
-            raise
+        self.launcher.start(20)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        for node in self.nodes:
-            node.kill()
+        self.launcher.stop(graceful=False)
 
     def by_name(self, name: str) -> GrpcNode:
         return next(n for n in self.nodes if n.name == name)
@@ -189,7 +115,7 @@ class GrpcCluster:
         return [n for n in self.nodes if n.alive()]
 
     def logs(self) -> str:
-        return "\n".join(f"===== {n.name}\n{n.log_text()[-6000:]}" for n in self.nodes)
+        return self.launcher.logs(6000)
 
 
 # -- async clients -------------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""Real node processes on loopback for the cluster tests and the benchmark.
+"""Raft-only node processes on loopback for the Raft tests, started by the one launcher.
 
-Each node is ``python -m waitgraph.node.raft_node`` in its own process, with its own data directory and
-log file; tests talk to it over its loopback control channel (see ``cluster/node/raft_node.py``).
-:class:`Cluster` kills every process it started when it is closed, whatever happened.
+Each node is the Raft-only test node (:func:`raft_node_command`) in its own process, started, killed
+and restarted by :class:`~waitgraph.dev.localcluster.LocalCluster` (ports, data directory, log
+file); tests talk to it over its loopback control channel, which it opens where ``waitgraph
+serve`` would open gRPC. :class:`Cluster` kills every process it started when it is closed,
+whatever happened.
 """
 
 from __future__ import annotations
@@ -11,17 +13,15 @@ import base64
 import os
 import socket
 import struct
-import subprocess
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
-from waitgraph.dev.localcluster import free_ports
+from waitgraph.dev.localcluster import LocalCluster, LocalNode, NodeHandle
+from waitgraph.dev.localcluster import free_ports as free_ports  # the tests import it from here
 from waitgraph.statemachine.codec import decode_outcome, encode_envelope
 from waitgraph.statemachine.commands import CreateTarget, Envelope
 from waitgraph.statemachine.errors import Status
@@ -30,6 +30,16 @@ from waitgraph.statemachine.outcome import Outcome
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = base64.b64encode(os.urandom(32)).decode()
 """The cluster secret of every test cluster in this process: 256 random bits (nodes refuse weak ones)."""
+PASSWORD_ENV = "WAITGRAPH_RAFT_PASSWORD"
+
+
+def raft_node_command(lc: LocalCluster, m: LocalNode) -> list[str]:
+    """The Raft-only test node's command: the other members' Raft addresses as peers (an impostor
+    at a member's address is no peer of its own), its control channel on ``m``'s gRPC port."""
+    peers = dict.fromkeys(p.raft_address for p in lc.members if p.raft_address != m.raft_address)
+    cmd = [m.python, "-m", "waitgraph.node.raft_node", "--id", m.node_id, "--raft", m.raft_address]
+    cmd += ["--peers", ",".join(peers), "--data", str(m.data_dir), "--control", m.grpc_address.rpartition(":")[2]]
+    return [*cmd, *lc.serve_args, *m.extra_args]
 
 
 def envelope(i: int, *, request_id: str | None = None, actor: str = "operator:ops", at_ms: int = 1_000) -> bytes:
@@ -63,62 +73,29 @@ class ControlClient:
         self.sock.close()
 
 
-@dataclass
-class Node:
-    name: str
-    raft: str
-    control: int
-    data: Path
-    log: Path
-    peers: list[str]
-    extra_args: list[str] = field(default_factory=list)
-    password: str = PASSWORD
-    python: str = sys.executable
-    """The interpreter the node runs under (another virtual environment's: an older release)."""
-    proc: subprocess.Popen[bytes] | None = None
+class Node(NodeHandle):
+    """One Raft-only node of a :class:`Cluster`: the launcher's node, and its control channel."""
 
-    def start(self) -> None:
-        self.spawn()
-        self.wait_ready()
+    @property
+    def control(self) -> int:
+        return int(self.member.grpc_address.rpartition(":")[2])
 
-    def spawn(self) -> None:
-        assert self.proc is None or self.proc.poll() is not None
-        env = dict(os.environ, WAITGRAPH_RAFT_PASSWORD=self.password, PYTHONPATH=str(REPO))
-        cmd = [self.python, "-m", "waitgraph.node.raft_node", "--id", self.name, "--raft", self.raft]
-        cmd += ["--peers", ",".join(self.peers), "--data", str(self.data), "--control", str(self.control)]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd + self.extra_args, cwd=REPO, env=env, stdout=log, stderr=log)
+    @property
+    def peers(self) -> list[str]:
+        return [p.raft_address for p in self.launcher.members if p.raft_address != self.raft]
 
-    def wait_ready(self) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
-            try:
-                ControlClient(self.control, 1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"{self.name} did not open its control port")
+    @property
+    def python(self) -> str:
+        """The interpreter the node runs under (another virtual environment's: an older release)."""
+        return self.member.python
+
+    @python.setter
+    def python(self, value: str) -> None:
+        self.member.python = value
 
     def stop(self) -> None:
         """SIGTERM: the graceful stop an operator's restart does (SIGKILL after 10 s)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def kill(self) -> None:
-        """SIGKILL: a crash, nothing flushed by the process itself."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        self.terminate()
 
     def call(self, timeout_s: float = 10.0, **request: Any) -> dict[str, Any]:
         client = ControlClient(self.control, timeout_s)
@@ -148,9 +125,6 @@ class Node:
         assert reply["ok"], reply
         return reply["digest"]  # type: ignore[no-any-return]
 
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
 
 def until_placed(call: Callable[[], Any], retry_s: float = 30.0) -> Any:
     """``call()``, made again while it is refused before anything was done (``not_leader``: no
@@ -165,41 +139,34 @@ def until_placed(call: Callable[[], Any], retry_s: float = 30.0) -> Any:
 
 class Cluster:
     def __init__(self, root: Path, size: int = 3, extra_args: list[str] | None = None) -> None:
-        ports = free_ports(2 * size)
-        raft = [f"127.0.0.1:{p}" for p in ports[:size]]
-        self.nodes = []
-        for i in range(size):
-            name = f"n{i + 1}"
-            (root / name).mkdir(parents=True, exist_ok=True)
-            self.nodes.append(
-                Node(
-                    name=name,
-                    raft=raft[i],
-                    control=ports[size + i],
-                    data=root / name / "data",
-                    log=root / name / "node.log",
-                    peers=[a for a in raft if a != raft[i]],
-                    extra_args=list(extra_args or []),
-                )
-            )
+        self.launcher = LocalCluster(
+            root=root,
+            nodes=size,
+            mode=None,
+            serve_args=list(extra_args or []),
+            node_command=raft_node_command,
+            secret=PASSWORD,
+            extra_env=lambda m: {PASSWORD_ENV: PASSWORD},
+        )
+        self.launcher.prepare()
+        self.nodes = [Node(self.launcher, m, 15, 10) for m in self.launcher.members]
+
+    def impostor(self, name: str, at: Node, password: str) -> Node:
+        """A node that is no member: ``at``'s Raft address and control port, another secret, an
+        empty data directory. Not started."""
+        m = self.launcher.new_member(name, raft_address=at.raft, grpc_address=at.member.grpc_address)
+        m.env[PASSWORD_ENV] = password
+        return Node(self.launcher, m, 15, 10)
 
     def __enter__(self) -> Cluster:
-        try:
-            for node in self.nodes:
-                node.spawn()
-            for node in self.nodes:
-                node.wait_ready()
-        except BaseException:
-            self.close()
-            raise
+        self.launcher.start(15)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        for node in self.nodes:
-            node.kill()
+        self.launcher.stop(graceful=False)
 
     def by_raft(self, address: str | None) -> Node | None:
         return next((n for n in self.nodes if n.raft == address), None)
@@ -239,7 +206,7 @@ class Cluster:
         return wait_for(same, timeout_s, "identical digests")
 
     def logs(self) -> str:
-        return "\n".join(f"===== {n.name}\n{n.log_text()[-4000:]}" for n in self.nodes)
+        return self.launcher.logs(4000)
 
 
 def missing_targets(node: Node, created: list[int]) -> list[int]:

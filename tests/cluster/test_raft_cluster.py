@@ -1,7 +1,7 @@
 """Three real node processes on loopback: replication, forwarding, failover, catch-up.
 
-Each test starts its own cluster (``python -m waitgraph.node.raft_node`` x 3, see ``harness.py``) and the
-``make_cluster`` fixture kills every process at the end, whatever happened.
+Each test starts its own cluster (the Raft-only test node x 3, started by the one launcher through
+``harness.py``) and the ``make_cluster`` fixture kills every process at the end, whatever happened.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import waitgraph.node.raft  # noqa: F401  (installs the restricted unpickler)
 from waitgraph.node import safe_pickle
 from waitgraph.node.raft_wire import FrameCodec
 
-from .harness import PASSWORD, Node, envelope, wait_for
+from .harness import PASSWORD, envelope, wait_for
 
 
 class _Shell:
@@ -132,13 +132,9 @@ def test_peer_without_the_password_is_rejected_and_changes_nothing(make_cluster)
     victim.kill()
     term = leader.status()["term"]
     # An impostor takes the stopped member's address with the wrong secret and an empty log.
-    rogue = Node(
-        name="rogue",
-        raft=victim.raft,
-        control=victim.control,
-        data=victim.data.parent / "rogue-data",
-        log=victim.data.parent / "rogue.log",
-        peers=victim.peers,
+    rogue = cluster.impostor(
+        "rogue",
+        at=victim,
         password=base64.b64encode(os.urandom(32)).decode(),  # strong, but not the cluster's
     )
     rogue.start()
