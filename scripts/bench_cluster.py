@@ -112,7 +112,7 @@ before the cluster starts with the same sample count, 64 submitters and the same
 measure in-process at the leader, without any client round trip, with the same ``build_conf``
 settings as the nodes (their ``max_outstanding`` is 100,000 instead of the node's 10,000).
 
-Durability: the nodes run with the default, durable journal (cluster/node/raft.py "Durability": an
+Durability: the nodes run with the default, durable journal (cluster/node/raft/_acks.py: an
 entry is acknowledged only once the journal is flushed, one flush per tick); ``--no-fsync`` runs
 them with ``waitgraph serve --no-fsync`` (pysyncobj's mmap journal, never flushed while running,
 not durable across a power cut). Run the benchmark with and without it to compare; the output
@@ -1569,7 +1569,7 @@ def run_raw(samples: int, seconds: float) -> dict[str, Any]:
 
 def fsync_probe(directory: Path, n: int = 200) -> dict[str, float]:
     """What one journal flush costs here: write a 200-byte record, then ``fdatasync``, as
-    ``ChecksummedJournal.sync`` does (cluster/node/journal.py): inside space allocated ahead with
+    ``ChecksummedJournal.sync`` does (cluster/node/raft/_journal.py): inside space allocated ahead with
     ``posix_fallocate`` (the journal since 0814c2e), and, alternating with it, appended to a file
     that grows with each record (the journal before: the anchor)."""
     times: dict[str, list[float]] = {"allocated": [], "appended": []}
@@ -2583,7 +2583,7 @@ def report(st: Settings, args: argparse.Namespace, results: dict[str, Any], erro
             f"{', '.join(ms(s) for s in fo['leader_seen'])}; leader changes {fo['elected']}; write attempts per trial "
             f"{fo['attempts']}, refusals seen {fo['why']}; "
             f"restart of the killed node until caught up p50 {fo['restart_p50']:.1f}s. Raft timers: election timeout "
-            "0.5-1.0 s, heartbeat 0.1 s (cluster/node/raft.py RaftConfig)."
+            "0.5-1.0 s, heartbeat 0.1 s (cluster/node/raft/_config.py RaftConfig)."
         )
     if soak:
         d = soak["drive"]

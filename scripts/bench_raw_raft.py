@@ -11,14 +11,14 @@ measures, in its own process (no client round trip):
 
 ``raw``: a SyncObj with one ``@replicated`` counter increment, called with a callback.
 ``wrapper``: :class:`waitgraph.node.raft.RaftNode` (restricted unpickler, truncation guard, group commit,
-asyncio bridge, its own Raft wire, ``cluster/node/raft_wire.py``: an authenticated header, an
+asyncio bridge, its own Raft wire, ``cluster/node/raft/_transport.py``: an authenticated header, an
 AES-256-GCM-SIV body, the budgeted receive path; and its checksummed journal, flushed before every
 acknowledgment: the default) applying a ``Tick`` envelope with a request id to the real state machine.
 ``wrapper-no-fsync``: the same with ``fsync=False`` (``--no-fsync``: not durable).
 ``wrapper-attacked``: ``wrapper`` while this script attacks every node's Raft port for the whole
 measurement (a 2 GiB length prefix streaming zeros, 100 idle connections, random bytes; the
 attacks of ``tests/cluster/test_raft_stall.py``), from the driver process.
-All use ``waitgraph.node.raft.build_conf`` (password, dump file, ``appendEntriesUseBatch=False``);
+All use ``waitgraph.node.raft._config.build_conf`` (password, dump file, ``appendEntriesUseBatch=False``);
 raw pysyncobj keeps its own ``FileJournal`` (an mmap, never flushed) at ``raft.journal``.
 ``--default-batching`` adds raw pysyncobj with its default ``appendEntriesUseBatch=True``
 (fewer samples: every write waits for the next append-entries period).
@@ -85,7 +85,7 @@ def worker_raw(args: argparse.Namespace) -> None:
     import pysyncobj.pickle
 
     originals = (pysyncobj.pickle.loads, pysyncobj.pickle.load, pysyncobj.journal.loads)
-    from waitgraph.node.raft import build_conf
+    from waitgraph.node.raft._config import build_conf
 
     # Raw means raw: undo the restricted unpickler that importing waitgraph.node.raft installed.
     pysyncobj.pickle.loads, pysyncobj.pickle.load, pysyncobj.journal.loads = originals

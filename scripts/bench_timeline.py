@@ -147,10 +147,10 @@ def install_sdk(directory: str) -> None:
 
 def install_node(directory: str) -> None:
     """In a node process, before ``waitgraph serve`` runs: the gateway, the group commit, the Raft thread."""
-    from pysyncobj import SyncObj
-
-    from waitgraph.node.journal import ChecksummedJournal
-    from waitgraph.node.raft import RaftNode, WaitgraphSyncObj
+    from waitgraph.node.raft import RaftNode
+    from waitgraph.node.raft._journal import ChecksummedJournal
+    from waitgraph.node.raft._pysyncobj import SyncObj
+    from waitgraph.node.raft._syncobj import WaitgraphSyncObj
     from waitgraph.node.service import Gateway
 
     _open(directory)

@@ -1,6 +1,6 @@
 """Hypothesis profiles for the whole suite, and gRPC's fork handlers off as in a node.
 
-In-process Raft nodes fork to write their log-compaction dumps (cluster/node/raft.py). ``waitgraph
+In-process Raft nodes fork to write their log-compaction dumps (cluster/node/raft/_compaction.py). ``waitgraph
 serve`` turns gRPC's fork handlers off before it imports grpc (cluster/ops/cli.py); the test process
 must do the same, or a child forked while gRPC threads run gets them restarted by gRPC's atfork
 handler, closes their descriptors and aborts (seen in CI: the forked dump writer died of SIGABRT).

@@ -78,7 +78,7 @@ def secret_bits(secret: str) -> float:
 
 def secret_problem(secret: str) -> str | None:
     """Why ``secret`` cannot be the cluster secret, or None. Every Raft frame is authenticated and
-    encrypted with keys derived from it (cluster/node/raft_wire.py): a guessable secret lets anyone
+    encrypted with keys derived from it (cluster/node/raft/_transport.py): a guessable secret lets anyone
     on the cluster network join, read and write the log."""
     bits = secret_bits(secret)
     if bits >= SECRET_MIN_BITS:
@@ -151,8 +151,8 @@ class ServeConfig:
     http_address: str | None = None
     """host:port of the live view and /metrics (cluster/ops/liveview.py); None: not served."""
     fsync: bool = True
-    """Acknowledge Raft entries only once the journal is flushed to disk (cluster/node/raft.py,
-    "Durability"): acknowledged writes then survive a power cut, not only a killed process.
+    """Acknowledge Raft entries only once the journal is flushed to disk (cluster/node/raft/_acks.py):
+    acknowledged writes then survive a power cut, not only a killed process.
     On by default, as etcd, ZooKeeper and Consul do; ``--no-fsync`` (``fsync = false``) is for tests
     and benchmarks only, and ``waitgraph status`` and ``waitgraph_raft_durable`` show it."""
     rate_limit_per_s: float = 100.0
@@ -178,7 +178,7 @@ class ServeConfig:
     """The native front's executable; None: the one built into the package (scripts/build_front)."""
     log_compaction_min_entries: int = 5000
     """Raft log entries past which a follower compacts its log into a dump (a leader at four times
-    as many; cluster/node/raft.py, "Log compaction"). Low values make every restart restore from a
+    as many; cluster/node/raft/_compaction.py). Low values make every restart restore from a
     dump, which the chaos lab wants."""
 
     @property

@@ -67,7 +67,7 @@ class Stopped(ClusterError):
 class MembershipRefused(ClusterError):
     """A membership change was refused before it was proposed; the membership is unchanged.
 
-    ``code`` says which guard refused (cluster/node/raft.py, "Membership"): ``change_pending``,
+    ``code`` says which guard refused (cluster/node/raft/_membership.py): ``change_pending``,
     ``already_member``, ``id_in_use``, ``not_member``, ``member_is_leader``, ``quorum_at_risk``,
     ``not_listening``, ``recovery_rule``."""
 

@@ -3,7 +3,7 @@
 ``waitgraph serve --metrics-addr host:port`` serves them with prometheus_client on an HTTP server
 thread of its own (not served by default). A scrape never runs on the asyncio loop: the collector
 copies a handful of numbers out of the state machine under the same lock the service's reads
-take (``WaitgraphSyncObj.read``, held between two applies), then builds the families outside it.
+take (``RaftNode.read_blocking``, held between two applies), then builds the families outside it.
 The copy is linear in executions and open edges (the oldest open edge, the UNKNOWN side effects),
 like ``cancel.metrics``: once per scrape, never per command.
 
@@ -51,7 +51,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from waitgraph.node.logs import request_context
-from waitgraph.node.raft_wire import REFUSAL_REASONS
+from waitgraph.node.raft import REFUSAL_REASONS
 from waitgraph.statemachine import StateMachine
 from waitgraph.statemachine.cancel import HISTOGRAM_BOUNDS_MS
 from waitgraph.statemachine.cancel import metrics as cancel_metrics
@@ -290,7 +290,7 @@ class _Labelled:
 class WaitgraphCollector(Collector):
     """The node's metrics, computed on each ``collect`` from ``read`` and ``raft_status``.
 
-    ``read(fn)`` runs ``fn`` on the replica between two applies (``WaitgraphSyncObj.read``, or
+    ``read(fn)`` runs ``fn`` on the replica between two applies (``RaftNode.read_blocking``, or
     ``lambda fn: fn(machine)`` in tests); ``raft_status()`` returns a ``RaftStatus``, or is None
     (no Raft series). ``clock`` is wall-clock seconds: the age of the oldest wait is measured
     against it, since ``registered_at_ms`` is the leader's wall clock when the edge was applied.
@@ -535,7 +535,7 @@ class WaitgraphCollector(Collector):
         )
         refused = CounterMetricFamily(
             "waitgraph_raft_refused",
-            "Connections this node closed on its Raft port, by reason (cluster/node/raft_wire.py): a stranger, "
+            "Connections this node closed on its Raft port, by reason (cluster/node/raft/_transport.py): a stranger, "
             "a replay, a stall, or a peer of another version.",
             labels=["reason"],
         )

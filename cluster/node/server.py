@@ -39,11 +39,10 @@ from waitgraph.node.errors import Stopped
 from waitgraph.node.events import EventfulMachine, EventJournal
 from waitgraph.node.front import Front, FrontError, find_binary, remove_upstream_socket, upstream_socket
 from waitgraph.node.history import FILE_NAME, HistoryStore
-from waitgraph.node.journal import JournalCorrupted
 from waitgraph.node.loops import LoopConfig, Loops
 from waitgraph.node.metrics import GrpcMetrics, MetricsServer, node_collectors
 from waitgraph.node.metrics import serve as serve_metrics
-from waitgraph.node.raft import RaftConfig, RaftNode
+from waitgraph.node.raft import JournalCorrupted, RaftConfig, RaftNode
 from waitgraph.node.service import AgentServicer, Gateway, OperatorServicer
 from waitgraph.proto.v1 import agent_pb2, operator_pb2
 from waitgraph.statemachine import Envelope, Outcome
@@ -231,18 +230,18 @@ class NodeProcess:
 
     def _term(self) -> int | None:
         try:
-            return int(self.node.obj.raftCurrentTerm)
+            return self.node.current_term()
         except Stopped:
             return None
 
     def _log_context(self) -> dict[str, int]:
         """Term and epoch on every log line once the node runs (cluster/node/logs.py). Read without the
         machine lock: a line logged inside apply (which holds it) must not wait for it."""
-        return {"term": int(self.node.obj.raftCurrentTerm), "epoch": self.machine.state.recovery.epoch}
+        return {"term": self.node.current_term(), "epoch": self.machine.state.recovery.epoch}
 
     def _last_applied(self) -> int | None:
         try:
-            return int(self.node.obj.raftLastApplied)
+            return self.node.applied_index()
         except Stopped:
             return None
 
@@ -259,7 +258,7 @@ class NodeProcess:
             self.metrics = serve_metrics(
                 self.cfg.metrics_address,
                 *node_collectors(
-                    lambda fn: self.node.obj.read(fn), self.node.status, self.grpc_metrics, self._front_kind
+                    lambda fn: self.node.read_blocking(fn), self.node.status, self.grpc_metrics, self._front_kind
                 ),
             )
             logger.info("metrics: http://%s/metrics", self.cfg.metrics_address)
@@ -363,7 +362,7 @@ class NodeProcess:
             raise RuntimeError("--http-addr: this node was started without a live view (use `waitgraph serve`)")
         registry = CollectorRegistry(auto_describe=False)
         for collector in node_collectors(
-            lambda fn: self.node.obj.read(fn), self.node.status, self.grpc_metrics, self._front_kind
+            lambda fn: self.node.read_blocking(fn), self.node.status, self.grpc_metrics, self._front_kind
         ):
             registry.register(collector)  # the same series as --metrics-addr
         return await self.http_view(self, address, registry)

@@ -753,7 +753,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             applied_index=got.applied_index,
         )
 
-    # -- membership (cluster/node/raft.py "Membership", cluster/node/membership.py) -------------------
+    # -- membership (cluster/node/raft/_membership.py, cluster/node/membership.py) -------------------
 
     def _member_views(self, raft: RaftStatus, members: Iterable[Member]) -> list[operator_pb2.MemberView]:
         me = self.gw.cfg.raft_address

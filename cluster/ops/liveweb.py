@@ -292,7 +292,7 @@ class NodeReplica:
         self.node = node
 
     def applied_index(self) -> int:
-        return int(self.node.node.obj.raftLastApplied)
+        return self.node.node.applied_index()
 
     async def read(self, fn: Callable[[State], T]) -> T:
         got = await self.node.node.read_local(lambda m: fn(m.state))

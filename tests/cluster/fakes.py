@@ -9,7 +9,9 @@ from typing import Any
 from pysyncobj.node import TCPNode
 from pysyncobj.transport import Transport
 
-from waitgraph.node.raft import RaftConfig, WaitgraphSyncObj, build_conf
+from waitgraph.node.raft import RaftConfig
+from waitgraph.node.raft._config import build_conf
+from waitgraph.node.raft._syncobj import WaitgraphSyncObj
 from waitgraph.statemachine import StateMachine
 
 SELF = "127.0.0.1:1"

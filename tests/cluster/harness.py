@@ -37,7 +37,7 @@ def raft_node_command(lc: LocalCluster, m: LocalNode) -> list[str]:
     """The Raft-only test node's command: the other members' Raft addresses as peers (an impostor
     at a member's address is no peer of its own), its control channel on ``m``'s gRPC port."""
     peers = dict.fromkeys(p.raft_address for p in lc.members if p.raft_address != m.raft_address)
-    cmd = [m.python, "-m", "waitgraph.node.raft_node", "--id", m.node_id, "--raft", m.raft_address]
+    cmd = [m.python, "-m", "tests.cluster.raft_node", "--id", m.node_id, "--raft", m.raft_address]
     cmd += ["--peers", ",".join(peers), "--data", str(m.data_dir), "--control", m.grpc_address.rpartition(":")[2]]
     return [*cmd, *lc.serve_args, *m.extra_args]
 

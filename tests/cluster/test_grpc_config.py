@@ -251,7 +251,7 @@ def test_random_secrets_of_128_bits_or_more_are_accepted(tokens: Path, tmp_path:
 
 
 def test_the_bare_node_refuses_a_weak_secret(tmp_path: Path) -> None:
-    from waitgraph.node import raft_node
+    from . import raft_node
 
     args = raft_node.parse_args(["--id", "n1", "--raft", "127.0.0.1:1", "--data", str(tmp_path), "--control", "1"])
     os.environ["WAITGRAPH_TEST_WEAK"] = "hunter2"

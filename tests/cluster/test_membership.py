@@ -1,5 +1,5 @@
 """Runtime membership changes on a real cluster: a node replaced by one at a new address while an
-SDK writer keeps writing (docs/deploy.md, "Membership changes"; cluster/node/raft.py, "Membership").
+SDK writer keeps writing (docs/deploy.md, "Membership changes"; cluster/node/raft/_membership.py).
 
 Three `waitgraph serve` processes; a fourth on new ports is started with every member in its
 --peers, added with `waitgraph member add`, then an old member is removed with `waitgraph member

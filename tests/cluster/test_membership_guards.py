@@ -1,4 +1,4 @@
-"""The guards around pysyncobj's dynamic membership (cluster/node/raft.py, "Membership"), without a network.
+"""The guards around pysyncobj's dynamic membership (cluster/node/raft/_membership.py), without a network.
 
 - :func:`membership_refusal`, the rule table: duplicates, unknown members, the leader itself, and
   the quorum the membership needs *after* the change answering now.
@@ -21,10 +21,12 @@ from typing import Any
 import pytest
 from pysyncobj.node import TCPNode
 
-from waitgraph.node import safe_pickle
 from waitgraph.node.errors import MembershipRefused
-from waitgraph.node.raft import RaftConfig, WaitgraphSyncObj, build_conf, membership_refusal
-from waitgraph.node.raft_wire import PICKLE_PROTOCOL
+from waitgraph.node.raft import RaftConfig, _unpickler
+from waitgraph.node.raft._config import build_conf
+from waitgraph.node.raft._membership import membership_refusal
+from waitgraph.node.raft._syncobj import WaitgraphSyncObj
+from waitgraph.node.raft._transport import PICKLE_PROTOCOL
 from waitgraph.statemachine import StateMachine
 
 from .fakes import LEADER, OTHER, SELF, FakeTransport, append_entries, follower, regular_command, transport
@@ -107,7 +109,7 @@ class Evil:
 def test_pysyncobjs_own_entries_and_crafted_ones_are_refused_and_skipped(tmp_path: Path) -> None:
     node = follower(tmp_path)
     t = transport(node)
-    refused_before = sum(safe_pickle.REFUSED.values())
+    refused_before = sum(_unpickler.REFUSED.values())
     try:
         theirs = b"\x02" + pickle.dumps(["add", NEW, TCPNode(NEW)], 2)  # addNodeToCluster's format
         crafted = b"\x02" + pickle.dumps(Evil(), 2)
@@ -120,8 +122,8 @@ def test_pysyncobjs_own_entries_and_crafted_ones_are_refused_and_skipped(tmp_pat
         assert addresses(node) == {LEADER, OTHER}
         assert node.counters["membership_undecodable"] >= 3
         assert node.counters["envelopes_applied"] == 1
-        assert safe_pickle.REFUSED["pysyncobj.node.TCPNode"] >= 1 and safe_pickle.REFUSED["posix.system"] >= 1
-        assert sum(safe_pickle.REFUSED.values()) > refused_before
+        assert _unpickler.REFUSED["pysyncobj.node.TCPNode"] >= 1 and _unpickler.REFUSED["posix.system"] >= 1
+        assert sum(_unpickler.REFUSED.values()) > refused_before
     finally:
         node._doDestroy()
 

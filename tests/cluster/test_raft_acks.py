@@ -1,4 +1,4 @@
-"""Repeated acknowledgments (cluster/node/raft.py, "Repeated acknowledgments"), message by message
+"""Repeated acknowledgments (cluster/node/raft/_acks.py), message by message
 against one follower with no network: which ``next_node_idx`` answers it sends, and which it skips."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from waitgraph.node import raft
-from waitgraph.node.raft import encode_batch
+from waitgraph.node.raft import _acks
+from waitgraph.node.raft._apply import encode_batch
 
 from .fakes import LEADER, OTHER, append_entries, follower, regular_command, transport
 
@@ -29,7 +29,7 @@ def answers(node: Any, since: int = 0) -> list[tuple[str, bool, bool, int]]:
 
 @pytest.fixture(autouse=True)
 def long_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(raft, "REPEATED_ACK_S", 3600.0)  # no answer ages out during a test
+    monkeypatch.setattr(_acks, "REPEATED_ACK_S", 3600.0)  # no answer ages out during a test
 
 
 def test_an_entryless_message_repeating_the_last_answer_is_not_answered_again(tmp_path):
@@ -50,7 +50,7 @@ def test_an_entryless_message_repeating_the_last_answer_is_not_answered_again(tm
 
 
 def test_every_answer_is_sent_once_the_last_one_is_old_enough(tmp_path, monkeypatch):
-    monkeypatch.setattr(raft, "REPEATED_ACK_S", 0.0)
+    monkeypatch.setattr(_acks, "REPEATED_ACK_S", 0.0)
     node = follower(tmp_path)
     t = transport(node)
     t.deliver(LEADER, append_entries(1, 0, entries(2, 10), commit=10))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from waitgraph.node.journal import DUMP_MAGIC, open_dump
-from waitgraph.node.raft import DUMP_FORMAT, encode_batch
+from waitgraph.node.raft._apply import encode_batch
+from waitgraph.node.raft._compaction import DUMP_FORMAT
+from waitgraph.node.raft._journal import DUMP_MAGIC, open_dump
 from waitgraph.statemachine import StateMachine
 from waitgraph.statemachine.errors import InvariantViolation, Status
 from waitgraph.statemachine.outcome import Result
@@ -99,7 +100,7 @@ def test_dump_is_msgpack_and_restore_replaces_the_state(tmp_path):
     node.forceLogCompaction()
     node.doTick(0)
     raw = (tmp_path / "raft.dump").read_bytes()
-    assert raw.startswith(DUMP_MAGIC)  # framed and checksummed (cluster/node/journal.py), not a pickle
+    assert raw.startswith(DUMP_MAGIC)  # framed and checksummed (cluster/node/raft/_journal.py), not a pickle
     doc = msgpack.unpackb(open_dump(raw), raw=False)
     assert doc["format"] == DUMP_FORMAT
     assert doc["state"] == node.read(lambda m: m.snapshot())

@@ -152,7 +152,7 @@ ELECTION_CODES = ("not_leader", "outcome_unknown")
 
 @pytest.mark.timeout(90)
 def test_burst_with_one_envelope_per_entry_never_truncates(make_cluster):
-    """The burst that makes raw pysyncobj truncate applied entries (see cluster/node/raft.py)."""
+    """The burst that makes raw pysyncobj truncate applied entries (see cluster/node/raft/_guard.py)."""
     cluster = make_cluster(extra_args=["--group-max-items", "1", "--log-compaction-min-entries", "500"])
     t0 = time.monotonic()
     for start in range(0, 6000, 2000):

@@ -1,4 +1,4 @@
-"""When a node compacts its log (cluster/node/raft.py, "Log compaction"), and what a compaction pause
+"""When a node compacts its log (cluster/node/raft/_compaction.py), and what a compaction pause
 must not cause: followers take turns by log index, a leader waits for a hard limit, a forced
 compaction always runs (pysyncobj's ``logCompactionSplit`` window used to block it), and a
 follower whose tick thread was busy writing a dump does not depose a healthy leader."""
@@ -14,8 +14,8 @@ import msgpack
 import pytest
 from pysyncobj.node import TCPNode
 
-from waitgraph.node.journal import open_dump
-from waitgraph.node.raft import LEADER_COMPACTION_FACTOR, compaction_due
+from waitgraph.node.raft._compaction import LEADER_COMPACTION_FACTOR, compaction_due
+from waitgraph.node.raft._journal import open_dump
 from waitgraph.statemachine import StateMachine
 
 from .fakes import LEADER, append_entries, follower, regular_command, transport

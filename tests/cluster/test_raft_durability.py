@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 from pysyncobj.node import TCPNode
 
-from waitgraph.node import raft
-from waitgraph.node.journal import ChecksummedJournal
-from waitgraph.node.raft import RaftConfig, WaitgraphSyncObj, build_conf
+from waitgraph.node.raft import RaftConfig, _acks
+from waitgraph.node.raft._config import build_conf
+from waitgraph.node.raft._journal import ChecksummedJournal
+from waitgraph.node.raft._syncobj import WaitgraphSyncObj
 from waitgraph.statemachine import StateMachine
 
 from .fakes import LEADER, OTHER, SELF, FakeTransport, append_entries, regular_command, transport
@@ -99,9 +100,9 @@ def test_a_follower_acknowledges_only_after_one_flush_per_tick(tmp_path: Path, f
 def test_a_repeated_acknowledgment_is_skipped_before_it_is_held(
     tmp_path: Path, fsync: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """cluster/node/raft.py, "Repeated acknowledgments" (tests/cluster/test_raft_acks.py): with the
+    """cluster/node/raft/_acks.py (tests/cluster/test_raft_acks.py): with the
     option, the skipped repeat is never held either; the held first answer leaves after the flush."""
-    monkeypatch.setattr(raft, "REPEATED_ACK_S", 3600.0)  # no answer ages out during the test
+    monkeypatch.setattr(_acks, "REPEATED_ACK_S", 3600.0)  # no answer ages out during the test
     obj = node(tmp_path, [LEADER, OTHER], fsync=fsync)
     t = transport(obj)
     obj.doTick(0)

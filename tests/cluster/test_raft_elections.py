@@ -1,4 +1,4 @@
-"""Elections (cluster/node/raft.py, "Elections"): a node whose election deadline has passed reads
+"""Elections (cluster/node/raft/_liveness.py): a node whose election deadline has passed reads
 a waiting vote request before it stands, and every deadline written into pysyncobj, or compared
 with its times, is in pysyncobj's own clock. A SyncObj with no network, ticked by hand."""
 
@@ -12,8 +12,9 @@ import pytest
 from pysyncobj import syncobj as pysyncobj_syncobj
 from pysyncobj.node import TCPNode
 
-from waitgraph.node import raft
-from waitgraph.node.raft import WaitgraphSyncObj, answered_within, raft_clock
+from waitgraph.node.raft import _liveness
+from waitgraph.node.raft._liveness import answered_within, raft_clock
+from waitgraph.node.raft._syncobj import WaitgraphSyncObj
 
 from .fakes import LEADER, OTHER, follower, transport
 
@@ -124,4 +125,4 @@ def test_who_answered_lately_is_read_in_pysyncobjs_clock(tmp_path: Path, skewed_
 
 def test_raft_clock_is_pysyncobjs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pysyncobj_syncobj, "monotonicTime", lambda: 12345.0)
-    assert raft.raft_clock() == 12345.0
+    assert _liveness.raft_clock() == 12345.0

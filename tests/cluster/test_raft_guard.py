@@ -17,7 +17,7 @@ import pickle
 import pytest
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
-from waitgraph.node.raft import encode_batch
+from waitgraph.node.raft._apply import encode_batch
 
 from .fakes import LEADER, OTHER, SELF, FakeTransport, append_entries, follower, log_of, regular_command, transport
 

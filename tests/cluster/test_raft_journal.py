@@ -1,4 +1,4 @@
-"""The journal and the dump on disk (cluster/node/journal.py): checksums, torn tails, corruption,
+"""The journal and the dump on disk (cluster/node/raft/_journal.py): checksums, torn tails, corruption,
 the previous release's formats, and kill -9 of every node mid-burst."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import msgpack
 import pytest
 from pysyncobj.journal import FileJournal
 
-from waitgraph.node.journal import (
+from waitgraph.node.raft._journal import (
     DUMP_MAGIC,
     JOURNAL_HEADER_BYTES,
     PREALLOCATE_BYTES,

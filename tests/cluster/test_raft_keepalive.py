@@ -1,4 +1,4 @@
-"""Connections between members that carry no Raft traffic stay usable (cluster/node/raft.py,
+"""Connections between members that carry no Raft traffic stay usable (cluster/node/raft/_liveness.py,
 "Idle connections").
 
 pysyncobj closes a connection when it sends on one it has read nothing from for
@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from waitgraph.node.raft import RaftConfig, WaitgraphSyncObj, build_conf
+from waitgraph.node.raft import RaftConfig
+from waitgraph.node.raft._config import build_conf
+from waitgraph.node.raft._syncobj import WaitgraphSyncObj
 from waitgraph.statemachine import StateMachine
 
 from .harness import free_ports

@@ -13,9 +13,8 @@ import time
 
 import pytest
 
-from waitgraph.node import raft
 from waitgraph.node.errors import Exhausted, NotLeader, OutcomeUnknown, ReadFailed, Stopped
-from waitgraph.node.raft import RaftConfig, RaftNode
+from waitgraph.node.raft import RaftConfig, RaftNode, _apply
 from waitgraph.statemachine import StateMachine
 from waitgraph.statemachine.codec import check_envelope, decode_envelope
 from waitgraph.statemachine.outcome import Result
@@ -86,13 +85,13 @@ async def test_the_proposing_node_applies_its_checked_envelopes_as_a_decoder_wou
     other replica decodes): the state is the one a replica decoding every entry reaches, and
     nothing stays registered once the writes are answered."""
     adopted = []
-    real_adopt = raft.adopt_checked
+    real_adopt = _apply.adopt_checked
 
     def counting(checked):
         adopted.append(checked.data)
         return real_adopt(checked)
 
-    monkeypatch.setattr(raft, "adopt_checked", counting)
+    monkeypatch.setattr(_apply, "adopt_checked", counting)
     node = await started(config(tmp_path))
     try:
         checked = [check_envelope(decode_envelope(envelope(i, at_ms=1_000 + i))) for i in range(40)]
@@ -103,7 +102,7 @@ async def test_the_proposing_node_applies_its_checked_envelopes_as_a_decoder_wou
         # The retry's bytes are the same as those of the one before it: registered once, so
         # adopted once, and the second copy is decoded.
         assert sorted(adopted) == sorted(c.data for c in checked)
-        assert node.obj.predecoded == {}
+        assert node._running().predecoded == {}
         replica = StateMachine()
         for c in [*checked, duplicate]:
             replica.apply_bytes(c.data)
@@ -117,7 +116,7 @@ async def test_the_proposing_node_applies_its_checked_envelopes_as_a_decoder_wou
 async def test_a_checked_envelope_never_applied_here_is_not_kept(tmp_path):
     node = await started(config(tmp_path, submit_timeout_s=0.3))
     try:
-        obj = node.obj
+        obj = node._running()
         real = obj.apply_commands
         obj.apply_commands = lambda *a, **kw: None  # proposed into the void: never applied, never answered
         try:
@@ -138,7 +137,7 @@ async def test_unary_writes_wait_for_room_in_the_pipeline_then_go_as_one_entry(t
     node = await started(
         config(tmp_path, group_window_s=0.001, group_max_in_flight=max_in_flight, group_max_defer_s=60.0)
     )
-    obj = node.obj
+    obj = node._running()
     held: list[tuple[bytes, object]] = []
     real = obj.apply_commands
     try:
@@ -152,14 +151,14 @@ async def test_unary_writes_wait_for_room_in_the_pipeline_then_go_as_one_entry(t
         if max_in_flight == 1:
             assert len(held) == 1 and len(node._buffer) == 3  # the windows ended; nothing sent
         else:
-            assert len(held) == 2 and len(raft._batch_items(held[1][0]) or [held[1][0]]) == 1
+            assert len(held) == 2 and len(_apply._batch_items(held[1][0]) or [held[1][0]]) == 1
         first, callback = held[0]
         real(first, callback=callback)  # answering the oldest makes room: what waits goes now
         await asyncio.wait_for(writes[0], 5)
         if max_in_flight == 1:
-            assert len(held) == 2 and len(raft._batch_items(held[1][0]) or []) == 3  # one entry for the three
+            assert len(held) == 2 and len(_apply._batch_items(held[1][0]) or []) == 3  # one entry for the three
         else:
-            assert len(held) == 3 and len(raft._batch_items(held[2][0]) or []) == 2
+            assert len(held) == 3 and len(_apply._batch_items(held[2][0]) or []) == 2
         assert not node._buffer
         for payload, callback in held[1:]:
             real(payload, callback=callback)
@@ -176,7 +175,7 @@ async def test_a_group_never_answered_holds_the_next_ones_back_only_so_long(tmp_
     """The oldest group in flight is never answered (forwarded to a leader that went away): the
     next write still goes once that group has been in flight ``group_max_defer_s``."""
     node = await started(config(tmp_path, group_window_s=0.001, group_max_defer_s=0.05))
-    obj = node.obj
+    obj = node._running()
     held: list[tuple[bytes, object]] = []
     real = obj.apply_commands
     try:
@@ -281,10 +280,10 @@ async def test_each_apply_moves_the_write_counter_by_two_and_leaves_it_even(tmp_
     node = await started(config(tmp_path))
     try:
         await node.submit(envelope(0))
-        before = node.obj.writes
+        before = node._running().writes
         for i in range(1, 4):
             await node.submit(envelope(i))
-        assert node.obj.writes == before + 6 and node.obj.writes % 2 == 0
+        assert node._running().writes == before + 6 and node._running().writes % 2 == 0
     finally:
         await node.stop()
 
@@ -302,8 +301,8 @@ async def test_a_forked_image_forks_without_the_lock_and_again_under_it_when_the
 
         def fork() -> int:
             if not forks:  # as if an apply ran between the lock's release and the fork
-                node.obj.writes += 2
-            forks.append(node.obj.writes)
+                node._running().writes += 2
+            forks.append(node._running().writes)
             return real_fork()
 
         monkeypatch.setattr(os, "fork", fork)

@@ -16,8 +16,8 @@ import pytest
 from pysyncobj.encryptor import getEncryptor
 
 import waitgraph.node.raft  # noqa: F401  (installs the restricted unpickler)
-from waitgraph.node import safe_pickle
-from waitgraph.node.raft_wire import FrameCodec
+from waitgraph.node.raft import _unpickler
+from waitgraph.node.raft._transport import FrameCodec
 
 from .harness import PASSWORD, envelope, wait_for
 
@@ -36,10 +36,10 @@ def crafted(marker) -> bytes:  # type: ignore[no-untyped-def]
 
 
 def test_restricted_unpickler_is_installed_everywhere_pysyncobj_unpickles():
-    assert safe_pickle.installed()
-    assert pysyncobj.pickle.loads is safe_pickle.restricted_loads
-    assert pysyncobj.pickle.load is safe_pickle.restricted_load
-    assert pysyncobj.journal.loads is safe_pickle.restricted_loads
+    assert _unpickler.installed()
+    assert pysyncobj.pickle.loads is _unpickler.restricted_loads
+    assert pysyncobj.pickle.load is _unpickler.restricted_load
+    assert pysyncobj.journal.loads is _unpickler.restricted_loads
 
 
 def test_crafted_pickle_calling_os_system_is_refused(tmp_path):
@@ -53,7 +53,7 @@ def test_crafted_pickle_calling_os_system_is_refused(tmp_path):
     # _codecs.encode is only allowed as protocol-2 bytes.
     with pytest.raises(pickle.UnpicklingError):
         pysyncobj.pickle.loads(b"\x80\x02c_codecs\nencode\nX\x01\x00\x00\x00aX\x05\x00\x00\x00rot13\x86R.")
-    assert safe_pickle.REFUSED["posix.system"] >= 1
+    assert _unpickler.REFUSED["posix.system"] >= 1
 
 
 def test_what_pysyncobj_sends_still_decodes():

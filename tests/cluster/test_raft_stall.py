@@ -1,4 +1,4 @@
-"""A stranger on the Raft port of every node of a real cluster cannot stall it (cluster/node/raft_wire.py).
+"""A stranger on the Raft port of every node of a real cluster cannot stall it (cluster/node/raft/_transport.py).
 
 One cluster of three real ``waitgraph serve`` processes (:class:`~waitgraph.dev.localcluster.LocalCluster`,
 the defaults: durable, journal flushed before every acknowledgment) serves the whole module, so CI
@@ -42,7 +42,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from waitgraph.dev.localcluster import LocalCluster, LocalNode
-from waitgraph.node.raft_wire import FrameCodec, encode_payload
+from waitgraph.node.raft._transport import FrameCodec, encode_payload
 from waitgraph.ops.opsclient import OpsError
 from waitgraph.proto.v1 import agent_pb2, operator_pb2, types_pb2
 from waitgraph.sdk import SyncClient

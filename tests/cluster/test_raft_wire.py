@@ -1,4 +1,4 @@
-"""What crosses the Raft port (cluster/node/raft_wire.py): the frame, its reader, the receive path."""
+"""What crosses the Raft port (cluster/node/raft/_transport.py): the frame, its reader, the receive path."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pysyncobj.encryptor import getEncryptor
 from pysyncobj.poller import createPoller
 
-from waitgraph.node import raft_wire
-from waitgraph.node.raft import RaftConfig, WaitgraphSyncObj, build_conf
-from waitgraph.node.raft_wire import (
+from waitgraph.node.raft import RaftConfig, _transport
+from waitgraph.node.raft._config import build_conf
+from waitgraph.node.raft._syncobj import WaitgraphSyncObj
+from waitgraph.node.raft._transport import (
     HEADER_BYTES,
     HKDF_INFO,
     MAX_MESSAGE_BYTES,
@@ -168,7 +169,7 @@ def test_refusals_are_counted_each_and_logged_once_per_interval(caplog):
         for _ in range(50):
             refusals.record("bad_header", "does not authenticate", "127.0.0.1:5")
         refusals.record("stalled", "slow", "127.0.0.1:6")
-        now[0] += raft_wire.LOG_EVERY_S + 1
+        now[0] += _transport.LOG_EVERY_S + 1
         refusals.record("bad_header", "does not authenticate", "127.0.0.1:5")
     assert refusals.snapshot() == {"bad_header": 51, "stalled": 1}
     lines = [r.getMessage() for r in caplog.records]
@@ -269,7 +270,7 @@ def test_nothing_but_the_key_leaves_before_the_handshake_completes():
 
 def test_one_event_reads_at_most_the_budget(monkeypatch):
     budget = 16 * 1024  # far below what the socket pair buffers, so only the budget stops a read
-    monkeypatch.setattr(raft_wire, "READ_BUDGET_BYTES", budget)
+    monkeypatch.setattr(_transport, "READ_BUDGET_BYTES", budget)
     poller, sender, receiver, received = _connection_pair()
     counting = receiver._TcpConnection__socket = _CountingSocket(receiver._TcpConnection__socket)
     per_event: list[int] = []
@@ -299,15 +300,15 @@ def test_small_messages_go_uncompressed_and_large_ones_compressed():
 def test_a_stored_stream_is_the_bytes_zlib_writes_at_level_0(size):
     """Small payloads skip zlib's compressor; a peer (or an older member) reads the same bytes."""
     data = os.urandom(size)
-    assert raft_wire.zlib_stored(data) == zlib.compress(data, 0)
+    assert _transport.zlib_stored(data) == zlib.compress(data, 0)
 
 
 @pytest.mark.parametrize("size", [65_535, 65_536, 2 * 65_535, 2 * 65_535 + 1, 200_000])
 def test_a_stored_stream_of_several_blocks_inflates_to_its_data(size):
     data = os.urandom(size)
-    stream = raft_wire.zlib_stored(data)
+    stream = _transport.zlib_stored(data)
     assert zlib.decompress(stream) == data
-    assert decode_payload(raft_wire.zlib_stored(pickle.dumps(data, 5))) == data
+    assert decode_payload(_transport.zlib_stored(pickle.dumps(data, 5))) == data
     assert len(stream) == size + 2 + 5 * -(-size // 65_535) + 4  # header, one 5-byte head a block, Adler-32
 
 
@@ -333,7 +334,7 @@ def test_the_transport_builds_every_connection_as_ours(tmp_path):
 
 def test_waiting_connections_are_capped_and_time_out(tmp_path, monkeypatch):
     cfg = _two_member_config(tmp_path)
-    monkeypatch.setattr(raft_wire, "UNAUTHENTICATED_LIMIT", 4)
+    monkeypatch.setattr(_transport, "UNAUTHENTICATED_LIMIT", 4)
     obj = WaitgraphSyncObj(cfg.raft_address, list(cfg.peers), build_conf(cfg, autoTick=False), StateMachine())
     socks = []
     try:
@@ -347,7 +348,7 @@ def test_waiting_connections_are_capped_and_time_out(tmp_path, monkeypatch):
         assert len(transport._unknownConnections) == 4
         assert transport.refusals.snapshot() == {"unauthenticated_limit": 6}
         for conn in transport._unknownConnections:
-            conn.accepted_at -= raft_wire.HANDSHAKE_TIMEOUT_S + 1
+            conn.accepted_at -= _transport.HANDSHAKE_TIMEOUT_S + 1
         transport._next_sweep = 0.0
         obj.doTick(0.01)
         assert not transport._unknownConnections
@@ -363,7 +364,7 @@ def test_a_connection_that_sent_a_valid_frame_outlives_a_flood_of_idle_ones(tmp_
     """What a member's reconnection looks like under a flood: its key arrives at once, and the
     idle connections opened after it are evicted before it is."""
     cfg = _two_member_config(tmp_path)
-    monkeypatch.setattr(raft_wire, "UNAUTHENTICATED_LIMIT", 4)
+    monkeypatch.setattr(_transport, "UNAUTHENTICATED_LIMIT", 4)
     obj = WaitgraphSyncObj(cfg.raft_address, list(cfg.peers), build_conf(cfg, autoTick=False), StateMachine())
     socks = []
     try:
@@ -391,7 +392,7 @@ def test_a_connection_that_sent_a_valid_frame_outlives_a_flood_of_idle_ones(tmp_
 
 
 def closed_by_node(sock: socket.socket) -> bool:
-    """The node closed ``sock``: with a reset (a refusal, ``raft_wire.reset_close``) or a FIN."""
+    """The node closed ``sock``: with a reset (a refusal, ``_transport.reset_close``) or a FIN."""
     sock.settimeout(2)
     try:
         return sock.recv(1) == b""
@@ -407,9 +408,9 @@ def test_new_connections_over_the_budget_are_closed_without_a_connection_and_a_m
     socket whose first header never comes. A member's opening gets through all the same, and a
     recording of it replayed on a new connection is refused at its header."""
     cfg = _two_member_config(tmp_path)
-    monkeypatch.setattr(raft_wire, "NEW_CONNECTIONS_PER_S", 0.0)
-    monkeypatch.setattr(raft_wire, "NEW_CONNECTIONS_BURST", 2)
-    monkeypatch.setattr(raft_wire, "LOBBY_LIMIT", 3)
+    monkeypatch.setattr(_transport, "NEW_CONNECTIONS_PER_S", 0.0)
+    monkeypatch.setattr(_transport, "NEW_CONNECTIONS_BURST", 2)
+    monkeypatch.setattr(_transport, "LOBBY_LIMIT", 3)
     obj = WaitgraphSyncObj(cfg.raft_address, list(cfg.peers), build_conf(cfg, autoTick=False), StateMachine())
     socks = []
     built: list[Any] = []
@@ -450,7 +451,7 @@ def test_new_connections_over_the_budget_are_closed_without_a_connection_and_a_m
         assert len(built) == 3  # refused at its header, without a connection
 
         for i, (sock, addr, since) in enumerate(transport.lobby):  # the lobby's wait is over
-            transport.lobby[i] = (sock, addr, since - raft_wire.LOBBY_WAIT_S - 1)
+            transport.lobby[i] = (sock, addr, since - _transport.LOBBY_WAIT_S - 1)
         transport._next_lobby_sweep = 0.0
         obj.doTick(0.01)
         assert not transport.lobby
@@ -464,7 +465,7 @@ def test_new_connections_over_the_budget_are_closed_without_a_connection_and_a_m
 
 def test_the_token_bucket_refills_at_its_rate_up_to_its_burst():
     now = [0.0]
-    bucket = raft_wire.TokenBucket(2.0, 3, clock=lambda: now[0])
+    bucket = _transport.TokenBucket(2.0, 3, clock=lambda: now[0])
     assert [bucket.take() for _ in range(4)] == [True, True, True, False]
     now[0] += 0.5  # one token
     assert [bucket.take() for _ in range(2)] == [True, False]
@@ -473,7 +474,7 @@ def test_the_token_bucket_refills_at_its_rate_up_to_its_burst():
 
 
 def test_the_opening_of_an_accepted_connection_is_remembered_and_a_replay_refused():
-    openings = raft_wire.SeenOpenings(limit=2)
+    openings = _transport.SeenOpenings(limit=2)
     codec = FrameCodec(SECRET)
     first = [codec.seal(b"a", sequence=0, direction=0) for _ in range(3)]
     r = FrameReader(codec, direction=0, on_opening=openings.add)
@@ -492,8 +493,8 @@ def test_a_frame_stalled_mid_way_closes_its_connection():
         poller.poll(0.01)
     assert receiver._reader is not None and receiver._reader.started_at is not None
     now = receiver._reader.started_at
-    assert not receiver.stalled(now + raft_wire.FRAME_TIMEOUT_S - 0.1)
-    assert receiver.stalled(now + raft_wire.FRAME_TIMEOUT_S + 0.1)
+    assert not receiver.stalled(now + _transport.FRAME_TIMEOUT_S - 0.1)
+    assert receiver.stalled(now + _transport.FRAME_TIMEOUT_S + 0.1)
 
 
 def test_over_the_accept_rate_the_server_stops_listening_until_a_token_comes(tmp_path):
@@ -507,7 +508,7 @@ def test_over_the_accept_rate_the_server_stops_listening_until_a_token_comes(tmp
     try:
         transport = obj._SyncObj__transport
         server = transport._server
-        server.accepts = raft_wire.TokenBucket(1.0, 3, clock=lambda: now[0])
+        server.accepts = _transport.TokenBucket(1.0, 3, clock=lambda: now[0])
         obj.doTick(0.05)
         host, port = cfg.raft_address.rsplit(":", 1)
         socks = [socket.create_connection((host, int(port)), timeout=2) for _ in range(6)]

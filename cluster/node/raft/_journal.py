@@ -22,7 +22,7 @@ everything after it. Rules kept at start-up (:meth:`ChecksummedJournal.__init__`
   could make this replica diverge or vote with a log it does not have.
 
 Appends are ``pwrite`` at the end; :meth:`~ChecksummedJournal.sync` is one ``fdatasync`` when
-something changed (the durability rule of ``cluster/node/raft.py``). The file is allocated ahead
+something changed (the durability rule of ``_acks.py``). The file is allocated ahead
 of its records, :data:`PREALLOCATE_BYTES` at a time (``posix_fallocate``, as etcd's WAL does): an
 append that grows the file makes its ``fdatasync`` commit the new size too (an ext4 journal
 transaction), and one inside allocated space does not (this machine's ext4, the two alternated in
@@ -58,8 +58,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from pysyncobj import pickle as pysyncobj_pickle
-from pysyncobj.journal import FileJournal, Journal, MetaStorer
+from waitgraph.node.raft._pysyncobj import FileJournal, Journal, MetaStorer, pysyncobj_pickle
 
 logger = logging.getLogger("waitgraph.node.journal")
 
@@ -74,7 +73,7 @@ _BODY_HEAD = struct.Struct(">QQ")
 PREALLOCATE_BYTES = 4 * 1024 * 1024
 """How far ahead of its records the journal file is allocated (module docstring)."""
 MAX_RECORD_BYTES = 64 * 1024 * 1024
-"""Far above any entry (cluster/node/raft.py keeps a group under 512 KiB); a length above it is damage."""
+"""Far above any entry (``_config.py`` keeps a group under 512 KiB); a length above it is damage."""
 
 DUMP_MAGIC = b"WGDUMP\0\0"
 DUMP_FORMAT_VERSION = 2

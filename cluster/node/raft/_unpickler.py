@@ -4,14 +4,14 @@ pysyncobj 0.3.17 pickles its Raft messages and its log entries. Three places unp
 
 - ``pysyncobj.tcp_connection.TcpConnection._TcpConnection__processParseMessage``: every network
   message, ``pickle.loads(zlib.decompress(data))`` after the decryption when a password is set
-  (``cluster/node/raft_wire.py``; without the password the first frame already fails to decrypt and the
+  (``_transport.py``; without the password the first frame already fails to decrypt and the
   peer is dropped);
 - ``pysyncobj.syncobj.SyncObj._SyncObj__doApplyCommand`` / ``__parseChangeClusterRequest`` and the
   ``transmission == 'finish'`` branch of ``__onMessageReceived``: log entries, ``pickle.loads``;
 - ``pysyncobj.journal.MetaStorer.getMeta``: the journal's ``.meta`` file (term, vote, commit
   index), through a ``loads`` that ``journal.py`` imported by name.
 - (``pysyncobj.serializer.Serializer.deserialize`` unpickles the default full dump; we never use
-  it: ``waitgraph.node.raft`` installs its own msgpack dump, see there.)
+  it: ``_compaction.py`` installs its own msgpack dump.)
 
 All of them call ``pysyncobj.pickle.loads`` / ``load`` (the module attribute, looked up at call time)
 except ``journal.py``, which holds its own reference. :func:`install` replaces all three with
@@ -21,14 +21,14 @@ pure-Python unpickler on *any* error; ours has no fallback.
 What pysyncobj's own messages contain (logged with :data:`SEEN` during a real 3-node run with
 ``--log-pickle-classes``, see ``tests/cluster/test_raft_security.py``): dicts, lists, tuples,
 str, int, float, bool, None, and bytes. Pickle protocol 2 (pysyncobj's, still used for log
-entries; our peers send messages in protocol 5, ``cluster/node/raft_wire.py``, which needs no global)
+entries; our peers send messages in protocol 5, ``_transport.py``, which needs no global)
 writes a non-empty ``bytes`` as ``_codecs.encode(<latin-1 str>, 'latin1')`` and an empty one as
 ``bytes()``: those are the only two globals a pysyncobj peer ever needs. ``_codecs.encode`` is not
 handed out as is: the allowed callable only accepts ``(str, 'latin1')``. Every other global (``os.system``,
 ``builtins.eval``, ``pysyncobj.node.TCPNode``, which pysyncobj's own membership entries pickle) is
 refused with :class:`pickle.UnpicklingError`; the connection is dropped by pysyncobj's own error
 handling, and the refusal is counted in :data:`REFUSED`. Membership changes need no global: their
-entries carry addresses and ids as strings (``cluster/node/raft.py``, "Membership"), and a
+entries carry addresses and ids as strings (``_membership.py``), and a
 membership entry that does not decode is skipped as a no-op there.
 """
 
@@ -40,6 +40,8 @@ import pickle
 import threading
 from collections import Counter
 from typing import Any
+
+from waitgraph.node.raft._pysyncobj import pysyncobj_journal, pysyncobj_pickle
 
 logger = logging.getLogger("waitgraph.node.safe_pickle")
 
@@ -112,22 +114,16 @@ def install() -> None:
     built. ``tests/cluster/test_raft_security.py`` checks that it is in place.
     """
     global _installed
-    import pysyncobj.journal
-    import pysyncobj.pickle
-
-    pysyncobj.pickle.loads = restricted_loads
-    pysyncobj.pickle.load = restricted_load
-    pysyncobj.journal.loads = restricted_loads  # bound by name at import in journal.py
+    pysyncobj_pickle.loads = restricted_loads
+    pysyncobj_pickle.load = restricted_load
+    pysyncobj_journal.loads = restricted_loads  # bound by name at import in journal.py
     _installed = True
 
 
 def installed() -> bool:
-    import pysyncobj.journal
-    import pysyncobj.pickle
-
     return (
         _installed
-        and pysyncobj.pickle.loads is restricted_loads
-        and pysyncobj.pickle.load is restricted_load
-        and pysyncobj.journal.loads is restricted_loads
+        and pysyncobj_pickle.loads is restricted_loads
+        and pysyncobj_pickle.load is restricted_load
+        and pysyncobj_journal.loads is restricted_loads
     )

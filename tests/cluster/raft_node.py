@@ -1,6 +1,6 @@
-"""A bare Raft node process with a loopback control channel (until the gRPC layer replaces it).
+"""A bare Raft node process with a loopback control channel, for the cluster tests and the benchmark.
 
-    WAITGRAPH_RAFT_PASSWORD=secret python -m waitgraph.node.raft_node --id n1 --raft 127.0.0.1:7001 \
+    WAITGRAPH_RAFT_PASSWORD=secret python -m tests.cluster.raft_node --id n1 --raft 127.0.0.1:7001 \
         --peers 127.0.0.1:7002,127.0.0.1:7003 --data /var/lib/waitgraph/n1 --control 7101
 
 The cluster secret is read from an environment variable (``--password-env``), never from the
@@ -36,11 +36,9 @@ from typing import Any
 
 import msgpack
 
-from waitgraph.node import safe_pickle
 from waitgraph.node.config import secret_problem
 from waitgraph.node.errors import ClusterError
-from waitgraph.node.journal import JournalCorrupted
-from waitgraph.node.raft import RaftConfig, RaftNode
+from waitgraph.node.raft import JournalCorrupted, RaftConfig, RaftNode, _unpickler
 from waitgraph.statemachine.codec import encode_outcome
 
 logger = logging.getLogger("waitgraph.node.raft_node")
@@ -119,7 +117,7 @@ class ControlServer:
                 self.node.force_compaction()
                 return {"ok": True}
             if op == "pickle_seen":
-                return {"ok": True, "seen": dict(safe_pickle.SEEN), "refused": dict(safe_pickle.REFUSED)}
+                return {"ok": True, "seen": dict(_unpickler.SEEN), "refused": dict(_unpickler.REFUSED)}
         except ClusterError as exc:
             return _error_reply(exc)
         return {"ok": False, "code": "bad_request", "message": f"unknown op {op!r}"}
@@ -136,7 +134,7 @@ class ControlServer:
             with contextlib.suppress(Exception):
                 loop.call_soon_threadsafe(settle, result, error)
 
-        self.node.obj.apply_commands(payload, callback=callback)
+        self.node._running().apply_commands(payload, callback=callback)  # past every check of submit
         result, error = await asyncio.wait_for(done, self.node.cfg.submit_timeout_s)
         if error != 0:
             return {"ok": False, "code": "raft_error", "message": f"pysyncobj error {error}"}
@@ -144,7 +142,7 @@ class ControlServer:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m waitgraph.node.raft_node", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tests.cluster.raft_node", description=__doc__.split("\n\n")[0])
     p.add_argument("--id", required=True, help="node name, for logs")
     p.add_argument("--raft", required=True, help="this node's Raft address host:port (also bound)")
     p.add_argument("--peers", default="", help="comma-separated Raft addresses of the other nodes")
@@ -180,7 +178,7 @@ async def run(args: argparse.Namespace) -> None:
         raise SystemExit(f"set the cluster secret in ${args.password_env}")
     if (weak := secret_problem(password)) is not None:
         raise SystemExit(f"${args.password_env}: {weak}")
-    safe_pickle.record_seen = args.log_pickle_classes
+    _unpickler.record_seen = args.log_pickle_classes
     cfg = RaftConfig(
         raft_address=args.raft,
         peers=tuple(p for p in args.peers.split(",") if p),

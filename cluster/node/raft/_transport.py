@@ -35,7 +35,7 @@ Raft itself.
   (stored, written by :func:`zlib_stored` without zlib's compressor) below :data:`SMALL_FRAME`
   bytes, level 1 above (deflate's set-up alone costs 5-26 us; a write's messages are a few
   hundred bytes, an answer to one 66). It is inflated with a cap (:data:`MAX_MESSAGE_BYTES`)
-  and unpickled by the restricted unpickler (``cluster/node/safe_pickle.py``).
+  and unpickled by the restricted unpickler (``_unpickler.py``).
 
 **The receive path** (:class:`WaitgraphConnection`, :class:`WaitgraphServer`,
 :class:`WaitgraphTransport`): each poll event reads at most :data:`READ_BUDGET_BYTES` from one
@@ -103,19 +103,23 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCMSIV
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
-from pysyncobj import pickle as pysyncobj_pickle
-from pysyncobj.encryptor import SALT as PYSYNCOBJ_SALT
-from pysyncobj.monotonic import monotonic as monotonic_time
-from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
-from pysyncobj.tcp_server import TcpServer
-from pysyncobj.transport import TCPTransport
+
+from waitgraph.node.raft._pysyncobj import (
+    CONNECTION_STATE,
+    PYSYNCOBJ_SALT,
+    TcpConnection,
+    TcpServer,
+    TCPTransport,
+    monotonic_time,
+    pysyncobj_pickle,
+)
 
 logger = logging.getLogger("waitgraph.node.raft_wire")
 
@@ -132,7 +136,7 @@ TAG_BYTES = 16
 HEADER_BYTES = _FIELDS.size + TAG_BYTES
 AEAD_TAG_BYTES = 16
 MAX_FRAME_BYTES = 16 * 1024 * 1024
-"""Largest body accepted (a dump chunk or an entry batch is at most ~4 MiB, cluster/node/raft.py)."""
+"""Largest body accepted (a dump chunk or an entry batch is at most ~4 MiB, ``_config.py``)."""
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Largest payload once inflated."""
 SMALL_FRAME = 4096
@@ -262,6 +266,22 @@ class FrameCodec:
             raise FrameRefused("bad_body", "the body does not authenticate under the cluster secret") from None
 
 
+class EncryptorHook:
+    """Set-only descriptor for ``_SyncObj__encryptor``: sees the one assignment in ``SyncObj.__init__``.
+
+    pysyncobj builds a ``Fernet`` from ``conf.password`` there; it is replaced by
+    :class:`FrameCodec` under the same password (an authenticated header,
+    an AES-256-GCM-SIV body: see the module docstring for why and what it guarantees). The
+    transport hands ``self.encryptor`` to every connection, so no message is ever sent with Fernet.
+    No ``__get__``: reads find the instance's own attribute.
+    """
+
+    def __set__(self, obj: Any, encryptor: Any) -> None:
+        if encryptor is not None:
+            encryptor = FrameCodec(obj._SyncObj__conf.password)
+        obj.__dict__["_SyncObj__encryptor"] = encryptor
+
+
 class FrameReader:
     """The frames of one direction of one connection, fed in any pieces: no socket, no clock.
 
@@ -359,7 +379,7 @@ def zlib_stored(data: bytes) -> bytes:
     its own sizes). Setting up a deflate stream allocates and clears ~256 KiB, and that, not
     copying, was the whole cost: 26 us for each follower's 66-byte answer here, 0.5 us this way."""
     size = len(data)
-    parts = [_STORED_HEADER]
+    parts: list[bytes | memoryview] = [_STORED_HEADER]
     view = memoryview(data)
     start = 0
     while True:
@@ -380,7 +400,7 @@ def decode_payload(payload: bytes) -> Any:
     data = inflater.decompress(payload, MAX_MESSAGE_BYTES)
     if inflater.unconsumed_tail or not inflater.eof:
         raise ValueError(f"the payload inflates past {MAX_MESSAGE_BYTES} bytes or is cut short")
-    return pysyncobj_pickle.loads(data)  # the restricted unpickler (safe_pickle.install)
+    return pysyncobj_pickle.loads(data)  # the restricted unpickler (_unpickler.install)
 
 
 class Refusals:
@@ -519,7 +539,9 @@ _PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
 _UNDECIDED, _EOF = None, ("", "")
 
 
-def screen_opening(sock: socket.socket, codec: FrameCodec, openings: SeenOpenings) -> tuple[str, str] | bool | None:
+def screen_opening(
+    sock: socket.socket, codec: FrameCodec, openings: SeenOpenings
+) -> tuple[str, str] | Literal[True] | None:
     """Judge an accepted socket by its first header, peeked (left in the socket for the reader).
 
     True: a fresh opening that authenticates; None: not decided yet (fewer than
