@@ -24,7 +24,13 @@ fails, naming file and line, on:
   ... : every package is checked);
 - a top-level ``cluster``, ``statemachine`` or ``proto`` import anywhere in the repository (tests
   and scripts included): run from a checkout those names resolve to the folders and load a second
-  copy of every module.
+  copy of every module;
+- pysyncobj outside the Raft package (:data:`RAFT`, whose face is its ``__init__``): no other module
+  of the package imports ``pysyncobj`` or one of the Raft package's private modules, names a mangled
+  pysyncobj attribute (``_SyncObj__x``, as an attribute or a string), or reaches the SyncObj through a
+  node (``node.obj``, ``node._obj``, ``node._running()``); no script imports ``pysyncobj`` but the raw
+  pysyncobj anchor benchmark (:data:`PYSYNCOBJ_SCRIPTS`). Tests, and benchmarks that time the Raft
+  layer from inside, may import its private modules: they white-box it.
 """
 
 from __future__ import annotations
@@ -50,6 +56,14 @@ ALLOWED: dict[str, frozenset[str]] = {
     "cli": frozenset({"cli", "ops", "dev"}),
 }
 FOLDER_NAMES = frozenset({"cluster", "statemachine", "proto"})
+RAFT = "waitgraph.node.raft"
+"""The one package that touches pysyncobj (cluster/node/raft/_pysyncobj.py imports it)."""
+PYSYNCOBJ_SCRIPTS = frozenset({"scripts/bench_raw_raft.py"})
+"""Scripts that may import pysyncobj: the raw pysyncobj benchmark, the anchor the wrapper is compared with."""
+MANGLED = ("_SyncObj__", "_TcpConnection__", "_TcpServer__")
+"""Prefixes of pysyncobj's private names as Python mangles them."""
+SYNCOBJ_HANDLES = frozenset({"obj", "_obj", "_running"})
+"""Attributes through which a node (any name ending in ``node``) would hand out its SyncObj."""
 
 
 def modules() -> dict[str, Path]:
@@ -209,15 +223,64 @@ def check_package(known: dict[str, Path]) -> list[str]:
     return problems
 
 
-def check_outside() -> list[str]:
-    """Tests and scripts import waitgraph.*, never the folders."""
-    problems = []
-    files = sorted((ROOT / "tests").rglob("*.py")) + sorted(
+def _imported_names(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import, ``from X import y`` as ``X.y``."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.extend((node.lineno, f"{node.module}.{a.name}") for a in node.names)
+    return found
+
+
+def _ends_in_node(node: ast.expr) -> bool:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name.lower().endswith("node")
+
+
+def check_raft_fence(known: dict[str, Path]) -> list[str]:
+    """Only :data:`RAFT` touches pysyncobj (module docstring); scripts import it only in the anchor."""
+    problems: list[str] = []
+    for module, path in sorted(known.items()):
+        if module == RAFT or module.startswith(RAFT + "."):
+            continue
+        rel = path.relative_to(ROOT)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for line, name in _imported_names(tree):
+            if name.split(".")[0] == "pysyncobj":
+                problems.append(f"{rel}:{line}: imports {name}: pysyncobj belongs to {RAFT}")
+            elif name.startswith(RAFT + "._"):
+                problems.append(f"{rel}:{line}: imports {name}: only {RAFT}'s face is public")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr.startswith(MANGLED):
+                problems.append(f"{rel}:{node.lineno}: uses pysyncobj's private name {node.attr}")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(MANGLED):
+                problems.append(f"{rel}:{node.lineno}: names pysyncobj's private name {node.value}")
+            elif isinstance(node, ast.Attribute) and node.attr in SYNCOBJ_HANDLES and _ends_in_node(node.value):
+                problems.append(f"{rel}:{node.lineno}: reaches the SyncObj through a node (.{node.attr})")
+    for path in _outside_files():
+        rel = path.relative_to(ROOT).as_posix()
+        if not rel.startswith("scripts/") or rel in PYSYNCOBJ_SCRIPTS:
+            continue
+        for line, name in _imported_names(ast.parse(path.read_text(), filename=str(path))):
+            if name.split(".")[0] == "pysyncobj":
+                problems.append(f"{rel}:{line}: imports {name}: pysyncobj belongs to {RAFT} (and the anchor benchmark)")
+    return problems
+
+
+def _outside_files() -> list[Path]:
+    return sorted((ROOT / "tests").rglob("*.py")) + sorted(
         p
         for p in (ROOT / "scripts").iterdir()
         if p.suffix == ".py" or (p.is_file() and p.read_bytes()[:20].startswith(b"#!/usr/bin/env python"))
     )
-    for path in files:
+
+
+def check_outside() -> list[str]:
+    """Tests and scripts import waitgraph.*, never the folders."""
+    problems = []
+    for path in _outside_files():
         tree = ast.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             names = []
@@ -232,7 +295,8 @@ def check_outside() -> list[str]:
 
 
 def main() -> int:
-    problems = check_package(modules()) + check_outside()
+    known = modules()
+    problems = check_package(known) + check_outside() + check_raft_fence(known)
     for p in problems:
         print(p)
     return 1 if problems else 0

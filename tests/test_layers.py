@@ -24,7 +24,8 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def problems() -> list[str]:
-    return check_layers.check_package(check_layers.modules()) + check_layers.check_outside()
+    known = check_layers.modules()
+    return check_layers.check_package(known) + check_layers.check_outside() + check_layers.check_raft_fence(known)
 
 
 def plant(path: Path, line: str) -> None:
@@ -60,8 +61,18 @@ def test_the_copy_is_clean(tree: Path) -> None:
         ("statemachine/recovery.py", "from . import machine as M\nM._dispatch", "uses the private name"),
         ("statemachine/enums.py", "from . import machine", "import circle: "),
         ("cluster/sdk/connection.py", "from .session import Session", "import circle: waitgraph.sdk.connection"),
-        ("cluster/node/raft.py", "from statemachine import codec", "imports statemachine: use waitgraph.*"),
+        ("cluster/node/raft/_apply.py", "from statemachine import codec", "imports statemachine: use waitgraph.*"),
         ("tests/test_x.py", "import cluster.node.raft", "tests/test_x.py:2: imports cluster.node.raft"),
+        ("cluster/node/server.py", "import pysyncobj", "imports pysyncobj: pysyncobj belongs to waitgraph.node.raft"),
+        (
+            "cluster/node/loops.py",
+            "from waitgraph.node.raft._syncobj import WaitgraphSyncObj",
+            "imports waitgraph.node.raft._syncobj.WaitgraphSyncObj: only waitgraph.node.raft's face is public",
+        ),
+        ("cluster/ops/liveweb.py", "x = n._SyncObj__raftLog", "uses pysyncobj's private name _SyncObj__raftLog"),
+        ("cluster/node/service.py", "getattr(n, '_SyncObj__conf')", "names pysyncobj's private name _SyncObj__conf"),
+        ("cluster/node/server.py", "term = self.node.obj.raftCurrentTerm", "reaches the SyncObj through a node (.obj)"),
+        ("scripts/bench_x.py", "from pysyncobj import SyncObj", "scripts/bench_x.py:2: imports pysyncobj.SyncObj"),
     ],
 )
 def test_a_planted_violation_is_caught(tree: Path, file: str, line: str, expected: str) -> None:
