@@ -5,7 +5,14 @@ Rules kept here:
   shell maps to a status code) and typed ``fields``. Inside ``apply`` it is returned in the
   outcome and replicated like any other result; it never escapes.
 - ``CodecError`` is raised for bytes that cannot become a command; nothing is applied.
-- ``InvariantViolation`` is a bug. It is the one exception allowed to stop a node.
+- ``InvariantViolation`` is a bug: the core found its own state inconsistent, whatever the input.
+  Raised inside ``apply``, it does not stop the node: the Raft layer answers that command
+  ``INTERNAL``, logs it at CRITICAL and counts it (``invariant_violations``, in ``waitgraph status``),
+  and goes on with the next entry (``cluster/node/raft/_apply.py``). Stopping would not contain it:
+  every replica applies the same bytes to the same state, so every replica raises on the same entry,
+  and raises again when a restart re-applies it from the log: the whole cluster would stop for good.
+  The core checks before it mutates, so the command usually changed nothing, and when it did, every
+  replica kept the same partial change.
 """
 
 from __future__ import annotations
@@ -71,7 +78,8 @@ class CodecError(WaitgraphError):
 
 
 class InvariantViolation(WaitgraphError):
-    """The core found its own state inconsistent: a bug, never a user error."""
+    """The core found its own state inconsistent: a bug, never a user error. Inside ``apply`` it
+    becomes an ``INTERNAL`` outcome of that command, loud but not fatal (module docstring)."""
 
     status = Status.INTERNAL
     code = "invariant_violation"

@@ -11,7 +11,10 @@ same holds for the result callbacks, which pysyncobj calls inside that loop: our
 result to the asyncio loop with ``call_soon_threadsafe`` and swallow everything; and for decoding
 the entry itself (a pickle of method id and arguments, ``__doApplyCommand``): an entry that does not
 decode is skipped, identically on every replica (``WaitgraphSyncObj._SyncObj__doApplyCommand``).
-An exception from the core becomes an ``INTERNAL`` outcome, logged and counted. The core checks
+An exception from the core becomes an ``INTERNAL`` outcome, logged and counted; an
+``InvariantViolation`` too (at CRITICAL, also counted as ``invariant_violations``), and it does not stop
+the node: every replica would raise on the same entry, again after every restart, so stopping would
+stop the whole cluster for good (``statemachine/errors.py`` says the same). The core checks
 before it mutates (``statemachine/machine.py``), so a rejection changes nothing; an unexpected
 exception *after* a mutation started would leave that partial change in place. Since every replica
 applies the same bytes deterministically they all keep the same partial change and stay in sync;
