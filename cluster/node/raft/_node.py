@@ -62,7 +62,8 @@ MAX_IMAGE_READERS = 2
 
 @dataclass(frozen=True, slots=True)
 class RaftStatus:
-    """What ``getStatus()`` says, plus our own counters. Values can be one tick old."""
+    """The node's Raft view as a plain value (pysyncobj's ``getStatus()`` plus our own counters; no
+    pysyncobj object in it). Values can be one tick old."""
 
     address: str
     role: str
@@ -88,6 +89,8 @@ class RaftStatus:
 
 @dataclass(frozen=True, slots=True)
 class Member:
+    """One member of the cluster, as this replica has it."""
+
     node_id: str
     raft_address: str
     grpc_address: str
