@@ -1,6 +1,6 @@
 """tests/world.py's scenario driver, with every command applied through a node's Raft apply path.
 
-The node is a :class:`waitgraph.node.raft.WaitgraphSyncObj` without network or tick thread
+The node is a :class:`waitgraph.node.raft._syncobj.WaitgraphSyncObj` without network or tick thread
 (tests/cluster/fakes.py); each command is encoded as the gRPC gateway encodes it and applied by
 the replicated method, on the node's state machine (an ``EventfulMachine`` when given one, so
 the decision log sees what a serving node's would).
