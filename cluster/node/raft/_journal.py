@@ -45,6 +45,10 @@ release (pysyncobj's ``raft.journal`` with no checksums, and a dump that was bar
 format 1) is read: the journal is copied into ``raft.wal`` once (:func:`migrate_legacy_journal`,
 the old file is kept as ``raft.journal.v1``) and a format-1 dump is accepted as it is. Any other
 version is refused with its number.
+
+pysyncobj names: the ``Journal`` interface (implemented), ``MetaStorer`` (subclassed:
+:class:`DurableMetaStorer`), ``FileJournal`` (read once, to migrate), ``pysyncobj.pickle.dumps`` (the
+``.meta`` file). Checklist: ``_pysyncobj.py``.
 """
 
 from __future__ import annotations

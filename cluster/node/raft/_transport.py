@@ -87,6 +87,15 @@ an unauthenticated length before a ``0xa1`` AES-GCM-SIV token) cannot be read sa
 point of this change, so a v1 peer's frames are refused as ``bad_magic``: the upgrade is a restart
 of every member (docs/deploy.md). From here on a node reads the versions in
 :data:`ACCEPTED_FRAME_VERSIONS` and refuses any other one as ``bad_version`` (logged with the number).
+
+pysyncobj names: ``SyncObj.__encryptor`` (a set-only descriptor, :class:`EncryptorHook`, set by
+``_syncobj.py``); ``TCPTransport`` (``addNode``, ``_createServer``, ``_onNewIncomingConnection``,
+``_onTick``, ``destroy`` overridden; ``_server``, ``_connections``, ``_unknownConnections``, ``_syncObj``
+read); ``TcpServer`` (``bind`` and ``__onNewConnection`` overridden; its ``__socket``, ``__poller``,
+``__fileno``, buffer sizes, ``__connectionTimeout``, ``__keepalive``, ``__onNewConnectionCallback``
+read); ``TcpConnection`` (``__tryReadBuffer``, ``__processParseMessage``, ``send``, ``connect``,
+``disconnect`` overridden; ``__socket``, ``__writeBuffer``, ``__trySendBuffer``, ``__lastReadTime``,
+``sendRandKey``, ``recvRandKey``, ``encryptor``, ``state`` used). Checklist: ``_pysyncobj.py``.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ refused with :class:`pickle.UnpicklingError`; the connection is dropped by pysyn
 handling, and the refusal is counted in :data:`REFUSED`. Membership changes need no global: their
 entries carry addresses and ids as strings (``_membership.py``), and a
 membership entry that does not decode is skipped as a no-op there.
+
+pysyncobj names: the module attributes ``pysyncobj.pickle.loads``, ``pysyncobj.pickle.load`` and
+``pysyncobj.journal.loads`` (replaced). Checklist: ``_pysyncobj.py``.
 """
 
 from __future__ import annotations
