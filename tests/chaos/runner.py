@@ -584,6 +584,17 @@ def render(
             f"  {'cancel reads of retired runs (not checked)':<44}{st.get('cancel_reads_of_retired_runs', 0):>10}",
             f"  {'fences of retired executions (not checked)':<44}{st.get('fences_of_retired_executions', 0):>10}",
         ]
+    if "grants_judged" in st:
+        lines += [
+            "",
+            f"{'what the fence, grant and convergence checks judged':<46}{'count':>10}",
+            f"  {'fence probes refused StaleEpoch':<44}{st['fence_probes_refused_stale_epoch']:>10}",
+            f"  {'fence probes refused before the fence':<44}{st['fence_probes_inconclusive']:>10}",
+            f"  {'grants judged (stream: status, generation)':<44}{st['grants_judged']:>10}",
+            f"  {'grants to executions not yet shown':<44}{st['grants_not_judged']:>10}",
+            f"  {'cancelled runs judged (stable or past bound)':<44}{st['cancelled_runs_judged']:>10}",
+            f"  {'cancelled runs still within the bound':<44}{st['cancelled_runs_within_bound']:>10}",
+        ]
     if workload:
         lines += ["", f"{'workload (what the scenarios saw)':<46}{'count':>10}"]
         lines += [f"  {k:<44}{v:>10}" for k, v in workload.items()]
