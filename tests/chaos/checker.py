@@ -1723,6 +1723,8 @@ class _Check:
                 self._converged(f, st, run_id, scope, sorted(by_run[run_id], key=lambda ex: ex.execution_id))
         for run_id, record in sorted(self.retired.runs.items()):
             retired_as = CancelState(record.cancel_state)
+            if record.cancel_generation:
+                self.counts["cancelled_runs_retired"] += 1
             if record.cancel_generation and retired_as is not CancelState.CANCELLED_STABLE:
                 self.fail(
                     "cancelled_runs_converge",
@@ -1827,6 +1829,7 @@ class _Check:
             "grants_not_judged": self.counts.get("grants_not_judged", 0),
             "cancelled_runs_judged": self.counts.get("cancelled_runs_judged", 0),
             "cancelled_runs_within_bound": self.counts.get("cancelled_runs_within_bound", 0),
+            "cancelled_runs_retired": self.counts.get("cancelled_runs_retired", 0),
             "history_records_min": min((f.history_total for f in self.finals), default=0),
             "history_records_max": max((f.history_total for f in self.finals), default=0),
         }

@@ -592,8 +592,9 @@ def render(
             f"  {'fence probes refused before the fence':<44}{st['fence_probes_inconclusive']:>10}",
             f"  {'grants judged (stream: status, generation)':<44}{st['grants_judged']:>10}",
             f"  {'grants to executions not yet shown':<44}{st['grants_not_judged']:>10}",
-            f"  {'cancelled runs judged (stable or past bound)':<44}{st['cancelled_runs_judged']:>10}",
-            f"  {'cancelled runs still within the bound':<44}{st['cancelled_runs_within_bound']:>10}",
+            f"  {'cancelled runs judged, per replica':<44}{st['cancelled_runs_judged']:>10}",
+            f"  {'  still within the bound, per replica':<44}{st['cancelled_runs_within_bound']:>10}",
+            f"  {'cancelled runs retired (as CANCELLED_STABLE?)':<44}{st['cancelled_runs_retired']:>10}",
         ]
     if workload:
         lines += ["", f"{'workload (what the scenarios saw)':<46}{'count':>10}"]
