@@ -1592,8 +1592,10 @@ class _Check:
                     lo.key,
                     expected="stale_epoch",
                 )
-            else:
+            elif lo.type == FAIL:
                 self.counts["fence_probes_inconclusive"] += 1
+            else:
+                self.counts["fence_probes_unknown"] += 1
             actor = actor_of(lo.process)
             for f in self.finals:
                 st = f.state
@@ -1636,6 +1638,7 @@ class _Check:
         and generation of each execution are the last ``ExecutionStateChanged`` and
         ``GenerationAdvanced`` before the grant (a new attempt starts PENDING: the RETRY row). An
         execution the stretch has shown nothing of yet is not judged (counted)."""
+        run_of = self._runs_of_creates()
         for seg in _segments(self.h.observed):
             known: dict[str, tuple[int, str, Observed]] = {}
             for ob in seg:
@@ -1658,15 +1661,17 @@ class _Check:
                         why = f"{eid} g{generation}, which is {status}"
                     else:
                         continue
+                    tid = f["target_id"]
                     self.fail(
                         "grants_only_to_live_generations",
-                        f"{f['target_id']} granted at lease {f['lease']} (cursor {ob.cursor}) to {why} "
+                        f"{tid} granted at lease {f['lease']} (cursor {ob.cursor}) to {why} "
                         f"since cursor {since.cursor}",
-                        [lo.first.index for lo in self.ops if lo.key == f["target_id"] and lo.ok][-3:],
-                        f["target_id"],
+                        self._before(ob, (tid, f"{eid}>{tid}", run_of.get(eid))),
+                        tid,
                         expected="a grant only to a PENDING, RUNNING or WAITING execution at its current "
                         "generation; a waiter asked to stop is passed by",
                         effects=[since, ob],
+                        at_ns=ob.time_ns,
                     )
 
     def convergence(self) -> None:
@@ -1680,10 +1685,7 @@ class _Check:
         each unsettled member (QUARANTINED with its open request, the operator's item) and none
         is still merely asked to stop or running; a NEEDS_RECONCILIATION member has its
         reconciliation item; a cancelled run that retired, retired CANCELLED_STABLE."""
-        run_of: dict[str, str] = {}
-        for lo in self.ops:
-            if lo.f == "create" and lo.key and isinstance(lo.value, dict) and lo.value.get("run"):
-                run_of[lo.key] = str(lo.value["run"])
+        run_of = self._runs_of_creates()
         members: dict[str, list[str]] = defaultdict(list)
         for eid, run_id in sorted(run_of.items()):
             members[run_id].append(eid)
@@ -1704,10 +1706,11 @@ class _Check:
                                 "cancelled_runs_converge",
                                 f"run {run_id} became CANCELLED_STABLE (cursor {ob.cursor}) while {eid} "
                                 f"was {got[0]} (cursor {got[1].cursor})",
-                                [lo.first.index for lo in self.ops if lo.key == eid and lo.ok][-3:],
+                                self._before(ob, (eid, run_id)),
                                 eid,
                                 expected="every execution of the run, at every depth, settled first",
                                 effects=[got[1], ob],
+                                at_ns=ob.time_ns,
                             )
         for f in self.finals:
             st = f.state
@@ -1732,6 +1735,20 @@ class _Check:
                     key=run_id,
                     expected="CANCELLED_STABLE before it retires",
                 )
+
+    def _runs_of_creates(self) -> dict[str, str]:
+        """execution -> the run its (first) create named."""
+        run_of: dict[str, str] = {}
+        for lo in self.ops:
+            if lo.f == "create" and lo.key and isinstance(lo.value, dict) and lo.value.get("run"):
+                run_of.setdefault(lo.key, str(lo.value["run"]))
+        return run_of
+
+    def _before(self, ob: Observed, keys: Iterable[str | None], n: int = 4) -> list[int]:
+        """The last ``n`` acknowledged operations on ``keys`` invoked before ``ob`` was seen: what
+        an excerpt shows beside a stream effect."""
+        wanted = {k for k in keys if k}
+        return [lo.first.index for lo in self.ops if lo.key in wanted and lo.ok and lo.call_ns <= ob.time_ns][-n:]
 
     def _converged(self, f: ReplicaFinal, st: State, run_id: str, scope: Any, executions: list[Any]) -> None:
         def depth(eid: str) -> int:
@@ -1825,6 +1842,7 @@ class _Check:
             # Issue #41: what the fence probe, grant and convergence checks could judge.
             "fence_probes_refused_stale_epoch": self.counts.get("fence_probes_refused_stale_epoch", 0),
             "fence_probes_inconclusive": self.counts.get("fence_probes_inconclusive", 0),
+            "fence_probes_unknown": self.counts.get("fence_probes_unknown", 0),
             "grants_judged": self.counts.get("grants_judged", 0),
             "grants_not_judged": self.counts.get("grants_not_judged", 0),
             "cancelled_runs_judged": self.counts.get("cancelled_runs_judged", 0),

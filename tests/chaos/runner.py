@@ -590,6 +590,7 @@ def render(
             f"{'what the fence, grant and convergence checks judged':<46}{'count':>10}",
             f"  {'fence probes refused StaleEpoch':<44}{st['fence_probes_refused_stale_epoch']:>10}",
             f"  {'fence probes refused before the fence':<44}{st['fence_probes_inconclusive']:>10}",
+            f"  {'fence probes unknown, not applied':<44}{st['fence_probes_unknown']:>10}",
             f"  {'grants judged (stream: status, generation)':<44}{st['grants_judged']:>10}",
             f"  {'grants to executions not yet shown':<44}{st['grants_not_judged']:>10}",
             f"  {'cancelled runs judged, per replica':<44}{st['cancelled_runs_judged']:>10}",
