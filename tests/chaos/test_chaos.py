@@ -571,3 +571,7 @@ def test_seeded_chaos_run_under_every_nemesis(tmp_path: Path) -> None:
     assert stats["retired_runs"] > 0 and stats["retired_executions"] > 0, result.table
     assert stats["retired_tombstones_forgotten"] > 0, result.table
     assert stats["creates_found_retired"] > 0, result.table
+    # The rules of issue #41 had something to judge: fence probes the fence refused, grants seen
+    # with their grantee's status, cancelled runs settled (live, or retired CANCELLED_STABLE).
+    assert stats["fence_probes_refused_stale_epoch"] > 0 and stats["grants_judged"] > 0, result.table
+    assert stats["cancelled_runs_judged"] + stats["cancelled_runs_retired"] > 0, result.table
