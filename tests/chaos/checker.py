@@ -40,14 +40,21 @@ from waitgraph.proto.v1 import operator_pb2
 from waitgraph.statemachine import invariants as core_invariants
 from waitgraph.statemachine.cancel import cancel_state
 from waitgraph.statemachine.codec import effect_from_plain
-from waitgraph.statemachine.effects import Acquired, DecisionRetired, ExecutionRetired, ProposalRetired, RunRetired
+from waitgraph.statemachine.effects import (
+    Acquired,
+    DecisionRetired,
+    ExecutionRetired,
+    ProposalRetired,
+    RunRetired,
+    TargetRetired,
+)
 from waitgraph.statemachine.enums import SETTLED, CancelState, ExecStatus
 from waitgraph.statemachine.recovery_state import Decision, ProposalStatus
 from waitgraph.statemachine.retire import decision_from_retired
 from waitgraph.statemachine.state import State
 
 from . import linearizability as lin
-from .history import FAIL, INFO, OK, History, Observed, Op
+from .history import FAIL, FENCE_PROBE, INFO, OK, History, Observed, Op
 
 INVARIANTS = (
     "epoch_never_decreases",
@@ -63,6 +70,9 @@ INVARIANTS = (
     "every_write_applied_once",
     "fresh_read_not_stale",
     "no_leaked_permit_after_cancelled_stable",
+    "stale_epoch_refused_by_fence",
+    "cancelled_runs_converge",
+    "grants_only_to_live_generations",
     "state_invariants",
 )
 """Every invariant the report lists, in this order (an empty list: no violation)."""
@@ -72,6 +82,15 @@ RETIRE_COUNTERS = ("runs", "executions", "targets", "proposals", "decisions", "s
 
 _STOPPED = {ExecStatus.CANCEL_REQUESTED.value, ExecStatus.CANCELLING.value, ExecStatus.CANCELLED.value}
 _WRITE_READS = ("read_epoch", "read_cancel")
+_LIVE = frozenset({ExecStatus.PENDING.value, ExecStatus.RUNNING.value, ExecStatus.WAITING.value})
+"""The statuses in which an execution may be granted a target (statemachine/lifecycle.py ``LIVE``)."""
+_SETTLED = frozenset(s.value for s in SETTLED)
+CONVERGENCE_MARGIN_MS = 10_000
+"""Logical ms past the cancellation SLO after which every cancelled run must have converged or
+said why not: the SLO quarantines whatever has not acknowledged at the leader's next
+housekeeping pass (every 250 ms), so 10 s of logical time past it leaves a wide margin."""
+_BEFORE_THE_FENCE = frozenset({"target_held", "pool_full"})
+"""Refusals the core's Acquire makes only after the fence let the caller by."""
 
 
 # == final states ==================================================================================
@@ -1527,6 +1546,271 @@ class _Check:
                             f"{f.node_id}: run {run_id} is CANCELLED_STABLE but {eid} still holds {held or 'a claim'}",
                         )
 
+    # -- the fence, grants, convergence (issue #41) ------------------------------------------------
+
+    def fence_probes(self) -> None:
+        """The fence probe is refused by the fence, on every replica's record of it.
+
+        The probe (workload ``_fence_probe``) is an Acquire of a target nobody holds or waits on,
+        by a rolled-back execution at its new generation, presenting an epoch below the one it was
+        rolled back at (``fenced``, from the cluster's own effects). Its answer must be the
+        refusal ``stale_epoch``: acknowledged (or found applied) means the fence let it by, and
+        refused ``target_held``/``pool_full`` means the target refused what the fence, checked
+        first, should have. Other refusals come before the fence (a lost session, an old
+        generation) and are counted, not judged. Every replica: the probe is not in its
+        idempotency table (a rejection is never recorded), and the probe's target was never
+        granted (lease 0, no holder; a retired one retired at lease 0)."""
+        retired_targets: dict[str, TargetRetired] = {}
+        for f in self.finals:
+            for fx in f.history:
+                if isinstance(fx, TargetRetired):
+                    retired_targets[fx.target_id] = fx
+        for lo in self.ops:
+            if lo.f != FENCE_PROBE or not isinstance(lo.value, dict) or lo.key is None:
+                continue
+            fenced, presented = int(lo.value["fenced"]), int(lo.value["observed_epoch"])
+            execution_id = lo.value.get("execution")
+            code = lo.result.get("code") if isinstance(lo.result, dict) else None
+            if lo.ok or lo.resolved == "applied":
+                self.fail(
+                    "stale_epoch_refused_by_fence",
+                    f"{execution_id} rolled back at epoch {fenced} acquired the free {lo.key} presenting epoch "
+                    f"{presented} ({'acknowledged' if lo.ok else 'found applied'}): the fence let it by",
+                    [lo.first.index],
+                    lo.key,
+                    expected=f"StaleEpoch (FAILED_PRECONDITION stale_epoch): an epoch >= {fenced} is required",
+                )
+            elif lo.type == FAIL and code == "stale_epoch":
+                self.counts["fence_probes_refused_stale_epoch"] += 1
+            elif lo.type == FAIL and code in _BEFORE_THE_FENCE:
+                self.fail(
+                    "stale_epoch_refused_by_fence",
+                    f"{execution_id} presenting epoch {presented} (rolled back at {fenced}) was refused {code} "
+                    f"for {lo.key}, a target only the probe asks for: the fence, which the core checks first, "
+                    "did not refuse it",
+                    [lo.first.index],
+                    lo.key,
+                    expected="stale_epoch",
+                )
+            elif lo.type == FAIL:
+                self.counts["fence_probes_inconclusive"] += 1
+            else:
+                self.counts["fence_probes_unknown"] += 1
+            actor = actor_of(lo.process)
+            for f in self.finals:
+                st = f.state
+                if st is None:
+                    continue
+                if lo.request_id is not None and (actor, lo.request_id) in st.idempotency:
+                    self.fail(
+                        "stale_epoch_refused_by_fence",
+                        f"{f.node_id}: recorded the fence probe {lo.request_id} of {execution_id} as applied",
+                        [lo.first.index],
+                        lo.key,
+                        expected="no record: a rejection is never recorded",
+                    )
+                t = st.targets.get(lo.key)
+                gone = retired_targets.get(lo.key)
+                if t is not None and (t.version or t.holders):
+                    self.fail(
+                        "stale_epoch_refused_by_fence",
+                        f"{f.node_id}: the fence probe's target {lo.key} was granted (lease {t.version}, "
+                        f"holders {dict(t.holders)})",
+                        [lo.first.index],
+                        lo.key,
+                        expected="never granted: only the refused probe asked for it",
+                    )
+                elif t is None and gone is not None and gone.version:
+                    self.fail(
+                        "stale_epoch_refused_by_fence",
+                        f"{f.node_id}: the fence probe's target {lo.key} retired at lease {gone.version}",
+                        [lo.first.index],
+                        lo.key,
+                        expected="lease 0",
+                    )
+
+    def grants(self) -> None:
+        """Grants only to the living: no ``Acquired`` (an Acquire's grant or a hand-off's) names an
+        execution that was, at that point of the log, asked to stop (CANCEL_REQUESTED,
+        CANCELLING), quarantined or settled, or a generation other than its current one.
+
+        Read over the stream (each stretch between resyncs on its own), in log order: the status
+        and generation of each execution are the last ``ExecutionStateChanged`` and
+        ``GenerationAdvanced`` before the grant (a new attempt starts PENDING: the RETRY row). An
+        execution the stretch has shown nothing of yet is not judged (counted)."""
+        run_of = self._runs_of_creates()
+        for seg in _segments(self.h.observed):
+            known: dict[str, tuple[int, str, Observed]] = {}
+            for ob in seg:
+                f = ob.fields
+                if ob.kind == "ExecutionStateChanged":
+                    known[f["execution_id"]] = (int(f["generation"]), str(f["after"]), ob)
+                elif ob.kind == "GenerationAdvanced":
+                    known[f["execution_id"]] = (int(f["after"]), ExecStatus.PENDING.value, ob)
+                elif ob.kind == "Acquired":
+                    eid, granted = f["execution_id"], int(f["generation"])
+                    now = known.get(eid)
+                    if now is None:
+                        self.counts["grants_not_judged"] += 1
+                        continue
+                    self.counts["grants_judged"] += 1
+                    generation, status, since = now
+                    if granted != generation:
+                        why = f"generation {granted}, but {eid} is at generation {generation}"
+                    elif status not in _LIVE:
+                        why = f"{eid} g{generation}, which is {status}"
+                    else:
+                        continue
+                    tid = f["target_id"]
+                    self.fail(
+                        "grants_only_to_live_generations",
+                        f"{tid} granted at lease {f['lease']} (cursor {ob.cursor}) to {why} "
+                        f"since cursor {since.cursor}",
+                        self._before(ob, (tid, f"{eid}>{tid}", run_of.get(eid))),
+                        tid,
+                        expected="a grant only to a PENDING, RUNNING or WAITING execution at its current "
+                        "generation; a waiter asked to stop is passed by",
+                        effects=[since, ob],
+                        at_ns=ob.time_ns,
+                    )
+
+    def convergence(self) -> None:
+        """Every cancelled run converges after the heal, at every depth.
+
+        Over the stream: when a run's scope becomes CANCELLED_STABLE, no execution of the run
+        (the workload's creates name the run) is, as last shown in that stretch, unsettled. Over
+        every replica's final state: a CANCELLED_STABLE run has every execution settled and
+        holding nothing; a run still CANCELLING once its first cancel is older, in the replica's
+        logical time, than the cancellation SLO plus :data:`CONVERGENCE_MARGIN_MS` says why for
+        each unsettled member (QUARANTINED with its open request, the operator's item) and none
+        is still merely asked to stop or running; a NEEDS_RECONCILIATION member has its
+        reconciliation item; a cancelled run that retired, retired CANCELLED_STABLE."""
+        run_of = self._runs_of_creates()
+        members: dict[str, list[str]] = defaultdict(list)
+        for eid, run_id in sorted(run_of.items()):
+            members[run_id].append(eid)
+        for seg in _segments(self.h.observed):
+            status: dict[str, tuple[str, Observed]] = {}
+            for ob in seg:
+                f = ob.fields
+                if ob.kind == "ExecutionStateChanged":
+                    status[f["execution_id"]] = (str(f["after"]), ob)
+                elif ob.kind == "GenerationAdvanced":
+                    status[f["execution_id"]] = (ExecStatus.PENDING.value, ob)
+                elif ob.kind == "CancellationStable" and str(f["scope_id"]).startswith("run:"):
+                    run_id = str(f["scope_id"]).removeprefix("run:")
+                    for eid in members.get(run_id, ()):
+                        got = status.get(eid)
+                        if got is not None and got[0] not in _SETTLED:
+                            self.fail(
+                                "cancelled_runs_converge",
+                                f"run {run_id} became CANCELLED_STABLE (cursor {ob.cursor}) while {eid} "
+                                f"was {got[0]} (cursor {got[1].cursor})",
+                                self._before(ob, (eid, run_id)),
+                                eid,
+                                expected="every execution of the run, at every depth, settled first",
+                                effects=[got[1], ob],
+                                at_ns=ob.time_ns,
+                            )
+        for f in self.finals:
+            st = f.state
+            if st is None:
+                continue
+            by_run: dict[str, list[Any]] = defaultdict(list)
+            for ex in st.executions.values():
+                by_run[ex.run_id].append(ex)
+            for run_id, run in sorted(st.runs.items()):
+                scope = st.cancel.scopes.get(f"run:{run_id}")
+                if run.cancel_generation == 0 or scope is None:
+                    continue
+                self._converged(f, st, run_id, scope, sorted(by_run[run_id], key=lambda ex: ex.execution_id))
+        for run_id, record in sorted(self.retired.runs.items()):
+            retired_as = CancelState(record.cancel_state)
+            if record.cancel_generation:
+                self.counts["cancelled_runs_retired"] += 1
+            if record.cancel_generation and retired_as is not CancelState.CANCELLED_STABLE:
+                self.fail(
+                    "cancelled_runs_converge",
+                    f"cancelled run {run_id} retired {retired_as.value}",
+                    key=run_id,
+                    expected="CANCELLED_STABLE before it retires",
+                )
+
+    def _runs_of_creates(self) -> dict[str, str]:
+        """execution -> the run its (first) create named."""
+        run_of: dict[str, str] = {}
+        for lo in self.ops:
+            if lo.f == "create" and lo.key and isinstance(lo.value, dict) and lo.value.get("run"):
+                run_of.setdefault(lo.key, str(lo.value["run"]))
+        return run_of
+
+    def _before(self, ob: Observed, keys: Iterable[str | None], n: int = 4) -> list[int]:
+        """The last ``n`` acknowledged operations on ``keys`` invoked before ``ob`` was seen: what
+        an excerpt shows beside a stream effect."""
+        wanted = {k for k in keys if k}
+        return [lo.first.index for lo in self.ops if lo.key in wanted and lo.ok and lo.call_ns <= ob.time_ns][-n:]
+
+    def _converged(self, f: ReplicaFinal, st: State, run_id: str, scope: Any, executions: list[Any]) -> None:
+        def depth(eid: str) -> int:
+            d, ex = 0, st.executions.get(eid)
+            while ex is not None and ex.parent_id is not None and d < 10_000:
+                d, ex = d + 1, st.executions.get(ex.parent_id)
+            return d
+
+        def holds(eid: str) -> list[str]:
+            held = sorted(t for t in st.satisfies.get(eid, ()) if eid in st.targets[t].holders)
+            return held + (["a claim"] if eid in st.cancel.claims else [])
+
+        age_ms = st.now_ms - scope.requested_at_ms
+        bound_ms = st.cancel.slo_ms + CONVERGENCE_MARGIN_MS
+        stable = scope.stable_at_ms is not None
+        if not stable and age_ms < bound_ms:
+            self.counts["cancelled_runs_within_bound"] += 1
+            return
+        self.counts["cancelled_runs_judged"] += 1
+        for ex in executions:
+            eid, status = ex.execution_id, ex.status
+            where = f"{f.node_id}: {eid} (depth {depth(eid)}) of cancelled run {run_id}"
+            req = st.cancel.requests.get(eid)
+            if status in SETTLED:
+                if holds(eid):
+                    self.fail(
+                        "cancelled_runs_converge",
+                        f"{where} is {status.value} but holds {holds(eid)}",
+                        key=eid,
+                        expected="no permit, lease or claim held by a settled member",
+                    )
+                if status is ExecStatus.NEEDS_RECONCILIATION and eid not in st.cancel.reconciliations:
+                    self.fail(
+                        "cancelled_runs_converge",
+                        f"{where} is NEEDS_RECONCILIATION without a reconciliation item",
+                        key=eid,
+                        expected="a reconciliation item saying why it did not settle",
+                    )
+            elif stable:
+                self.fail(
+                    "cancelled_runs_converge",
+                    f"{where} is {status.value}, yet the run is CANCELLED_STABLE",
+                    key=eid,
+                    expected="every descendant at every depth settled before CANCELLED_STABLE",
+                )
+            elif not (status is ExecStatus.QUARANTINED and req is not None and req.quarantined_at_ms is not None):
+                self.fail(
+                    "cancelled_runs_converge",
+                    f"{where} is {status.value} {age_ms} ms (logical) after the cancel, past the bound of "
+                    f"{bound_ms} ms (SLO {st.cancel.slo_ms} + {CONVERGENCE_MARGIN_MS})",
+                    key=eid,
+                    expected="settled, or QUARANTINED past the SLO with its operator item (or NEEDS_RECONCILIATION)",
+                )
+        if not stable and all(ex.status in SETTLED for ex in executions):
+            self.fail(
+                "cancelled_runs_converge",
+                f"{f.node_id}: every execution of cancelled run {run_id} settled, but it is not CANCELLED_STABLE "
+                f"{age_ms} ms after the cancel",
+                key=run_id,
+                expected="CANCELLED_STABLE",
+            )
+
     def state_invariants(self) -> None:
         for f in self.finals:
             if f.state is not None:
@@ -1555,6 +1839,15 @@ class _Check:
             "cancel_reads_of_retired_runs": self.counts.get("cancel_reads_of_retired_runs", 0),
             "cancel_reads_of_retired_runs_checked": self.counts.get("cancel_reads_of_retired_runs_checked", 0),
             "fences_of_retired_executions": self.counts.get("fences_of_retired_executions", 0),
+            # Issue #41: what the fence probe, grant and convergence checks could judge.
+            "fence_probes_refused_stale_epoch": self.counts.get("fence_probes_refused_stale_epoch", 0),
+            "fence_probes_inconclusive": self.counts.get("fence_probes_inconclusive", 0),
+            "fence_probes_unknown": self.counts.get("fence_probes_unknown", 0),
+            "grants_judged": self.counts.get("grants_judged", 0),
+            "grants_not_judged": self.counts.get("grants_not_judged", 0),
+            "cancelled_runs_judged": self.counts.get("cancelled_runs_judged", 0),
+            "cancelled_runs_within_bound": self.counts.get("cancelled_runs_within_bound", 0),
+            "cancelled_runs_retired": self.counts.get("cancelled_runs_retired", 0),
             "history_records_min": min((f.history_total for f in self.finals), default=0),
             "history_records_max": max((f.history_total for f in self.finals), default=0),
         }
@@ -1836,6 +2129,9 @@ def check(history: History, finals: Sequence[ReplicaFinal], budget: int = lin.DE
     c.lost_writes()
     c.applied_once()
     c.leaks()
+    c.fence_probes()
+    c.grants()
+    c.convergence()
     c.state_invariants()
     return c.report()
 

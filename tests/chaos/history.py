@@ -26,6 +26,9 @@ from typing import Any
 
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 TYPES = (INVOKE, OK, FAIL, INFO)
+FENCE_PROBE = "acquire_fence_probe"
+"""The operation name of the StaleEpoch fence probe: the workload records it (``_fence_probe``),
+the checker judges it (``stale_epoch_refused_by_fence``)."""
 
 
 @dataclass(slots=True)
@@ -248,4 +251,4 @@ def _bisect(items: list[int], x: int) -> int:
     return lo
 
 
-__all__ = ["FAIL", "INFO", "INVOKE", "OK", "History", "Observed", "Op", "Pair"]
+__all__ = ["FAIL", "FENCE_PROBE", "INFO", "INVOKE", "OK", "History", "Observed", "Op", "Pair"]

@@ -272,6 +272,43 @@ CATALOGUE: tuple[Mutant, ...] = (
             ),
         ),
     ),
+    # Issue #41: three bug classes each of which passed two chaos runs before the workload probed
+    # for them and a checker looked (the fence probe on a free target, convergence at every depth,
+    # grants only to live generations).
+    Mutant(
+        "fence-removed",
+        "apply",
+        "Acquire no longer checks the StaleEpoch fence: a rolled-back execution acquires under its old epoch",
+        "statemachine/machine.py",
+        (("    recovery.check_fence(ctx.state, ex.execution_id, cmd.observed_epoch)\n", ""),),
+    ),
+    Mutant(
+        "cancel-stops-at-depth-1",
+        "apply",
+        "a run's cancellation asks the root and its children to stop, never the grandchildren and below",
+        "statemachine/cancel.py",
+        (
+            (
+                "        if ex.children:\n            stack.extend(reversed(ex.children))\n"
+                "        nxt = cancel_row.get(ex.status)\n",
+                "        if ex.children and eid == scope.root_id:  # children only, never their children\n"
+                "            stack.extend(reversed(ex.children))\n"
+                "        nxt = cancel_row.get(ex.status)\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "hand-off-to-stopped-waiter",
+        "apply",
+        "a release hands the target to the head of its queue even when that waiter was asked to stop",
+        "statemachine/lifecycle.py",
+        (
+            (
+                "        if ex.status not in LIVE or waiter_id in t.holders or waiter_id == released_by:\n",
+                "        if ex.status in SETTLED or waiter_id in t.holders or waiter_id == released_by:\n",
+            ),
+        ),
+    ),
     # Retirement (the chaos run retires settled runs 5 s after they settle, runner.LAB_RETENTION_MS):
     # an acknowledged write that left the live state must still be found in the history stores.
     Mutant(

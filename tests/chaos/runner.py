@@ -12,7 +12,9 @@ replicas' final states, check the history and the finals (tests/chaos/checker.py
 table. Liveness figures come from the history's timestamps and a Status poll of every node every
 quarter second; they are reported, never asserted. Exit 1 when an invariant is violated, a
 history is not linearizable, or the harness itself failed (a nemesis that could not act, a
-cluster that did not converge); the seed and the checker's shortest excerpt are printed. Exit 2
+cluster that did not converge); the seed and the checker's shortest excerpt are printed. A run
+too short to inject every nemesis (below :data:`MEANINGFUL_DURATION_S`, 120 s) is not a failure:
+it passes with a ``warning:`` line naming the nemeses it never got to. Exit 2
 (result UNDECIDED) when nothing failed but a linearizability search exhausted its step budget:
 that history is neither a violation nor a pass.
 """
@@ -44,6 +46,8 @@ from .nemesis import (
     CLUSTER_KINDS,
     FAKETIME_KINDS,
     OVERLAP_KINDS,
+    RESTART_OVERHEAD_S,
+    RESTARTING_KINDS,
     ChaosEnv,
     Clocks,
     FaultRecord,
@@ -68,6 +72,33 @@ LAB_RETENTION_MS = 5_000
 settle and their tombstones are forgotten 5 s later, so in a 60-90 s run most runs retire, and
 many tombstones are forgotten, while the nemeses act (issue #14). The checker then finds their
 acknowledged writes in the history stores (tests/chaos/checker.py)."""
+MEANINGFUL_DURATION_S = 120.0
+"""The shortest run that injects every nemesis (all of :data:`ALL_KINDS`) on CI's loaded two
+cores: CI's own duration (tests/chaos/test_chaos.py). At 90 s some kinds did not fit; the
+schedule's arithmetic floor (:func:`minimum_duration_s`) is lower, but ``kill-after-compaction``
+waits for a dump and restarts take longer under load. A shorter run is still a check of what it
+did inject: it passes with a warning naming the nemeses it never got to (only a violation fails
+a run)."""
+
+
+def minimum_duration_s(kinds: Sequence[str]) -> float:
+    """The schedule's floor: every kind its shortest slot plus the restarts it owes
+    (tests/chaos/nemesis.py ``Schedule``). Below it some kinds are never injected, whatever the load."""
+    slot_s = float(Schedule.__dataclass_fields__["min_slot_s"].default)
+    return len(kinds) * slot_s + RESTART_OVERHEAD_S * sum(1 for k in kinds if k in RESTARTING_KINDS)
+
+
+def coverage_warnings(kinds: Sequence[str], records: Sequence[FaultRecord], duration_s: float) -> list[str]:
+    """What a run that did not inject every nemesis says about itself (a warning, not a failure)."""
+    missing = sorted(set(kinds) - {r.kind for r in records})
+    if not missing:
+        return []
+    floor = max(minimum_duration_s(kinds), MEANINGFUL_DURATION_S if set(kinds) == set(ALL_KINDS) else 0.0)
+    return [
+        f"run too short to inject every nemesis ({duration_s:g} s): {len(missing)} of {len(kinds)} never injected "
+        f"({', '.join(missing)}); the checks ran on what was injected. Every nemesis fits from about "
+        f"{floor:g} s (--duration {floor:g})"
+    ]
 
 
 # -- Status monitor ----------------------------------------------------------------------------------
@@ -266,6 +297,8 @@ class RunResult:
     """Log-compaction dumps seen per node (:class:`DumpWatch`)."""
     dump_restores: list[str] = field(default_factory=list)
     """Every restart that restored a node from a dump (:attr:`ChaosEnv.dump_restores`)."""
+    warnings: list[str] = field(default_factory=list)
+    """What limits the run without failing it (a nemesis never injected: the run was too short)."""
 
 
 Factory = Callable[[list[str], Credentials, int, Any], Any]
@@ -293,6 +326,7 @@ def run_chaos(
         raise ValueError(f"unknown nemeses {unknown}; known: {', '.join(ALL_KINDS)}")
     root = Path(tempfile.mkdtemp(prefix="waitgraph-chaos-"))
     harness_errors: list[str] = []
+    warnings: list[str] = []
     passed = False
     try:
         with contextlib.ExitStack() as stack:
@@ -348,6 +382,11 @@ def run_chaos(
                 f"chaos: running {cfg.duration_s:.0f} s, seed {cfg.seed}, retention {cfg.retention_ms} ms, "
                 f"nemeses {', '.join(kinds)}"
             )
+            if cfg.duration_s < minimum_duration_s(kinds):
+                log(
+                    f"chaos: WARNING: {cfg.duration_s:g} s is below the {minimum_duration_s(kinds):g} s the schedule "
+                    "needs to inject every nemesis once; the run goes on and checks what it injects"
+                )
             nemeses.start()
             try:
                 asyncio.run(_run_workload(workload, deadline))
@@ -356,9 +395,9 @@ def run_chaos(
                 nemeses.join()
             heal_everything(env)
             harness_errors += schedule.errors
-            if set(kinds) - {r.kind for r in schedule.records}:
-                missing = sorted(set(kinds) - {r.kind for r in schedule.records})
-                harness_errors.append(f"nemeses never injected (run too short?): {', '.join(missing)}")
+            warnings += coverage_warnings(kinds, schedule.records, cfg.duration_s)
+            for w in warnings:
+                log(f"chaos: WARNING: {w}")
             log("chaos: healed; waiting for the replicas to converge")
             converge_error = _converge(cluster, monitor)
             if converge_error:
@@ -375,7 +414,18 @@ def run_chaos(
             passed = bool(report.ok) and not harness_errors
             summary = workload.summary() if hasattr(workload, "summary") else {}
             table = render(
-                cfg, lab, schedule.records, skipped, report, live, harness_errors, passed, summary, dumps.dumps, env
+                cfg,
+                lab,
+                schedule.records,
+                skipped,
+                report,
+                live,
+                harness_errors,
+                passed,
+                summary,
+                dumps.dumps,
+                env,
+                warnings,
             )
             result = RunResult(
                 cfg,
@@ -388,6 +438,7 @@ def run_chaos(
                 root,
                 dict(dumps.dumps),
                 list(env.dump_restores),
+                list(warnings),
             )
             if not passed:
                 _save_logs(cluster, root)
@@ -468,6 +519,7 @@ def render(
     workload: dict[str, int] | None = None,
     dumps: dict[str, int] | None = None,
     env: ChaosEnv | None = None,
+    warnings: Sequence[str] = (),
 ) -> str:
     lines = [
         f"chaos run: {cfg.nodes} nodes, {cfg.duration_s:.0f} s, seed {cfg.seed}, "
@@ -532,6 +584,19 @@ def render(
             f"  {'cancel reads of retired runs (not checked)':<44}{st.get('cancel_reads_of_retired_runs', 0):>10}",
             f"  {'fences of retired executions (not checked)':<44}{st.get('fences_of_retired_executions', 0):>10}",
         ]
+    if "grants_judged" in st:
+        lines += [
+            "",
+            f"{'what the fence, grant and convergence checks judged':<46}{'count':>10}",
+            f"  {'fence probes refused StaleEpoch':<44}{st['fence_probes_refused_stale_epoch']:>10}",
+            f"  {'fence probes refused before the fence':<44}{st['fence_probes_inconclusive']:>10}",
+            f"  {'fence probes unknown, not applied':<44}{st['fence_probes_unknown']:>10}",
+            f"  {'grants judged (stream: status, generation)':<44}{st['grants_judged']:>10}",
+            f"  {'grants to executions not yet shown':<44}{st['grants_not_judged']:>10}",
+            f"  {'cancelled runs judged, per replica':<44}{st['cancelled_runs_judged']:>10}",
+            f"  {'  still within the bound, per replica':<44}{st['cancelled_runs_within_bound']:>10}",
+            f"  {'cancelled runs retired (as CANCELLED_STABLE?)':<44}{st['cancelled_runs_retired']:>10}",
+        ]
     if workload:
         lines += ["", f"{'workload (what the scenarios saw)':<46}{'count':>10}"]
         lines += [f"  {k:<44}{v:>10}" for k, v in workload.items()]
@@ -560,7 +625,10 @@ def render(
     ]
     if harness_errors:
         lines += ["", "harness errors"] + [f"  {e}" for e in harness_errors]
-    lines += ["", f"result: {verdict(report, passed, harness_errors)} (seed {cfg.seed})"]
+    if warnings:
+        lines += ["", "warnings (the run passes or fails on its checks alone)"] + [f"  {w}" for w in warnings]
+    result = verdict(report, passed, harness_errors)
+    lines += ["", f"result: {result}{' with warnings' if warnings and passed else ''} (seed {cfg.seed})"]
     return "\n".join(lines)
 
 
@@ -626,6 +694,7 @@ def write_report(path: Path, result: RunResult, wall_s: float) -> None:
             "at_s": None if first.at_ns is None or t0 is None else round((first.at_ns - t0) / 1e9, 3),
         },
         "faults": sorted({r.kind for r in result.records}),
+        "warnings": result.warnings,
         "dumps": result.dumps,
         "dump_restores": len(result.dump_restores),
     }
@@ -639,6 +708,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.report_json is not None:
         write_report(cfg.report_json, result, time.monotonic() - began)
     print(result.table)
+    for w in result.warnings:
+        print(f"warning: {w}")
     undecided = not result.ok and verdict(result.report, False, result.harness_errors) == "UNDECIDED"
     if not result.ok:
         if result.excerpt:

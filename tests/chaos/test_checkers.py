@@ -13,25 +13,27 @@ import pytest
 
 from tests.world import World
 from waitgraph.dev.localcluster import LocalCluster
-from waitgraph.statemachine import Envelope, Outcome, Result
+from waitgraph.statemachine import Envelope, Outcome, Result, lifecycle, recovery
 from waitgraph.statemachine.commands import (
     AckCancel,
     Acquire,
     CancelRun,
     RecordCost,
+    ReemitCancels,
     RegisterWait,
     Release,
     RetireSettled,
     RetryExecution,
+    StartExecution,
 )
 from waitgraph.statemachine.effects import RETIREMENT_EFFECTS, RunRetired
-from waitgraph.statemachine.enums import EffectOutcome
+from waitgraph.statemachine.enums import EffectOutcome, ExecStatus
 from waitgraph.statemachine.state import State
 
 from . import linearizability as lin
 from .checker import INVARIANTS, ReplicaFinal, check
-from .history import FAIL, INFO, OK, History, Observed, Op
-from .workload import Workload, plain
+from .history import FAIL, FENCE_PROBE, INFO, OK, History, Observed, Op
+from .workload import Workload, outcome_value, plain
 
 # -- helpers ---------------------------------------------------------------------------------------
 
@@ -924,6 +926,10 @@ def test_workload_on_a_healthy_cluster_checks_ok(tmp_path: object) -> None:
     assert checked >= 3 and good == checked
     assert {op.type for op in history.ops} >= {OK, FAIL}  # refusals happen (stale epochs, cancelled runs)
     assert len({f.digest for f in finals}) == 1
+    # the issue #41 checks had something to judge: the fence refused a probe for a free target,
+    # grants were seen with their grantee's status, cancelled trees converged
+    assert report.stats["fence_probes_refused_stale_epoch"] >= 1, wl.summary()
+    assert report.stats["grants_judged"] > 0 and report.stats["cancelled_runs_judged"] >= 1, report.stats
 
 
 def test_a_ring_that_keeps_re_forming_ends_in_a_tie_break_the_workload_plays_out(tmp_path: object) -> None:
@@ -987,3 +993,173 @@ def test_a_commit_is_judged_by_the_voters_in_force_when_it_committed() -> None:
     p.approvals = p.approvals[:1]  # planted: committed with one vote of a quorum of three
     found = violations(check(h, finals_of(w.st)), "recovery_committed_with_votes")
     assert len(found) == 1 and f"(quorum {old.quorum})" in found[0], found
+
+
+# -- the fence probe, grants, convergence (issue #41) ------------------------------------------------
+
+
+def fence_probed(h: History) -> tuple[World, str, Outcome]:
+    """A ring recovered at epoch 1; the victim acknowledges, retries (generation 2), starts, and
+    probes the fence: it asks for a free target presenting epoch 0, recorded as the workload does."""
+    w, victim = ring_recovered(h)
+    agent = w.owner(victim)
+    w.ok(agent, AckCancel(execution_id=victim, generation=1, cancel_generation=0, side_effects=EffectOutcome.NONE))
+    w.ok(agent, RetryExecution(execution_id=victim, generation=1))
+    w.ok(agent, StartExecution(execution_id=victim, generation=2, observed_cancel_generation=0))
+    free = w.target("resource:free")
+    out = apply_with(w, agent, "probe", Acquire(target_id=free, execution_id=victim, generation=2, observed_epoch=0))
+    value = {"execution": victim, "generation": 2, "observed_epoch": 0, "fenced": 1}
+    if out.result is Result.REJECTED:
+        result: dict[str, object] = {"code": out.code, "status": "FAILED_PRECONDITION"}
+        done(h, agent.removeprefix("agent:"), FENCE_PROBE, free, value, result, request_id="probe", type_=FAIL)
+    else:
+        done(h, agent.removeprefix("agent:"), FENCE_PROBE, free, value, outcome_value(out), request_id="probe")
+    return w, victim, out
+
+
+def test_a_fence_probe_refused_stale_epoch_passes() -> None:
+    h = History()
+    w, _, out = fence_probed(h)
+    assert out.code == "stale_epoch"
+    report = check(h, finals_of(w.st, copy.deepcopy(w.st)))
+    assert violations(report, "stale_epoch_refused_by_fence") == [], report.excerpt
+    assert report.stats["fence_probes_refused_stale_epoch"] == 1
+
+
+def test_a_fence_probe_the_fence_let_by_is_caught_on_the_answer_and_on_every_replica(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(recovery, "check_fence", lambda *_: None)  # the fence removed from Acquire
+    h = History()
+    w, victim, out = fence_probed(h)
+    assert out.result is Result.APPLIED
+    report = check(h, finals_of(w.st))
+    found = violations(report, "stale_epoch_refused_by_fence")
+    assert any(f"{victim} rolled back at epoch 1 acquired the free resource:free" in v for v in found), found
+    assert any("n1: recorded the fence probe probe" in v for v in found), found
+    assert any("n1: the fence probe's target resource:free was granted (lease 1" in v for v in found), found
+    assert "first anomaly at" in report.excerpt and FENCE_PROBE in report.excerpt
+    # refused by the target instead: the fence, checked first, did not refuse it
+    held = History()
+    value = {"execution": victim, "generation": 2, "observed_epoch": 0, "fenced": 1}
+    refused = {"code": "target_held", "status": "ABORTED"}
+    done(held, "A", FENCE_PROBE, "resource:r9", value, refused, request_id="p2", type_=FAIL)
+    found = violations(check(held, finals_of(w.st)), "stale_epoch_refused_by_fence")
+    assert found and "was refused target_held" in found[0], found
+
+
+def queued_behind_holder(h: History) -> tuple[World, str, str]:
+    """H holds resource:q; W (run-w) queues for it; run-w is cancelled (W: CANCEL_REQUESTED, its
+    wait still open); H lets the resource go before W acknowledges."""
+    w = World()
+    recording(w, h)
+    holder, waiter = w.execution("H"), w.execution("W", run="run-w")
+    w.hold(holder, "resource:q")
+    w.wait(waiter, "resource:q")
+    cancel_in(w, "run-w", "W", "cancel-w")
+    assert w.st.executions[waiter].status is ExecStatus.CANCEL_REQUESTED
+    w.release(holder, "resource:q")
+    return w, holder, waiter
+
+
+def acquired_by(h: History, execution_id: str) -> list[Observed]:
+    return [ob for ob in h.observed if ob.kind == "Acquired" and ob.fields["execution_id"] == execution_id]
+
+
+def test_a_hand_off_that_passes_a_stopped_waiter_by_passes() -> None:
+    h = History()
+    w, holder, waiter = queued_behind_holder(h)
+    assert acquired_by(h, holder) and not acquired_by(h, waiter)
+    report = check(h, finals_of(w.st))
+    assert violations(report, "grants_only_to_live_generations") == [], report.excerpt
+    assert report.stats["grants_judged"] == 1
+
+
+def test_a_grant_to_a_waiter_asked_to_stop_or_to_an_old_generation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The hand-off no longer passes stopped waiters by.
+    monkeypatch.setattr(lifecycle, "LIVE", lifecycle.LIVE | {ExecStatus.CANCEL_REQUESTED})
+    h = History()
+    w, _, waiter = queued_behind_holder(h)
+    assert acquired_by(h, waiter)
+    report = check(h, finals_of(w.st))
+    found = violations(report, "grants_only_to_live_generations")
+    assert len(found) == 1 and f"to {waiter} g1, which is CANCEL_REQUESTED" in found[0], found
+    assert "first anomaly at" in report.excerpt and "CANCEL_REQUESTED" in report.excerpt
+    # a grant naming a generation the execution is not at
+    monkeypatch.undo()
+    h2 = History()
+    w2, holder2, _ = queued_behind_holder(h2)
+    grant = acquired_by(h2, holder2)[0]
+    h2.observe(grant.cursor + 1, grant.log_index, "Acquired", {**grant.fields, "generation": 2, "lease": 9}, "n1")
+    found = violations(check(h2, finals_of(w2.st)), "grants_only_to_live_generations")
+    assert len(found) == 1 and f"generation 2, but {holder2} is at generation 1" in found[0], found
+
+
+def cancelled_tree(h: History, depth: int = 3) -> tuple[World, list[str]]:
+    """A chain root -> ... at ``depth`` below it in run-t, every create recorded; run-t cancelled.
+    Nothing acknowledged yet."""
+    w = World()
+    recording(w, h)
+    chain: list[str] = []
+    for d in range(depth + 1):
+        parent = chain[-1] if chain else None
+        eid = w.execution(f"T{d}", agent="T", run="run-t", parent_id=parent)
+        chain.append(eid)
+        done(h, "T", "create", eid, {"run": "run-t", "parent": parent}, {"result": "APPLIED", "duplicate": False})
+    w.hold(chain[-1], "pool:t")
+    cancel_in(w, "run-t", "T", "cancel-t")
+    return w, chain
+
+
+def ack_all(w: World, chain: list[str]) -> None:
+    for eid in chain:
+        w.ok("agent:T", AckCancel(execution_id=eid, generation=1, cancel_generation=1, side_effects=EffectOutcome.NONE))
+
+
+def test_a_cancelled_tree_settled_at_every_depth_converges() -> None:
+    h = History()
+    w, chain = cancelled_tree(h)
+    ack_all(w, chain)
+    report = check(h, finals_of(w.st))
+    assert violations(report, "cancelled_runs_converge") == [], report.excerpt
+    assert report.stats["cancelled_runs_judged"] == 1
+
+
+def test_a_cancelled_run_stable_with_an_unsettled_great_grandchild_is_caught() -> None:
+    h = History()
+    w, chain = cancelled_tree(h)
+    ack_all(w, chain)
+    deepest = chain[-1]
+    # As if the cancellation had stopped at depth 1: the run declared stable before the deepest settled.
+    moved(
+        h,
+        lambda ob: ob.kind == "CancellationStable",
+        lambda ob: (
+            ob.kind == "ExecutionStateChanged"
+            and ob.fields["execution_id"] == deepest
+            and ob.fields["after"] == ExecStatus.CANCELLED.value
+        ),
+        None,
+    )
+    w.st.executions[deepest].status = ExecStatus.RUNNING
+    report = check(h, finals_of(w.st))
+    found = violations(report, "cancelled_runs_converge")
+    assert any(f"while {deepest} was CANCEL_REQUESTED" in v for v in found), found
+    assert any(f"n1: {deepest} (depth 3) of cancelled run run-t is RUNNING, yet" in v for v in found), found
+    assert "first anomaly at" in report.excerpt
+
+
+def test_a_cancelled_run_past_the_bound_must_say_why_not() -> None:
+    h = History()
+    w, chain = cancelled_tree(h)
+    ack_all(w, chain[:-1])  # the deepest never acknowledges
+    w.agent("late")  # logical time moves on, within the bound
+    assert violations(check(h, finals_of(w.st)), "cancelled_runs_converge") == []
+    w.t += w.st.cancel.slo_ms + 10_000
+    w.agent("later")  # past the bound, and nothing quarantined it
+    found = violations(check(h, finals_of(w.st)), "cancelled_runs_converge")
+    assert len(found) == 1 and f"{chain[-1]} (depth 3) of cancelled run run-t is CANCEL_REQUESTED" in found[0], found
+    w.ok("node:n1", ReemitCancels())  # the SLO quarantines it: the run now says why it is not stable
+    assert w.st.executions[chain[-1]].status is ExecStatus.QUARANTINED
+    report = check(h, finals_of(w.st))
+    assert violations(report, "cancelled_runs_converge") == [], report.excerpt

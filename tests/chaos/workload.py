@@ -9,9 +9,12 @@ Rules kept here:
   other, chosen by ``random.Random(f"{seed}:{agent}")``: deadlock rings of two and three
   executions over exclusive resources (the cluster detects, votes, commits an epoch and cancels a
   victim; the victim acknowledges, retries at its next generation presenting the new epoch, and
-  also sends a late close from its old generation and an acquire under its old epoch, which must
-  be no-ops or refused), cancellation of a run with a deep tree while a second task keeps creating
-  children, pool permits and exclusive leases, an artifact producer and its waiter. Reads of the
+  also sends a late close from its old generation and an acquire of a free target under its old
+  epoch, which must be no-ops or refused, the last by the fence alone), cancellation of a run with
+  a tree at least :data:`TREE_MIN_DEPTH` deep while a second task keeps creating children and a
+  deep member waits in the queue of a resource another run holds (let go while the cancel is
+  being acknowledged: it must not be handed to the member asked to stop), pool permits and
+  exclusive leases, an artifact producer and its waiter. Reads of the
   epoch (Status) and of run cancel generations (Graph) go to random nodes, fresh or, labelled,
   stale. Two reader processes read the same concurrently; an observer records the cluster's
   effects (WatchEvents with the admin token) for the checker.
@@ -59,7 +62,7 @@ from waitgraph.statemachine.effects import (
 from waitgraph.statemachine.enums import EffectOutcome, ExecStatus
 from waitgraph.statemachine.outcome import Outcome
 
-from .history import FAIL, INFO, OK, History, Op
+from .history import FAIL, FENCE_PROBE, INFO, OK, History, Op
 
 logger = logging.getLogger("waitgraph.chaos.workload")
 
@@ -109,6 +112,7 @@ OBSERVED_KINDS = (
     "Yielded",
     "GenerationAdvanced",
     "CostRecorded",
+    "Acquired",  # every grant, an Acquire's or a hand-off's: who received it, at which generation
 )
 _UNKNOWN_STATUS = frozenset(
     {
@@ -673,7 +677,7 @@ async def deadlock_ring(a: Agent, tag: str, n: int, rounds: int = 1) -> None:
                 await _ack(a, v, 0)
                 if not await _retry(a, v):
                     continue
-                await _stale_attempt(a, v, old_generation, resources[members.index(v)], members, resources)
+                await _stale_attempt(a, v, old_generation, members, resources)
             for y in yielded:
                 y.holds.clear()  # the tie-break released what it held
             if yielded or round_no == rounds - 1:
@@ -720,14 +724,11 @@ async def deadlock_ring(a: Agent, tag: str, n: int, rounds: int = 1) -> None:
             await _fail(a, ex, "chaos scenario gave up")
 
 
-async def _stale_attempt(
-    a: Agent, v: Exe, old_generation: int, own: str, members: list[Exe], resources: list[str]
-) -> None:
+async def _stale_attempt(a: Agent, v: Exe, old_generation: int, members: list[Exe], resources: list[str]) -> None:
     """What the rolled-back attempt of ``v`` may still send, raced against the new one: its new
     generation first opens a wait on the same target its old one waited on (held by the next
     member), then the old generation closes and re-registers that edge (both must leave the newer
-    edge alone: a no-op, a refusal), and an acquire presents the epoch just below the one ``v``
-    was rolled back at (refused, StaleEpoch)."""
+    edge alone: a no-op, a refusal), and the fence probe (:func:`_fence_probe`)."""
     i = members.index(v)
     n = len(members)
     want = resources[(i + 1) % n]
@@ -748,10 +749,33 @@ async def _stale_attempt(
         a.wl.count("stale closes raced against a newer open edge", 1)
     await _close_wait(a, v, want, old_generation, 1, f="close_wait_stale")
     await _register_wait(a, Exe(v.execution_id, v.run_id, old_generation), want, 1, 2, f="register_wait_stale")
+    await _fence_probe(a, v)
+
+
+async def _fence_probe(a: Agent, v: Exe) -> None:
+    """The StaleEpoch fence, probed so that only the fence can refuse: the rolled-back execution
+    (at its new generation, live) asks for a target of its own that nobody holds or waits on,
+    presenting the epoch just below the one it was rolled back at. Any other refusal would come
+    before the fence in the core's Acquire (an unknown target, a session lost, an old generation)
+    and says nothing; an acknowledgement, or a refusal by the target, means the fence let it by.
+    (Asking for a target somebody holds, as this probe once did, was refused ``target_held``
+    whenever the fence was missing: with fair hand-off the victim's own resource has always gone
+    to the next waiter first.)"""
     fenced = a.rolled_back_at.get(v.execution_id)
-    if fenced:
-        await _acquire(a, v, own, observed_epoch=fenced - 1, f="acquire_stale_epoch")
-        v.holds.clear()
+    if not fenced:
+        a.wl.count("fence probes: rollback epoch not seen", 1)
+        return
+    free = f"resource:{v.execution_id.removeprefix('exec:')}-fence-g{v.generation}"
+    if not await _target(a, free):
+        a.wl.count("fence probes: target not created", 1)
+        return
+    sent = await a.write(
+        FENCE_PROBE,
+        free,
+        C.Acquire(target_id=free, execution_id=v.execution_id, generation=v.generation, observed_epoch=fenced - 1),
+        {"execution": v.execution_id, "generation": v.generation, "observed_epoch": fenced - 1, "fenced": fenced},
+    )
+    a.wl.count(f"fence probes: {sent.code if not sent.unknown else 'unknown'}", 1)
 
 
 async def _wait_for_held(
@@ -843,8 +867,13 @@ async def _declare(a: Agent, target_id: str, producer: Exe) -> Sent:
     )
 
 
+TREE_MIN_DEPTH = 3
+"""The least depth of a cancelled tree (root at 0): the cancellation must reach great-grandchildren."""
+
+
 async def cancel_tree(a: Agent, tag: str) -> None:
-    """Cancel a run with a deep tree while children are still being created under it."""
+    """Cancel a run with a deep tree while children are still being created under it, one deep
+    member queued for a resource of another run's execution that lets it go meanwhile."""
     run = f"run-{tag}"
     root = Exe(f"exec:{tag}-root", run)
     pool = f"pool:{a.agent_id}-{a.wl.run_tag}-tree"
@@ -856,7 +885,7 @@ async def cancel_tree(a: Agent, tag: str) -> None:
         return
     created.append(root)
     await _target(a, pool, slots=2)
-    depth, fanout = a.rng.choice([(2, 2), (3, 2), (2, 3)])
+    depth, fanout = a.rng.choice([(TREE_MIN_DEPTH, 2), (TREE_MIN_DEPTH + 1, 1)])
     frontier = [root]
     for level in range(depth):
         nxt = []
@@ -871,6 +900,30 @@ async def cancel_tree(a: Agent, tag: str) -> None:
         frontier = nxt
     if frontier:
         await _acquire(a, frontier[0], pool)  # a permit the cancellation must release
+    holder = await _queue_behind_holder(a, tag, frontier[-1]) if frontier else None
+    try:
+        await _cancel_tree(a, run, created, holder)
+    finally:
+        if holder is not None:
+            await _complete(a, holder)
+            await _fail(a, holder, "chaos scenario gave up")
+
+
+async def _queue_behind_holder(a: Agent, tag: str, deep: Exe) -> Exe | None:
+    """Another run's execution holds a resource; ``deep`` (the tree's deepest level) queues for it.
+    Returns the holder, or None when the set-up did not go through."""
+    held = f"resource:{tag}-q"
+    holder = Exe(f"exec:{tag}-holder", f"run-{tag}-h")
+    if not (await _target(a, held) and await _new(a, holder)):
+        await _fail(a, holder, "chaos scenario gave up")
+        return None
+    got = await _acquire(a, holder, held)
+    if got.ok and (await _wait_for_held(a, deep, held, 1)) and held not in deep.holds:
+        a.wl.count("deep members queued behind another run's holder", 1)
+    return holder
+
+
+async def _cancel_tree(a: Agent, run: str, created: list[Exe], holder: Exe | None) -> None:
     stop = asyncio.Event()
 
     async def spawner() -> None:
@@ -893,6 +946,15 @@ async def cancel_tree(a: Agent, tag: str) -> None:
     cancelled = await canceller.write(
         "cancel_run", run, C.CancelRun(run_id=run, observed_cancel_generation=0, reason="chaos cancel"), {"observed": 0}
     )
+    for target in list(holder.holds) if holder is not None else ():
+        # Let go while the queued member is asked to stop and has not acknowledged yet: the
+        # hand-off must pass it by (the checker's grants_only_to_live_generations).
+        await a.write(
+            "release",
+            target,
+            C.Release(target_id=target, execution_id=holder.execution_id, generation=holder.generation),
+            {"execution": holder.execution_id, "generation": holder.generation},
+        )
     await asyncio.sleep(a.rng.uniform(0.05, 0.2))
     stop.set()
     await task
