@@ -24,10 +24,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+import grpc
 from google.protobuf.descriptor import EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-from waitgraph.ops.opsclient import refused_token
+from waitgraph.sdk.errors import NO_ANSWER, RpcError, WaitgraphClientError
 from waitgraph.statemachine.outcome import Outcome
 from waitgraph.statemachine.readiness import Readiness
 from waitgraph.statemachine.recovery_state import POLICY_VERSION, Score
@@ -300,6 +301,43 @@ def read_note(endpoint: str, stale: bool, applied_index: int, fallback: str | No
     return Text(f"STALE: read from {endpoint}'s own replica at applied index {applied_index}{why}", "yellow")
 
 
+# -- errors -------------------------------------------------------------------------------------------------
+
+
+def code_name(error: WaitgraphClientError) -> str:
+    """The gRPC code an error is shown with; ``ERROR`` for one that is not an RPC's (no token)."""
+    return error.status.name if isinstance(error, RpcError) else "ERROR"
+
+
+def error_line(error: WaitgraphClientError) -> str:
+    """An error as every verb prints it: ``CODE: message [endpoint]``, on one line."""
+    if not isinstance(error, RpcError):
+        return f"ERROR: {' '.join(str(error).split())}"
+    if error.message == NO_ANSWER:
+        error = error.with_message(f"{NO_ANSWER} (--rpc-timeout)")  # the flag that sets the deadline
+    return str(error)
+
+
+def error_json(error: WaitgraphClientError) -> dict[str, Any]:
+    rpc = error if isinstance(error, RpcError) else None
+    message = str(error) if rpc is None else rpc.message
+    return {
+        "code": code_name(error),
+        "message": f"{NO_ANSWER} (--rpc-timeout)" if message == NO_ANSWER else message,
+        "endpoint": rpc.endpoint if rpc else None,
+        "waitgraph_code": (rpc.code or None) if rpc else None,
+        "leader": rpc.leader if rpc else None,
+    }
+
+
+def refused_token(error: WaitgraphClientError | None) -> bool:
+    """The node answered, and refused the credentials: not an outage."""
+    return isinstance(error, RpcError) and error.status in (
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+    )
+
+
 # -- status and health ------------------------------------------------------------------------------------
 
 
@@ -316,7 +354,7 @@ def status_json(reports: Sequence[Any]) -> dict[str, Any]:
             "endpoint": r.endpoint,
             "reachable": r.status is not None,
             "discovered": r.discovered,
-            "error": r.error.to_json() if r.error is not None else None,
+            "error": error_json(r.error) if r.error is not None else None,
         }
         if r.status is None:
             node["node_id"] = r.node_id
@@ -338,7 +376,7 @@ def status_blocks(reports: Sequence[Any], digest: bool = False) -> list[Block]:
         if st is None:
             row: list[Any] = [r.node_id or "?", r.endpoint, Styled("unreachable", "bold red")] + ["-"] * 7 + [False]
             row += ["-"] if digest else []
-            row.append(r.error.one_line() if r.error else "-")
+            row.append(error_line(r.error) if r.error else "-")
         else:
             row = [st.node_id, r.endpoint, st.role, st.leader_id or "-", st.term, st.commit_index, st.applied_index]
             row += [st.epoch, enum_text(st.DESCRIPTOR.fields_by_name["mode"].enum_type, st.mode), _admission(st)]
@@ -409,7 +447,7 @@ class Health:
                     "leader_id": (st.leader_id or None) if st else None,
                     "has_quorum": st.has_quorum if st else None,
                     "applied_index": st.applied_index if st else None,
-                    "error": r.error.to_json() if r.error else None,
+                    "error": error_json(r.error) if r.error else None,
                 }
             )
         return {
@@ -448,7 +486,7 @@ class Health:
                         serving,
                         "-",
                         "-",
-                        r.error.one_line(),
+                        error_line(r.error) if r.error else "-",
                     ]
                 )
             else:
@@ -670,14 +708,14 @@ def graph_dot(graph: Any, cycles: Any = None, decisions: Sequence[Any] = (), hid
         hot(attrs, edge_kind.get((w.waiter_id, w.target_id)))
         lines.append(f"  {_dot_id(w.waiter_id)} -> {_dot_id(w.target_id)} {_dot_attrs(**attrs)};")
     for t in graph.targets:
-        kind = target_kind.get(t.target_id)
+        hot_kind = target_kind.get(t.target_id)
         for h in t.holders:
             attrs = {"label": "held by", "style": "dashed"}
-            hot(attrs, kind if h.execution_id in member_kind else None)
+            hot(attrs, hot_kind if h.execution_id in member_kind else None)
             lines.append(f"  {_dot_id(t.target_id)} -> {_dot_id(h.execution_id)} {_dot_attrs(**attrs)};")
         if t.HasField("satisfier_id"):
             attrs = {"label": _SATISFIER_LABEL.get(t.target_id.partition(":")[0], "satisfied by"), "style": "dashed"}
-            hot(attrs, kind if t.satisfier_id in member_kind else None)
+            hot(attrs, hot_kind if t.satisfier_id in member_kind else None)
             lines.append(f"  {_dot_id(t.target_id)} -> {_dot_id(t.satisfier_id)} {_dot_attrs(**attrs)};")
     lines.append("}")
     return "\n".join(lines) + "\n"
