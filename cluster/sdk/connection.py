@@ -141,7 +141,8 @@ FRESH_TIMEOUT_S = 3.0
 """A log barrier that has not passed by then will not pass soon (no leader with a quorum)."""
 
 
-_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+UNANSWERED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+"""Statuses that say the node could not answer (down, no leader, too slow): another node may."""
 _ITEM_OVERHEAD = 8
 """Bytes a WriteItem adds to a WriteBatchRequest besides its own size (tag and length), at most."""
 
@@ -483,7 +484,7 @@ class Transport:
     def _retryable(status: grpc.StatusCode, err: RpcError) -> bool:
         # Unavailable / outcome unknown, or a refusal that did nothing (rate limit, backpressure,
         # a read whose forked reader failed on that node: reads change nothing, another node may).
-        return status in _RETRYABLE or isinstance(err, RateLimited | Overloaded) or err.code == "read_failed"
+        return status in UNANSWERED or isinstance(err, RateLimited | Overloaded) or err.code == "read_failed"
 
     async def close(self) -> None:
         self.closed = True
@@ -691,7 +692,7 @@ class Connection:
                 elif isinstance(err, RateLimited | Overloaded):
                     raise_again = None  # refused before it started: reopen after the node's wait
                     backoff = max(backoff, err.retry_after_s or backoff)
-                elif exc.code() in _RETRYABLE or exc.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL):
+                elif exc.code() in UNANSWERED or exc.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL):
                     raise_again = None
                     transport.rotate(address)
                 else:

@@ -35,7 +35,7 @@ from waitgraph.statemachine.outcome import Outcome
 from waitgraph.statemachine.recovery_state import DecisionKind, RolloutMode
 from waitgraph.wire import convert
 
-from .connection import FRESH_TIMEOUT_S, Connection
+from .connection import FRESH_TIMEOUT_S, UNANSWERED, Connection
 from .errors import Decision, NotFound, RpcError, Unavailable, WaitgraphClientError, most_telling
 from .views import (
     Convergence,
@@ -53,9 +53,6 @@ from .views import (
 __all__ = ["NodeReport", "OperatorClient", "Read"]
 
 R = TypeVar("R")
-
-_PASS_ON = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-"""Failures of one node that the next node may not share (a read moves on; anything else is an answer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +157,7 @@ class OperatorClient(Connection):
                         address, await transport.call_at(address, "operator", rpc, make(True), timeout_s), False
                     )
                 except RpcError as exc:
-                    if exc.status not in _PASS_ON:
+                    if exc.status not in UNANSWERED:
                         raise
                     if exc.status is grpc.StatusCode.DEADLINE_EXCEEDED:
                         exc = exc.with_message(
@@ -173,7 +170,7 @@ class OperatorClient(Connection):
             try:
                 reply = await transport.call_at(address, "operator", rpc, make(False))
             except RpcError as exc:
-                if exc.status not in _PASS_ON:
+                if exc.status not in UNANSWERED:
                     raise
                 errors.append(exc)
                 continue
