@@ -158,7 +158,7 @@ class OperatorClient(Connection):
                     )
                 except RpcError as exc:
                     if exc.status not in UNANSWERED:
-                        raise
+                        raise  # an answer (a refusal): the next node would give the same
                     if exc.status is grpc.StatusCode.DEADLINE_EXCEEDED:
                         exc = exc.with_message(
                             f"no log barrier passed within {FRESH_TIMEOUT_S:.0f}s (no leader with a quorum?)"
