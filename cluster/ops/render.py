@@ -22,18 +22,19 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import grpc
 from google.protobuf.descriptor import EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-from waitgraph.sdk.errors import NO_ANSWER, RpcError, WaitgraphClientError
 from waitgraph.statemachine.outcome import Outcome
 from waitgraph.statemachine.readiness import Readiness
 from waitgraph.statemachine.recovery_state import POLICY_VERSION, Score
 from waitgraph.statemachine.transcript import render_value
 from waitgraph.wire import convert
+
+if TYPE_CHECKING:  # the live view imports this module into the node, which has no use for the SDK
+    from waitgraph.sdk import WaitgraphClientError
 
 SHORT = 12
 """Hex digits of a digest shown in tables (JSON always has the whole digest)."""
@@ -306,24 +307,37 @@ def read_note(endpoint: str, stale: bool, applied_index: int, fallback: str | No
 
 def code_name(error: WaitgraphClientError) -> str:
     """The gRPC code an error is shown with; ``ERROR`` for one that is not an RPC's (no token)."""
+    from waitgraph.sdk import RpcError
+
     return error.status.name if isinstance(error, RpcError) else "ERROR"
+
+
+def error_message(error: WaitgraphClientError) -> str:
+    """What the error says, in the CLI's words: a deadline names the flag that sets it."""
+    from waitgraph.sdk import RpcError
+    from waitgraph.sdk.errors import NO_ANSWER
+
+    if not isinstance(error, RpcError):
+        return str(error)
+    return f"{NO_ANSWER} (--rpc-timeout)" if error.message == NO_ANSWER else error.message
 
 
 def error_line(error: WaitgraphClientError) -> str:
     """An error as every verb prints it: ``CODE: message [endpoint]``, on one line."""
-    if not isinstance(error, RpcError):
-        return f"ERROR: {' '.join(str(error).split())}"
-    if error.message == NO_ANSWER:
-        error = error.with_message(f"{NO_ANSWER} (--rpc-timeout)")  # the flag that sets the deadline
-    return str(error)
+    from waitgraph.sdk import RpcError
+
+    if isinstance(error, RpcError):
+        return str(error.with_message(error_message(error)))
+    return f"ERROR: {' '.join(error_message(error).split())}"
 
 
 def error_json(error: WaitgraphClientError) -> dict[str, Any]:
+    from waitgraph.sdk import RpcError
+
     rpc = error if isinstance(error, RpcError) else None
-    message = str(error) if rpc is None else rpc.message
     return {
         "code": code_name(error),
-        "message": f"{NO_ANSWER} (--rpc-timeout)" if message == NO_ANSWER else message,
+        "message": error_message(error),
         "endpoint": rpc.endpoint if rpc else None,
         "waitgraph_code": (rpc.code or None) if rpc else None,
         "leader": rpc.leader if rpc else None,
@@ -332,10 +346,7 @@ def error_json(error: WaitgraphClientError) -> dict[str, Any]:
 
 def refused_token(error: WaitgraphClientError | None) -> bool:
     """The node answered, and refused the credentials: not an outage."""
-    return isinstance(error, RpcError) and error.status in (
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.PERMISSION_DENIED,
-    )
+    return error is not None and code_name(error) in ("UNAUTHENTICATED", "PERMISSION_DENIED")
 
 
 # -- status and health ------------------------------------------------------------------------------------
