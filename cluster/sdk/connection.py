@@ -287,6 +287,8 @@ class Transport:
         self.endpoints: list[str] = list(dict.fromkeys(endpoints))
         self._current = 0
         self._token = token
+        self._metadata = (("authorization", f"Bearer {token}"),) if isinstance(token, str) else None
+        """Built once for a fixed token: it goes with every call of the hot path."""
         self.tls: TLS | None = TLS() if tls is True else (tls or None)
         self.call_timeout_s = call_timeout_s
         self.retry_deadline_s = retry_deadline_s
@@ -305,8 +307,10 @@ class Transport:
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
-        token = self._token if isinstance(self._token, str) else self._token()
-        return (("authorization", f"Bearer {token}"),)
+        if self._metadata is not None:
+            return self._metadata
+        assert not isinstance(self._token, str)
+        return (("authorization", f"Bearer {self._token()}"),)
 
     def channel(self, address: str) -> grpc.aio.Channel:
         if self.closed:
