@@ -10,7 +10,7 @@ Every import name lives under ``waitgraph`` (pyproject.toml maps the folders): `
     wire          the shared wire contract      statemachine, proto
     sdk           the agents' client            wire, statemachine, proto
     node          one cluster node              wire, statemachine, proto
-    ops           the operators' tools          node, wire, statemachine, proto
+    ops           the operators' tools          sdk, node, wire, statemachine, proto
     dev           local development             every role
     (root)        waitgraph/__init__.py         sdk, statemachine: the agent author's names
     cli           the console script            ops, dev: where the roles meet
@@ -50,7 +50,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "wire": frozenset({"wire", "statemachine", "proto"}),
     "sdk": frozenset({"sdk", "wire", "statemachine", "proto"}),
     "node": frozenset({"node", "wire", "statemachine", "proto"}),
-    "ops": frozenset({"ops", "node", "wire", "statemachine", "proto"}),
+    "ops": frozenset({"ops", "sdk", "node", "wire", "statemachine", "proto"}),
     "dev": frozenset({"dev", "ops", "node", "sdk", "wire", "statemachine", "proto", "root"}),
     "root": frozenset({"root", "sdk", "statemachine"}),
     "cli": frozenset({"cli", "ops", "dev"}),

@@ -30,8 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from waitgraph.ops.opsclient import OperatorClient, OpsError  # noqa: E402
-from waitgraph.sdk import SyncClient  # noqa: E402
+from waitgraph.sdk import RpcError, SyncClient, SyncOperatorClient  # noqa: E402
 from waitgraph.statemachine import commands as C  # noqa: E402
 from waitgraph.statemachine.enums import EffectOutcome  # noqa: E402
 
@@ -182,7 +181,7 @@ def until(fn: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
     while time.monotonic() < deadline:
         try:
             value = fn()
-        except OpsError:
+        except RpcError:
             value = None
         if value:
             return value
@@ -190,8 +189,8 @@ def until(fn: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
     raise StepFailed(f"timed out waiting for {what}")
 
 
-def decision(ops: OperatorClient, decision_id: str) -> Any:
-    return until(lambda: ops.explain(decision_id=decision_id).reply.decisions[0], f"decision {decision_id}")
+def decision(ops: SyncOperatorClient, decision_id: str) -> Any:
+    return until(lambda: ops.read_explain(decision_id=decision_id).reply.decisions[0], f"decision {decision_id}")
 
 
 # -- the walkthrough ----------------------------------------------------------------------------------------
@@ -240,7 +239,7 @@ released. (Real hosts: `waitgraph serve --initial-mode shadow`; see the README.)
             raise StepFailed("waitgraph dev did not say where the agent credentials are")
         creds = json.loads(Path(creds_path.group(1)).read_text())
         endpoints = g.env["WAITGRAPH_ENDPOINTS"].split(",")
-        ops = OperatorClient(endpoints, g.env["WAITGRAPH_TOKEN"])
+        ops = SyncOperatorClient(endpoints, g.env["WAITGRAPH_TOKEN"])
         agents = Agents(endpoints, creds["agents"])
         try:
             steps(g, ops, agents)
@@ -257,7 +256,7 @@ released. (Real hosts: `waitgraph serve --initial-mode shadow`; see the README.)
         raise StepFailed(f"waitgraph dev exited {dev.returncode}:\n{out}")
 
 
-def steps(g: Guide, ops: OperatorClient, agents: Agents) -> None:
+def steps(g: Guide, ops: SyncOperatorClient, agents: Agents) -> None:
     g.say("In another shell, paste the `export` line; then:")
     g.run("waitgraph status", expect=("shadow",))
 
@@ -314,7 +313,7 @@ so B is the one to roll back. Shadow mode left the cycle for someone to resolve:
 by hand and wait until it has converged (agent b acknowledges a moment later):
 """
     )
-    cancelled = lambda: ops.convergence("run-b-1", fresh=False).reply.cancel_generation >= 1  # noqa: E731
+    cancelled = lambda: ops.read_convergence("run-b-1", fresh=False).reply.cancel_generation >= 1  # noqa: E731
     with agents.later(cancelled, [(1.0, lambda: agents.ack("b", "exec:B-1", 1))]):
         g.run(
             'waitgraph cancel run-b-1 --reason "resolving d1 by hand" --wait',
@@ -354,7 +353,7 @@ cancellation of T2; the explanation then shows it converged:
     agents.wait("b", "exec:T2", "resource:sandbox-1", "needs the first sandbox")
     d2 = decision(ops, "d2")
     agents.ack("b", d2.winner_id, 0)
-    until(lambda: ops.explain(decision_id="d2").reply.decisions[0].cancellations[0].HasField("stable_at_ms"), "T2")
+    until(lambda: ops.read_explain(decision_id="d2").reply.decisions[0].cancellations[0].HasField("stable_at_ms"), "T2")
     g.run(
         "waitgraph explain d2",
         expect=("VICTIM", "epoch:      0 -> 1", "Released at", "converged: CANCELLED_STABLE"),
@@ -445,7 +444,7 @@ open cancellation has converged: the workers acknowledge one by one.
         (0.8, lambda: agents.ack("c", "exec:etl-index", 1)),
         (0.8, lambda: agents.ack("c", "exec:etl-root", 1)),
     ]
-    frozen = lambda: ops.convergence(fresh=False).reply.admission_frozen  # noqa: E731
+    frozen = lambda: ops.read_convergence(fresh=False).reply.admission_frozen  # noqa: E731
     with agents.later(frozen, acks):
         g.run(
             'waitgraph freeze --reason "schema rollback" --wait',

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from waitgraph.ops.cli import MODES
+from waitgraph.ops.cli import DEFAULT_BASE_PORT, MODES
 
 
 @click.command()
@@ -50,7 +50,7 @@ def dev(
     import time
 
     from waitgraph.dev.localcluster import RAFT_PORT_OFFSET, LocalCluster, ports_free
-    from waitgraph.ops.opsclient import DEFAULT_BASE_PORT, OpsError
+    from waitgraph.sdk import WaitgraphClientError
 
     def stop_signal(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -84,8 +84,8 @@ def dev(
                 click.echo(f"      live view http://{m.http_address}/ (log in with the operator or admin token)")
         try:
             leader = lc.wait_for_leader(60)
-        except OpsError as exc:
-            raise click.ClickException(exc.one_line()) from None
+        except WaitgraphClientError as exc:
+            raise click.ClickException(str(exc)) from None
         from waitgraph.ops import render
 
         now_mode = render.enum_text(leader.DESCRIPTOR.fields_by_name["mode"].enum_type, leader.mode)

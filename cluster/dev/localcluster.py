@@ -7,7 +7,7 @@ their nodes here; by default each node is a real ``waitgraph serve``.
         lc.wait_for_leader()
         lc.endpoints            # ["127.0.0.1:50051", ...]
         lc.credentials.agents   # {"a": "<token>", ...}: tokens for the AgentService
-        with lc.client() as ops:  # an admin OperatorClient
+        with lc.client() as ops:  # an admin SyncOperatorClient
             ...
         lc.kill("n1"); lc.spawn("n1"); lc.wait_ready("n1")   # a crash and a restart on the same data
         lc.terminate("n2")      # SIGTERM, the graceful stop (SIGKILL when it takes too long)
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from waitgraph.node.auth import token_digest
-from waitgraph.ops.opsclient import OperatorClient, OpsError, default_endpoints
+from waitgraph.sdk import SyncOperatorClient
 
 CLUSTER_FILE = "cluster.json"
 RAFT_PORT_OFFSET = 100
@@ -325,11 +325,11 @@ class LocalCluster:
         assert self.credentials is not None
         return {"WAITGRAPH_ENDPOINTS": ",".join(self.endpoints), "WAITGRAPH_TOKEN": self.credentials.admin}
 
-    def client(self, role: str = "admin", timeout_s: float = 10.0) -> OperatorClient:
+    def client(self, role: str = "admin", timeout_s: float = 10.0) -> SyncOperatorClient:
         self.prepare()
         assert self.credentials is not None
         token = self.credentials.admin if role == "admin" else self.credentials.operator
-        return OperatorClient(self.endpoints, token, timeout_s=timeout_s)
+        return SyncOperatorClient(self.endpoints, token, call_timeout_s=timeout_s, retry_deadline_s=2 * timeout_s)
 
     # -- processes ---------------------------------------------------------------------------------------
 
@@ -418,13 +418,12 @@ class LocalCluster:
             leader = ops.wait_for_leader(timeout_s, recovery=self.nodes > 1)
             if self.mode:
                 from waitgraph.ops.render import enum_text
-                from waitgraph.wire import convert
 
                 current = enum_text(leader.DESCRIPTOR.fields_by_name["mode"].enum_type, leader.mode)
                 if current != self.mode:
                     from waitgraph.statemachine.recovery_state import RolloutMode
 
-                    ops.set_mode(convert.enum_number(RolloutMode(self.mode)))
+                    ops.set_mode(RolloutMode(self.mode))
                     leader = ops.status(leader.grpc_address, fresh=True)
             return leader
 
@@ -556,4 +555,4 @@ def _write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
-__all__ = ["Credentials", "LocalCluster", "LocalNode", "NodeHandle", "OpsError", "default_endpoints", "free_ports"]
+__all__ = ["Credentials", "LocalCluster", "LocalNode", "NodeHandle", "free_ports"]

@@ -399,12 +399,12 @@ def shows_more_than(http_address: str, token: str, executions: int, timeout_s: f
 def decided(lc: Any) -> int:
     """How many recovery proposals have a decision (a cluster's operator view)."""
     with lc.client("operator") as ops:
-        return sum(p.HasField("decision_id") for p in ops.cycles(include_closed=True).reply.proposals)
+        return sum(p.HasField("decision_id") for p in ops.read_cycles(include_closed=True).reply.proposals)
 
 
 def quarantined(lc: Any) -> bool:
     with lc.client("operator") as ops:
-        graph = ops.graph(run_id="run-review").reply
+        graph = ops.read_graph(run_id="run-review").reply
     return any(
         ex.execution_id == "exec:b" and ex.status == types_pb2.EXEC_STATUS_QUARANTINED for ex in graph.executions
     )
@@ -466,9 +466,8 @@ def main(argv: list[str] | None = None) -> int:
         _until(lambda: decided(lc) >= 1, 30, "the first recovery")
         with lc.client() as ops:
             from waitgraph.statemachine.recovery_state import RolloutMode
-            from waitgraph.wire import convert
 
-            ops.set_mode(convert.enum_number(RolloutMode.SHADOW))
+            ops.set_mode(RolloutMode.SHADOW)
         asyncio.run(stage_ring(lc.endpoints, tokens))
         _until(lambda: decided(lc) >= 2, 30, "the shadow decision")
         # b never acknowledges its cancel: past the cancellation SLO (30 s) it is quarantined

@@ -8,12 +8,33 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from waitgraph.statemachine import transcript
+
+if TYPE_CHECKING:  # the SDK (and grpc with it) loads on first use: `waitgraph serve` must import grpc itself
+    from waitgraph.sdk import Receipt, SyncOperatorClient
+    from waitgraph.statemachine.commands import Command
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_BASE_PORT = 50051
+"""``waitgraph dev`` puts gRPC on 50051.. and Raft on 50151.. when they are free; the CLI's
+default ``--endpoints`` are these gRPC addresses."""
+DEFAULT_RPC_TIMEOUT_S = 10.0
+WRITE_BUDGET = 2.0
+"""A write gives up after this many ``--rpc-timeout`` in all, however many retries are left."""
+WRITE_ROUNDS = 3
+"""Passes over the endpoints a write makes while no node can take it (an election in flight)."""
+
+
+def default_endpoints(nodes: int = 3) -> list[str]:
+    return [f"127.0.0.1:{DEFAULT_BASE_PORT + i}" for i in range(nodes)]
+
 
 # -- connection options: on the group (``waitgraph --endpoints X status``) and on every operator
 # verb (``waitgraph status --endpoints X``); the verb's value wins. -----------------------------------
@@ -52,7 +73,7 @@ REFUSING_NOOPS = frozenset(
 (exit 1), unlike the already-done ones (``already_frozen``, ``unchanged``: exit 0)."""
 
 
-def _conn_options(fn: Any, hidden: bool = False) -> Any:
+def _conn_options(fn: F, hidden: bool = False) -> F:
     for decls, kw in reversed(_CONN_OPTIONS):
         fn = click.option(*decls, **{"default": None, **kw}, hidden=hidden)(fn)
     return fn
@@ -62,7 +83,7 @@ def _conn_options(fn: Any, hidden: bool = False) -> Any:
 @click.version_option(package_name="waitgraph")
 @_conn_options
 @click.pass_context
-def main(ctx: click.Context, **conn: Any) -> None:
+def main(ctx: click.Context, /, **conn: Any) -> None:
     """waitgraph: find and break deadlocks and livelocks between AI agents.
 
     Operator verbs (status, health, graph, cycles, explain, signature, vote, mode, freeze,
@@ -102,7 +123,7 @@ def replay(files: tuple[Path, ...], check: bool) -> None:
 _BOOL_KEYS = frozenset({"insecure", "recovery_bootstrap", "forward_writes", "fsync"})
 
 
-def _serve_options(fn: Any) -> Any:
+def _serve_options(fn: F) -> F:
     """One option per configuration key (cluster/node/config.py KEYS): ``grpc_addr`` is ``--grpc-addr``.
     Defaults are None: a key not given on the command line comes from the environment, the file,
     or the built-in default (cluster/node/config.py resolve)."""
@@ -161,7 +182,9 @@ def hash_token() -> None:
     click.echo(hashlib.sha256(token.encode()).hexdigest())
 
 
-# -- the operator verbs (cluster/ops/opsclient.py talks, cluster/ops/render.py draws) ---------------------------
+# -- the operator verbs (the SDK's SyncOperatorClient talks, cluster/ops/render.py draws) --------------------
+
+NO_TOKEN = "no token: give --token or --token-file, or set WAITGRAPH_TOKEN (`waitgraph dev` prints one)"
 
 
 class _Session:
@@ -171,7 +194,8 @@ class _Session:
     def __init__(self, group: dict[str, Any], verb: dict[str, Any], output: str) -> None:
         self.opts = {k: verb.get(k) if verb.get(k) is not None else group.get(k) for k in _CONN_KEYS}
         self.output = output
-        self._client: Any = None
+        self.rpc_timeout_s: float = self.opts.get("rpc_timeout") or DEFAULT_RPC_TIMEOUT_S
+        self._client: SyncOperatorClient | None = None
 
     def _env(self, key: str, name: str) -> Any:
         import os
@@ -194,25 +218,58 @@ class _Session:
                 raise click.ClickException(f"cannot read the token file {path}: {exc.strerror}") from None
         return os.environ.get("WAITGRAPH_TOKEN") or None
 
-    def client(self) -> Any:
+    def client(self) -> SyncOperatorClient:
         if self._client is None:
-            from waitgraph.ops.opsclient import DEFAULT_TIMEOUT_S, OperatorClient, Tls, default_endpoints
+            from waitgraph.sdk import TLS, SyncOperatorClient, WaitgraphClientError
 
-            endpoints = self._env("endpoints", "WAITGRAPH_ENDPOINTS") or ",".join(default_endpoints())
-            check_endpoints(str(endpoints))
+            endpoints = str(self._env("endpoints", "WAITGRAPH_ENDPOINTS") or ",".join(default_endpoints()))
+            check_endpoints(endpoints)
+            token = self.token()
             files = {k: self._env(k, f"WAITGRAPH_{k.upper()}") for k in ("cacert", "cert", "key")}
             tls = None
             if self.opts.get("tls") or any(files.values()):
-                tls = Tls(
-                    ca=Path(files["cacert"]) if files["cacert"] else None,
-                    cert=Path(files["cert"]) if files["cert"] else None,
-                    key=Path(files["key"]) if files["key"] else None,
-                    server_name=self.opts.get("server_name"),
-                )
-            self._client = OperatorClient(
-                str(endpoints).split(","), self.token(), tls, self.opts.get("rpc_timeout") or DEFAULT_TIMEOUT_S
+                if (files["cert"] is None) != (files["key"] is None):
+                    raise WaitgraphClientError(
+                        "--tls-cert and --tls-key go together (the client certificate and its key)"
+                    )
+                tls = TLS.from_files(files["cacert"], files["cert"], files["key"], self.opts.get("server_name"))
+
+            def bearer() -> str:
+                # Asked for by every call, not here: `health` still shows what needs no token.
+                if token is None:
+                    raise WaitgraphClientError(NO_TOKEN)
+                return token
+
+            self._client = SyncOperatorClient(
+                [e.strip() for e in endpoints.split(",") if e.strip()],
+                bearer,
+                tls=tls,
+                call_timeout_s=self.rpc_timeout_s,
+                retry_deadline_s=WRITE_BUDGET * self.rpc_timeout_s,
+                retry_rounds=WRITE_ROUNDS,
             )
         return self._client
+
+    def write(self, command: Command, request_id: str | None) -> Receipt:
+        """Send a write until a node answers; retries keep the request id (``cli-<uuid>`` unless
+        given), so they are safe."""
+        import uuid
+
+        import grpc
+
+        from waitgraph.sdk import RpcError
+
+        rid = request_id or f"cli-{uuid.uuid4().hex}"
+        try:
+            receipt: Receipt = self.client().submit_receipt(command, request_id=rid)
+        except RpcError as err:
+            if err.status is not grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise
+            raise err.with_message(
+                f"no answer within {self.rpc_timeout_s:g}s: the write may have been applied; repeat it with "
+                f"--request-id {rid} to get its recorded outcome"
+            ) from None
+        return receipt
 
     def close(self) -> None:
         if self._client is not None:
@@ -229,25 +286,29 @@ class _Session:
         click.echo(render.dumps(doc))
 
 
-def _operator_verb(outputs: tuple[str, ...] = ("table", "json")) -> Any:
+def _operator_verb(
+    outputs: tuple[str, ...] = ("table", "json"),
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Connection options, ``-o``, and the error rule: one line naming the gRPC code, exit 1."""
     import functools
 
-    def wrap(fn: Any) -> Any:
+    def wrap(fn: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(fn)
-        def run(**kwargs: Any) -> Any:
-            from waitgraph.ops.opsclient import OpsError
+        def run(**kwargs: Any) -> None:
+            from waitgraph.ops import render
+            from waitgraph.sdk import WaitgraphClientError
 
             ctx = click.get_current_context()
             verb = {k: kwargs.pop(k) for k in _CONN_KEYS}
             session = _Session(ctx.find_root().obj or {}, verb, kwargs.pop("output"))
             try:
                 return fn(session, **kwargs)
-            except OpsError as exc:
+            except WaitgraphClientError as exc:
                 group = ctx.parent is not None and ctx.parent.parent is not None  # `waitgraph member add`
                 name = f"{ctx.parent.info_name} {ctx.info_name}" if group and ctx.parent else ctx.info_name
-                click.echo(f"waitgraph {name}: {exc.one_line()}", err=True)
-                raise SystemExit(EXIT_TIMED_OUT if exc.code_name == "DEADLINE_EXCEEDED" else EXIT_REFUSED) from None
+                click.echo(f"waitgraph {name}: {render.error_line(exc)}", err=True)
+                timed_out = render.code_name(exc) == "DEADLINE_EXCEEDED"
+                raise SystemExit(EXIT_TIMED_OUT if timed_out else EXIT_REFUSED) from None
             finally:
                 session.close()
 
@@ -292,6 +353,51 @@ def _with_endpoint(doc: dict[str, Any], read: Any) -> dict[str, Any]:
     return {"endpoint": read.endpoint, **doc}
 
 
+def _resolve_prefix(prefix: str, length: int, known: Callable[[], list[str]], what: str) -> str:
+    """The one id of ``known()`` that starts with ``prefix`` (``git``-style; a complete id is taken
+    as it is, without asking): every verb that takes a digest or a signature resolves it here, so
+    the same prefix rule holds everywhere."""
+    import grpc
+
+    from waitgraph.sdk import InvalidArgument, NotFound
+
+    hint = "`waitgraph cycles --all` lists them"
+    prefix = prefix.strip().lower()
+    if not prefix or len(prefix) > length or any(c not in "0123456789abcdef" for c in prefix):
+        raise InvalidArgument(
+            f"{prefix!r} is not a {what}: up to {length} hex digits ({hint})", status=grpc.StatusCode.INVALID_ARGUMENT
+        )
+    if len(prefix) == length:
+        return prefix
+    found = sorted({k for k in known() if k.startswith(prefix)})
+    if len(found) == 1:
+        return found[0]
+    message = f"{'no' if not found else len(found)} {what}s start with {prefix!r}; give more of it ({hint})"
+    if not found:
+        raise NotFound(message, status=grpc.StatusCode.NOT_FOUND)
+    raise InvalidArgument(message, status=grpc.StatusCode.INVALID_ARGUMENT)
+
+
+def _resolve_digest(ops: SyncOperatorClient, prefix: str, fresh: bool | None = None) -> str:
+    """A full recovery digest from a unique prefix, among the proposals and the current candidates."""
+
+    def known() -> list[str]:
+        reply = ops.read_cycles(include_closed=True, fresh=fresh).reply
+        return [p.digest for p in reply.proposals] + [c.digest for c in reply.cycles]
+
+    return _resolve_prefix(prefix, 64, known, "recovery digest")
+
+
+def _resolve_signature(ops: SyncOperatorClient, prefix: str, fresh: bool | None = None) -> str:
+    """A full cycle signature from a unique prefix, the same way as :func:`_resolve_digest`."""
+
+    def known() -> list[str]:
+        reply = ops.read_cycles(include_closed=True, fresh=fresh).reply
+        return [p.signature for p in reply.proposals] + [c.signature for c in reply.cycles]
+
+    return _resolve_prefix(prefix, 16, known, "cycle signature")
+
+
 def check_endpoints(endpoints: str) -> None:
     """Every endpoint is host:port: a bare host is named as the problem, before anything is sent."""
     for endpoint in endpoints.split(","):
@@ -303,7 +409,7 @@ def check_endpoints(endpoints: str) -> None:
             )
 
 
-def _emit_write(s: _Session, w: Any) -> None:
+def _emit_write(s: _Session, w: Receipt) -> None:
     from waitgraph.ops import render
     from waitgraph.statemachine.outcome import Result
 
@@ -333,8 +439,8 @@ def status(s: _Session, digest: bool, no_discover: bool) -> None:
     """One row per node: role, leader, term, commit/applied index, epoch, mode, admission, health."""
     from waitgraph.ops import render
 
-    reports = s.client().status_all(digest=digest, discover=not no_discover)
-    refusals = [r.error for r in reports if r.error is not None and r.error.code_name not in _UNREACHABLE]
+    reports = s.client().status_all(include_digest=digest, discover=not no_discover)
+    refusals = [r.error for r in reports if r.error is not None and render.code_name(r.error) not in _UNREACHABLE]
     if refusals and all(r.status is None for r in reports):
         raise refusals[0]  # the same refusal everywhere (a bad token): one line, not a table of it
     if s.output == "json":
@@ -342,9 +448,9 @@ def status(s: _Session, digest: bool, no_discover: bool) -> None:
     else:
         s.emit(render.status_blocks(reports, digest))
     if all(r.status is None for r in reports):
-        from waitgraph.ops.opsclient import most_telling
+        from waitgraph.sdk.errors import RpcError, most_telling
 
-        why = most_telling([r.error for r in reports if r.error is not None]).one_line()
+        why = render.error_line(most_telling([r.error for r in reports if isinstance(r.error, RpcError)]))
         click.echo(f"waitgraph status: no node answered; {why}", err=True)
         raise SystemExit(1)
 
@@ -360,7 +466,8 @@ def health(s: _Session, writes_only: bool) -> None:
     """Exit 0 when a leader with a quorum commits a barrier through the log and enough recovery
     voters are reachable for a recovery to commit; 1 (and why) otherwise."""
     from waitgraph.ops import render
-    from waitgraph.ops.opsclient import refused_token
+    from waitgraph.ops.render import refused_token
+    from waitgraph.sdk import WaitgraphClientError
     from waitgraph.statemachine.readiness import readiness
 
     ops = s.client()
@@ -368,7 +475,7 @@ def health(s: _Session, writes_only: bool) -> None:
     up = [r.status for r in reports if r.status is not None]
     members = max(len({st.node_id for st in up} | {p.node_id for st in up for p in st.peers}), len(reports))
     needed = members // 2 + 1
-    down = [f"{r.node_id or r.endpoint} ({r.error.one_line()})" for r in reports if r.error is not None]
+    down = [f"{r.node_id or r.endpoint} ({render.error_line(r.error)})" for r in reports if r.error is not None]
     leader = next((st for st in up if st.role == "leader"), None)
     healthy = False
     recovery = None
@@ -396,7 +503,7 @@ def health(s: _Session, writes_only: bool) -> None:
                 f"through the log; {len(up)} of {members} members reachable"
             )
         except Exception as exc:
-            text = exc.one_line() if hasattr(exc, "one_line") else str(exc)
+            text = render.error_line(exc) if isinstance(exc, WaitgraphClientError) else str(exc)
             reason = f"leader {leader.node_id} could not commit a barrier through the log: {text}"
         # The leader's view of its peers, as the node's own waitgraph.v1.Recovery health has it.
         reachable = {leader.node_id, *(p.node_id for p in leader.peers if p.connected)}
@@ -469,12 +576,11 @@ def graph(
     each confirmed cycle's victim filled and labelled; the picture the live view shows."""
     from waitgraph.ops import render
     from waitgraph.statemachine.enums import ExecStatus
-    from waitgraph.wire import convert
 
     if around and not cycles_only:
         raise click.UsageError("--around N widens --cycles: give --cycles too")
     ops = s.client()
-    cycles = ops.cycles(fresh=fresh).reply if cycles_only or s.output != "json" else None
+    cycles = ops.read_cycles(fresh=fresh).reply if cycles_only or s.output != "json" else None
     seeds = (
         sorted(render.cycle_members(cycles) | {m.execution_id for p in cycles.proposals for m in p.members})
         if cycles_only and cycles is not None
@@ -482,25 +588,27 @@ def graph(
     )
     if cycles_only and not seeds:
         seeds = ["exec:-"]  # no cycle: an id no execution has, so nothing matches
-    numbers = [convert.enum_number(ExecStatus(x.upper())) for x in statuses]
+    wanted = [ExecStatus(x.upper()) for x in statuses]
     if not limit and s.output in ("dot", "svg"):
         limit = PICTURE_LIMIT  # a picture of thousands of nodes is unreadable: the rest is counted on it
-    read = ops.graph(run_id, agent_id, limit, fresh, numbers, seeds, around)
+    read = ops.read_graph(run_id, agent_id, limit, fresh, wanted, seeds, around)
     if s.output == "json":
         s.json(_with_endpoint(render.message_json(read.reply), read))
         return
     assert cycles is not None
-    cycles = ops.cycles(fresh=fresh).reply
+    cycles = ops.read_cycles(fresh=fresh).reply
     if s.output in ("dot", "svg"):
-        from waitgraph.ops.opsclient import OpsError
+        import grpc
+
+        from waitgraph.sdk import RpcError
 
         decisions = []
         for digest, kind in render.cycle_kinds(cycles).items():
             if kind == "confirmed":
                 try:
-                    decisions += ops.explain(digest=digest, fresh=fresh).reply.decisions
-                except OpsError as exc:  # the decision left the retained window: draw the cycle alone
-                    if exc.code_name != "NOT_FOUND":
+                    decisions += ops.read_explain(digest=digest, fresh=fresh).reply.decisions
+                except RpcError as exc:  # the decision left the retained window: draw the cycle alone
+                    if exc.status is not grpc.StatusCode.NOT_FOUND:
                         raise
         dot = render.graph_dot(read.reply, cycles, decisions, render.graph_more(read.reply))
         if s.output == "dot":
@@ -531,7 +639,7 @@ def cycles(s: _Session, include_closed: bool, fresh: bool | None) -> None:
     from waitgraph.ops import render
 
     ops = s.client()
-    read = ops.cycles(include_closed, fresh)
+    read = ops.read_cycles(include_closed, fresh)
     try:
         quorum: int | None = ops.status(read.endpoint).quorum
     except Exception:
@@ -560,10 +668,10 @@ def explain(s: _Session, decision: str, fresh: bool | None) -> None:
 
     ops = s.client()
     if re.fullmatch(r"d\d+", decision):
-        read = ops.explain(decision_id=decision, fresh=fresh)
+        read = ops.read_explain(decision_id=decision, fresh=fresh)
     else:
-        read = ops.explain(digest=ops.resolve_digest(decision, fresh), fresh=fresh)
-    proposals = list(ops.cycles(include_closed=True, fresh=fresh).reply.proposals)
+        read = ops.read_explain(digest=_resolve_digest(ops, decision, fresh), fresh=fresh)
+    proposals = list(ops.read_cycles(include_closed=True, fresh=fresh).reply.proposals)
     try:
         quorum = ops.status(read.endpoint).quorum
     except Exception:
@@ -616,10 +724,9 @@ def decisions(s: _Session, run_id: str, kind: str | None, since: str | None, lim
     member's role. `explain DECISION` tells the story of one."""
     from waitgraph.ops import render
     from waitgraph.statemachine.recovery_state import DecisionKind
-    from waitgraph.wire import convert
 
-    number = convert.enum_number(DecisionKind(kind.upper())) if kind else 0
-    read = s.client().list_decisions(run_id, number, _since_ms(since), limit, fresh)
+    wanted = DecisionKind(kind.upper()) if kind else None
+    read = s.client().read_decisions(run_id, wanted, _since_ms(since), limit, fresh)
     if s.output == "json":
         s.json(_with_endpoint(render.message_json(read.reply), read))
     else:
@@ -644,7 +751,8 @@ def member_list(s: _Session) -> None:
     first node that answers has them."""
     from waitgraph.ops import render
 
-    endpoint, reply = s.client().list_members()
+    read = s.client().read_members()
+    endpoint, reply = read.endpoint, read.reply
     if s.output == "json":
         s.json({"endpoint": endpoint, **render.message_json(reply)})
     else:
@@ -720,7 +828,7 @@ def history(s: _Session, run_id: str, execution_id: str, decision_id: str, targe
 
     if sum(1 for v in (run_id, execution_id, decision_id, target_id) if v) > 1:
         raise click.UsageError("give at most one of --run, --execution, --decision, --target")
-    read = s.client().history(run_id, execution_id, decision_id, limit, target_id)
+    read = s.client().read_history(run_id, execution_id, decision_id, limit, target_id)
     reply = read.reply
     if s.output == "json":
         s.json(
@@ -757,7 +865,7 @@ def signature(s: _Session, signature: str, fresh: bool | None) -> None:
     from waitgraph.ops import render
 
     ops = s.client()
-    read = ops.signature_history(ops.resolve_signature(signature, fresh), fresh)
+    read = ops.read_signature(_resolve_signature(ops, signature, fresh), fresh)
     if s.output == "json":
         s.json(_with_endpoint(render.message_json(read.reply), read))
     else:
@@ -780,8 +888,10 @@ def signature(s: _Session, signature: str, fresh: bool | None) -> None:
 def vote(s: _Session, digest: str, reject: bool, request_id: str | None) -> None:
     """Vote on an open recovery proposal as operator:<token name> (counted only when the
     operator is a configured voter). DIGEST may be a unique prefix."""
-    ops = s.client()
-    _emit_write(s, ops.vote(ops.resolve_digest(digest), approve=not reject, request_id=request_id))
+    from waitgraph.statemachine import commands as C
+
+    digest = _resolve_digest(s.client(), digest)
+    _emit_write(s, s.write(C.VoteRecovery(digest=digest, approve=not reject), request_id))
 
 
 MODES = ("shadow", "auto-safe", "auto", "inherit")
@@ -803,8 +913,8 @@ def mode(
     """Set the rollout mode (admin): shadow (detect and record, never cancel), auto-safe (act on
     side-effect-free runs only), auto. `inherit --run R` removes R's override. Without MODE:
     print the cluster-wide mode (as the leader has it, else this node's replica)."""
+    from waitgraph.statemachine import commands as C
     from waitgraph.statemachine.recovery_state import RolloutMode
-    from waitgraph.wire import convert
 
     if mode is None:
         if run_id is not None or side_effect_free is not None:
@@ -815,8 +925,8 @@ def mode(
         raise click.UsageError("`inherit` removes a run's override: give --run RUN")
     if side_effect_free is not None and run_id is None:
         raise click.UsageError("--side-effect-free marks a run: give --run RUN")
-    number = None if mode == "inherit" else convert.enum_number(RolloutMode(mode))
-    _emit_write(s, s.client().set_mode(number, run_id, side_effect_free, request_id))
+    wanted = None if mode == "inherit" else RolloutMode(mode)
+    _emit_write(s, s.write(C.SetMode(mode=wanted, run_id=run_id, side_effect_free=side_effect_free), request_id))
 
 
 @main.command()
@@ -842,7 +952,9 @@ def approver(s: _Session, approver_id: str | None, run_id: str | None, clear: bo
         else:
             click.echo(f"{current or 'none'} (as {st.node_id} sees it)")
         return
-    _emit_write(s, s.client().set_approver(approver_id, run_id, request_id))
+    from waitgraph.statemachine import commands as C
+
+    _emit_write(s, s.write(C.SetApprover(approver_id=approver_id, run_id=run_id), request_id))
 
 
 def _leader_status(s: _Session) -> Any:
@@ -866,7 +978,7 @@ def _emit_mode(s: _Session) -> None:
         click.echo(f"{current} (as {st.node_id} sees it: {where})")
 
 
-def _wait(fn: Any) -> Any:
+def _wait(fn: F) -> F:
     fn = click.option(
         "--wait-timeout",
         type=float,
@@ -885,7 +997,7 @@ def _wait_timeout_needs_wait(wait: bool, wait_timeout: float | None) -> None:
         raise click.UsageError("--wait-timeout bounds --wait: give --wait too")
 
 
-def _emit_waited(s: _Session, w: Any, run_id: str, reading: Any, wait_timeout_s: float | None) -> None:
+def _emit_waited(s: _Session, w: Receipt, run_id: str, reading: Any, wait_timeout_s: float | None) -> None:
     """The write's answer, then a watch until ``reading`` says converged (cluster/ops/progress.py)."""
     import sys
 
@@ -934,8 +1046,10 @@ def freeze(
     """Refuse new delegations (child creation, claims) for a run or the whole cluster; nothing
     already admitted is cleared. --wait: then wait until no cancellation (of the run, or anywhere)
     is still open, i.e. the frozen delegations have quiesced."""
+    from waitgraph.statemachine import commands as C
+
     _wait_timeout_needs_wait(wait, wait_timeout)
-    w = s.client().freeze(reason, run_id, request_id)
+    w = s.write(C.FreezeAdmission(reason=reason, run_id=run_id), request_id)
     if not wait:
         _emit_write(s, w)
         return
@@ -951,7 +1065,9 @@ def freeze(
 @_operator_verb()
 def unfreeze(s: _Session, run_id: str | None, reason: str, request_id: str | None) -> None:
     """Admit new delegations again."""
-    _emit_write(s, s.client().unfreeze(reason, run_id, request_id))
+    from waitgraph.statemachine import commands as C
+
+    _emit_write(s, s.write(C.UnfreezeAdmission(reason=reason, run_id=run_id), request_id))
 
 
 @main.command()
@@ -964,7 +1080,7 @@ def export(s: _Session, fresh: bool | None) -> None:
 
     from waitgraph.ops import render
 
-    read = s.client().export_pending(fresh)
+    read = s.client().read_export(fresh)
     doc = json.loads(read.reply.document_json)
     if s.output == "json":
         click.echo(json.dumps(render.snake_keys(doc), indent=2, sort_keys=True, ensure_ascii=False))
@@ -1000,8 +1116,22 @@ def cancel(
 ) -> None:
     """Cancel a run: raise its cancel generation and ask every unsettled execution to stop.
     --wait: then wait until the run is CANCELLED_STABLE (every descendant settled, nothing held)."""
+    from waitgraph.statemachine import commands as C
+
     _wait_timeout_needs_wait(wait, wait_timeout)
-    w = s.client().cancel_run(run_id, reason, observed_generation, request_id)
+    if observed_generation is None:  # CancelRun needs the cancel generation the caller saw: read it
+        runs = [r for r in s.client().read_graph(run_id=run_id, limit=1).reply.runs if r.run_id == run_id]
+        if not runs:
+            import grpc
+
+            from waitgraph.sdk import NotFound
+
+            raise NotFound(
+                f"there is no run {run_id!r} (`waitgraph graph` lists them)", status=grpc.StatusCode.NOT_FOUND
+            )
+        observed_generation = runs[0].cancel_generation
+    command = C.CancelRun(run_id=run_id, observed_cancel_generation=observed_generation, reason=reason)
+    w = s.write(command, request_id)
     if not wait:
         _emit_write(s, w)
         return
@@ -1010,5 +1140,5 @@ def cancel(
 
     raised = [fx.after for fx in w.outcome.effects if isinstance(fx, CancelGenerationRaised)]
     # A no-op (someone raised it already) waits for the generation the run is at now.
-    generation = raised[0] if raised else max(1, s.client().convergence(run_id).reply.cancel_generation)
+    generation = raised[0] if raised else max(1, s.client().read_convergence(run_id).reply.cancel_generation)
     _emit_waited(s, w, run_id, progress.cancel_reading(run_id, generation), wait_timeout)

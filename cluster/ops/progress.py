@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from waitgraph.ops.opsclient import OperatorClient, Read
+from waitgraph.sdk import Read, SyncOperatorClient
 
 FIRST_POLL_S = 0.25
 MAX_POLL_S = 1.0
@@ -52,11 +52,11 @@ def _unsettled(reply: Any) -> str:
     return ", ".join(parts)
 
 
-def cancel_reading(run_id: str, generation: int) -> Callable[[Read], Reading]:
+def cancel_reading(run_id: str, generation: int) -> Callable[[Read[Any]], Reading]:
     """Done when the run is at ``generation`` or later and CANCELLED_STABLE."""
     from waitgraph.ops import render
 
-    def read(got: Read) -> Reading:
+    def read(got: Read[Any]) -> Reading:
         r = got.reply
         state = render.enum_text(r.DESCRIPTOR.fields_by_name["cancel_state"].enum_type, r.cancel_state)
         done = r.cancel_generation >= generation and state == "CANCELLED_STABLE"
@@ -73,12 +73,12 @@ def cancel_reading(run_id: str, generation: int) -> Callable[[Read], Reading]:
     return read
 
 
-def freeze_reading(run_id: str | None) -> Callable[[Read], Reading]:
+def freeze_reading(run_id: str | None) -> Callable[[Read[Any]], Reading]:
     """Done when admission is frozen on the replica and no cancellation is open (in the run)."""
     what = f"run:{run_id}" if run_id else "cluster"
     most = 0
 
-    def read(got: Read) -> Reading:
+    def read(got: Read[Any]) -> Reading:
         nonlocal most
         r = got.reply
         most = max(most, r.pending_acks)
@@ -100,9 +100,9 @@ def freeze_reading(run_id: str | None) -> Callable[[Read], Reading]:
 
 
 def watch(
-    ops: OperatorClient,
+    ops: SyncOperatorClient,
     run_id: str,
-    reading: Callable[[Read], Reading],
+    reading: Callable[[Read[Any]], Reading],
     timeout_s: float,
     stream: TextIO,
     tty: bool,
@@ -116,9 +116,9 @@ def watch(
     interval = FIRST_POLL_S
     try:
         while True:
-            now = reading(ops.convergence(run_id, fresh=False))
+            now = reading(ops.read_convergence(run_id, fresh=False))
             if now.done:
-                now = reading(ops.convergence(run_id, fresh=None))
+                now = reading(ops.read_convergence(run_id, fresh=None))
             if bar is not None:
                 bar.show(now)
             elif now.line != last_line:

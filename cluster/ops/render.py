@@ -22,17 +22,19 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from google.protobuf.descriptor import EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-from waitgraph.ops.opsclient import refused_token
 from waitgraph.statemachine.outcome import Outcome
 from waitgraph.statemachine.readiness import Readiness
 from waitgraph.statemachine.recovery_state import POLICY_VERSION, Score
 from waitgraph.statemachine.transcript import render_value
 from waitgraph.wire import convert
+
+if TYPE_CHECKING:  # the live view imports this module into the node, which has no use for the SDK
+    from waitgraph.sdk import WaitgraphClientError
 
 SHORT = 12
 """Hex digits of a digest shown in tables (JSON always has the whole digest)."""
@@ -300,6 +302,53 @@ def read_note(endpoint: str, stale: bool, applied_index: int, fallback: str | No
     return Text(f"STALE: read from {endpoint}'s own replica at applied index {applied_index}{why}", "yellow")
 
 
+# -- errors -------------------------------------------------------------------------------------------------
+
+
+def code_name(error: WaitgraphClientError) -> str:
+    """The gRPC code an error is shown with; ``ERROR`` for one that is not an RPC's (no token)."""
+    from waitgraph.sdk import RpcError
+
+    return error.status.name if isinstance(error, RpcError) else "ERROR"
+
+
+def error_message(error: WaitgraphClientError) -> str:
+    """What the error says, in the CLI's words: a deadline names the flag that sets it."""
+    from waitgraph.sdk import RpcError
+    from waitgraph.sdk.errors import NO_ANSWER
+
+    if not isinstance(error, RpcError):
+        return str(error)
+    return f"{NO_ANSWER} (--rpc-timeout)" if error.message == NO_ANSWER else error.message
+
+
+def error_line(error: WaitgraphClientError) -> str:
+    """An error as every verb prints it: ``CODE: message [endpoint]``, on one line."""
+    from waitgraph.sdk import RpcError
+
+    if isinstance(error, RpcError):
+        return str(error.with_message(error_message(error)))
+    return f"ERROR: {' '.join(error_message(error).split())}"
+
+
+def error_json(error: WaitgraphClientError) -> dict[str, Any]:
+    from waitgraph.sdk import RpcError
+
+    rpc = error if isinstance(error, RpcError) else None
+    return {
+        "code": code_name(error),
+        "message": error_message(error),
+        "endpoint": rpc.endpoint if rpc else None,
+        "waitgraph_code": (rpc.code or None) if rpc else None,
+        "leader": rpc.leader if rpc else None,
+    }
+
+
+def refused_token(error: WaitgraphClientError | None) -> bool:
+    """The node answered, and refused the credentials: not an outage."""
+    return error is not None and code_name(error) in ("UNAUTHENTICATED", "PERMISSION_DENIED")
+
+
 # -- status and health ------------------------------------------------------------------------------------
 
 
@@ -316,7 +365,7 @@ def status_json(reports: Sequence[Any]) -> dict[str, Any]:
             "endpoint": r.endpoint,
             "reachable": r.status is not None,
             "discovered": r.discovered,
-            "error": r.error.to_json() if r.error is not None else None,
+            "error": error_json(r.error) if r.error is not None else None,
         }
         if r.status is None:
             node["node_id"] = r.node_id
@@ -338,7 +387,7 @@ def status_blocks(reports: Sequence[Any], digest: bool = False) -> list[Block]:
         if st is None:
             row: list[Any] = [r.node_id or "?", r.endpoint, Styled("unreachable", "bold red")] + ["-"] * 7 + [False]
             row += ["-"] if digest else []
-            row.append(r.error.one_line() if r.error else "-")
+            row.append(error_line(r.error) if r.error else "-")
         else:
             row = [st.node_id, r.endpoint, st.role, st.leader_id or "-", st.term, st.commit_index, st.applied_index]
             row += [st.epoch, enum_text(st.DESCRIPTOR.fields_by_name["mode"].enum_type, st.mode), _admission(st)]
@@ -409,7 +458,7 @@ class Health:
                     "leader_id": (st.leader_id or None) if st else None,
                     "has_quorum": st.has_quorum if st else None,
                     "applied_index": st.applied_index if st else None,
-                    "error": r.error.to_json() if r.error else None,
+                    "error": error_json(r.error) if r.error else None,
                 }
             )
         return {
@@ -448,7 +497,7 @@ class Health:
                         serving,
                         "-",
                         "-",
-                        r.error.one_line(),
+                        error_line(r.error) if r.error else "-",
                     ]
                 )
             else:
@@ -670,14 +719,14 @@ def graph_dot(graph: Any, cycles: Any = None, decisions: Sequence[Any] = (), hid
         hot(attrs, edge_kind.get((w.waiter_id, w.target_id)))
         lines.append(f"  {_dot_id(w.waiter_id)} -> {_dot_id(w.target_id)} {_dot_attrs(**attrs)};")
     for t in graph.targets:
-        kind = target_kind.get(t.target_id)
+        hot_kind = target_kind.get(t.target_id)
         for h in t.holders:
             attrs = {"label": "held by", "style": "dashed"}
-            hot(attrs, kind if h.execution_id in member_kind else None)
+            hot(attrs, hot_kind if h.execution_id in member_kind else None)
             lines.append(f"  {_dot_id(t.target_id)} -> {_dot_id(h.execution_id)} {_dot_attrs(**attrs)};")
         if t.HasField("satisfier_id"):
             attrs = {"label": _SATISFIER_LABEL.get(t.target_id.partition(":")[0], "satisfied by"), "style": "dashed"}
-            hot(attrs, kind if t.satisfier_id in member_kind else None)
+            hot(attrs, hot_kind if t.satisfier_id in member_kind else None)
             lines.append(f"  {_dot_id(t.target_id)} -> {_dot_id(t.satisfier_id)} {_dot_attrs(**attrs)};")
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -23,6 +23,7 @@ installs the SDK into its own environment and talks to the cluster only over gRP
 """
 
 from .client import TLS, Batching, Client, StreamStats, WatchedEvent
+from .connection import Receipt, TokenSource
 from .errors import (
     AlreadyExists,
     CancellationRequested,
@@ -54,7 +55,7 @@ from .errors import (
     WaitgraphClientError,
     WouldDeadlock,
 )
-from .operator import OperatorClient
+from .operator import NodeReport, OperatorClient, Read
 from .session import Assignment, Delegation, Execution, ExecutionScope, Holding, Session, Voter, Wait
 from .sync import (
     SyncClient,
@@ -105,6 +106,7 @@ __all__ = [
     "InvalidArgument",
     "Member",
     "NoSession",
+    "NodeReport",
     "NotFound",
     "NotLeader",
     "OperatorClient",
@@ -113,6 +115,8 @@ __all__ = [
     "PendingExport",
     "PermissionDenied",
     "Proposal",
+    "Read",
+    "Receipt",
     "RateLimited",
     "Release",
     "ResourceExhausted",
@@ -135,6 +139,7 @@ __all__ = [
     "SyncSession",
     "SyncWait",
     "TLS",
+    "TokenSource",
     "Unauthenticated",
     "Unavailable",
     "Vote",

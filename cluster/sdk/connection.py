@@ -10,9 +10,11 @@ Rules kept here:
   (``waitgraph-retry: same-request-id``, a deadline, a dropped connection), so the cluster's
   idempotency table answers instead of applying twice. Any other failure is
   raised at once as a typed :mod:`waitgraph.sdk.errors` exception: it is an answer.
-- Retries stop at ``retry_deadline_s``, raising the last error (:class:`~.errors.Unavailable`,
-  :class:`~.errors.RateLimited`, :class:`~.errors.Overloaded`); a wait the node asks for that
-  would end past the deadline is not waited out.
+- Retries stop at ``retry_deadline_s`` (or after ``retry_rounds`` passes over the endpoints
+  without an answer), raising the most telling failure (:func:`~.errors.most_telling`:
+  :class:`~.errors.OutcomeUnknown`, :class:`~.errors.Unavailable`, :class:`~.errors.RateLimited`,
+  :class:`~.errors.Overloaded`); a wait the node asks for that would end past the deadline is not
+  waited out. Every address a call tried is recorded, in order (:class:`Receipt` ``hops``).
 - AgentService writes are coalesced (:class:`Batching`, :class:`WriteBatcher`): the writes
   issued in one event-loop iteration by every task sharing the client leave as one WriteBatch
   call per node. Each write keeps its own request id, result, typed error and retry loop above;
@@ -52,11 +54,12 @@ from .errors import (
     SessionClosed,
     error_from_result,
     error_from_rpc,
+    most_telling,
 )
 
 logger = logging.getLogger("waitgraph.sdk")
 
-__all__ = ["TLS", "Batching", "Connection", "StreamStats", "WatchedEvent", "WriteBatcher"]
+__all__ = ["TLS", "Batching", "Connection", "Receipt", "StreamStats", "TokenSource", "WatchedEvent", "WriteBatcher"]
 
 _OPERATOR_RPC: dict[type[Command], str] = {cls: rpc for rpc, cls in convert.OPERATOR_WRITES.items()}
 _AGENT_RPC: dict[type[Command], str] = {cls: rpc for rpc, cls in convert.AGENT_WRITES.items()}
@@ -74,15 +77,38 @@ class TLS:
 
     @classmethod
     def from_files(
-        cls, ca: str | Path | None = None, cert: str | Path | None = None, key: str | Path | None = None
+        cls,
+        ca: str | Path | None = None,
+        cert: str | Path | None = None,
+        key: str | Path | None = None,
+        server_name: str | None = None,
     ) -> TLS:
+        """PEM files: the CA bundle, and the client certificate and its key (mTLS)."""
+
         def read(p: str | Path | None) -> bytes | None:
             return Path(p).read_bytes() if p is not None else None
 
-        return cls(read(ca), read(cert), read(key))
+        return cls(read(ca), read(cert), read(key), server_name)
 
     def credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(self.root_certificates, self.private_key, self.certificate_chain)
+
+
+TokenSource = str | Callable[[], str]
+"""A bearer token, or a function that returns one when a call is sent (a token that is rotated,
+or that a tool finds only when it needs it: its error is the call's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """A write's answer and how it got there."""
+
+    outcome: Outcome
+    request_id: str
+    endpoint: str
+    """The node that answered (the leader, after a hint)."""
+    hops: tuple[str, ...]
+    """Every address tried, in order (more than one: redirected or retried)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +137,12 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+FRESH_TIMEOUT_S = 3.0
+"""A log barrier that has not passed by then will not pass soon (no leader with a quorum)."""
+
+
+UNANSWERED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+"""Statuses that say the node could not answer (down, no leader, too slow): another node may."""
 _ITEM_OVERHEAD = 8
 """Bytes a WriteItem adds to a WriteBatchRequest besides its own size (tag and length), at most."""
 
@@ -243,21 +274,25 @@ class Transport:
     def __init__(
         self,
         endpoints: Sequence[str],
-        token: str,
+        token: TokenSource,
         tls: TLS | bool | None,
         call_timeout_s: float,
         retry_deadline_s: float,
         interceptors: Sequence[Any] | None,
         batching: Batching | None = None,
+        retry_rounds: int | None = None,
     ) -> None:
         if not endpoints:
             raise ValueError("give at least one endpoint (host:port)")
         self.endpoints: list[str] = list(dict.fromkeys(endpoints))
         self._current = 0
-        self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),)
+        self._token = token
+        self._metadata = (("authorization", f"Bearer {token}"),) if isinstance(token, str) else None
+        """Built once for a fixed token: it goes with every call of the hot path."""
         self.tls: TLS | None = TLS() if tls is True else (tls or None)
         self.call_timeout_s = call_timeout_s
         self.retry_deadline_s = retry_deadline_s
+        self.retry_rounds = retry_rounds
         self.interceptors = list(interceptors or [])
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[tuple[str, str], Any] = {}
@@ -269,6 +304,13 @@ class Transport:
     @property
     def endpoint(self) -> str:
         return self.endpoints[self._current]
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        if self._metadata is not None:
+            return self._metadata
+        assert not isinstance(self._token, str)
+        return (("authorization", f"Bearer {self._token()}"),)
 
     def channel(self, address: str) -> grpc.aio.Channel:
         if self.closed:
@@ -316,17 +358,38 @@ class Transport:
         request: Message,
         request_id: str | None = None,
         metadata: tuple[tuple[str, str], ...] | None = None,
+        hops: list[str] | None = None,
     ) -> Any:
-        """One unary call with retries (see the module's rules); ``request_id`` names the write."""
-        md = metadata or self.metadata
+        """One unary call with retries (see the module's rules); ``request_id`` names the write;
+        every address tried is appended to ``hops``."""
 
         async def attempt(address: str, timeout: float) -> Any:
-            stub = self.agent_stub(address) if service == "agent" else self.operator_stub(address)
-            return await getattr(stub, rpc)(request, metadata=md, timeout=timeout)
+            return await self.call_at(address, service, rpc, request, timeout, request_id, metadata)
 
-        return await self._retrying(rpc, request_id, attempt)
+        return await self._retrying(rpc, request_id, attempt, hops)
 
-    async def write(self, rpc: str, request: Message, request_id: str, token: str | None = None) -> Any:
+    async def call_at(
+        self,
+        address: str,
+        service: str,
+        rpc: str,
+        request: Message,
+        timeout_s: float | None = None,
+        request_id: str | None = None,
+        metadata: tuple[tuple[str, str], ...] | None = None,
+    ) -> Any:
+        """One unary call on the node at ``address``, no retry: its failure is the typed error."""
+        stub = self.agent_stub(address) if service == "agent" else self.operator_stub(address)
+        try:
+            return await getattr(stub, rpc)(
+                request, metadata=metadata or self.metadata, timeout=timeout_s or self.call_timeout_s
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, address, request_id) from None
+
+    async def write(
+        self, rpc: str, request: Message, request_id: str, token: str | None = None, hops: list[str] | None = None
+    ) -> Any:
         """An AgentService write with the retries of :meth:`call`, coalesced with the other writes
         of this client into WriteBatch calls when batching is on (the module's rules); returns the
         ``Outcome`` message. ``token`` acts as another bearer token for this write only."""
@@ -334,10 +397,10 @@ class Transport:
         item = convert.write_item(rpc, request, authorization) if self.batching.enabled else None
         if item is None or item.ByteSize() + _ITEM_OVERHEAD > self.batching.max_bytes:
             return await self.call(  # one RPC of its own
-                "agent", rpc, request, request_id, (("authorization", authorization),) if token else None
+                "agent", rpc, request, request_id, (("authorization", authorization),) if token else None, hops
             )
 
-        md = (("authorization", authorization),) if authorization else self.metadata
+        md = (("authorization", authorization),) if authorization else None
 
         async def attempt(address: str, timeout: float) -> Any:
             if self.batching.enabled:
@@ -353,9 +416,9 @@ class Transport:
                     if err is not None:
                         raise _ItemFailed(err)
                     return result.outcome
-            return await getattr(self.agent_stub(address), rpc)(request, metadata=md, timeout=timeout)
+            return await self.call_at(address, "agent", rpc, request, timeout, request_id, md)
 
-        return await self._retrying(rpc, request_id, attempt)
+        return await self._retrying(rpc, request_id, attempt, hops)
 
     def _batcher(self, address: str) -> WriteBatcher:
         batcher = self._batchers.get(address)
@@ -363,24 +426,36 @@ class Transport:
             batcher = self._batchers[address] = WriteBatcher(self, address)
         return batcher
 
-    async def _retrying(self, rpc: str, request_id: str | None, attempt: Callable[[str, float], Awaitable[Any]]) -> Any:
+    async def _retrying(
+        self,
+        rpc: str,
+        request_id: str | None,
+        attempt: Callable[[str, float], Awaitable[Any]],
+        tried: list[str] | None = None,
+    ) -> Any:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry_deadline_s
         backoff = 0.05
         tried_without_answer = 0
         hops = 0
+        failures: list[RpcError] = []
         while True:
             address = self.endpoint
             remaining = deadline - loop.time()
             timeout = max(0.5, min(self.call_timeout_s, remaining))
+            if tried is not None:
+                tried.append(address)
             try:
                 return await attempt(address, timeout)
             except grpc.aio.AioRpcError as exc:
                 err = error_from_rpc(exc, address, request_id)
+            except RpcError as exc:
+                err = exc
             except _ItemFailed as failed:
                 err = failed.error
             if not self._retryable(err.status, err):
                 raise err
+            failures.append(err)
             delay = backoff
             if isinstance(err, RateLimited):
                 # The node said when its next token is due; the same node, the same id, then.
@@ -400,8 +475,10 @@ class Transport:
                     tried_without_answer = 0
             else:
                 self.rotate(address)  # no answer (down, partitioned, too slow), or no leader known here
-            if loop.time() + delay >= deadline:
-                raise err
+            if loop.time() + delay >= deadline or (
+                self.retry_rounds is not None and len(failures) >= self.retry_rounds * len(self.endpoints)
+            ):
+                raise most_telling(failures)
             logger.debug("%s on %s: %s; retrying in %.2fs", rpc, address, err, delay)
             if delay:
                 await asyncio.sleep(delay)
@@ -411,7 +488,7 @@ class Transport:
     def _retryable(status: grpc.StatusCode, err: RpcError) -> bool:
         # Unavailable / outcome unknown, or a refusal that did nothing (rate limit, backpressure,
         # a read whose forked reader failed on that node: reads change nothing, another node may).
-        return status in _RETRYABLE or isinstance(err, RateLimited | Overloaded) or err.code == "read_failed"
+        return status in UNANSWERED or isinstance(err, RateLimited | Overloaded) or err.code == "read_failed"
 
     async def close(self) -> None:
         self.closed = True
@@ -435,17 +512,20 @@ class Connection:
     def __init__(
         self,
         endpoints: Sequence[str],
-        token: str,
+        token: TokenSource,
         *,
         tls: TLS | bool | None = None,
         call_timeout_s: float = 10.0,
         retry_deadline_s: float = 30.0,
+        retry_rounds: int | None = None,
         lease_ms: int = 30_000,
         local_wait_threshold_s: float = 0.0,
         interceptors: Sequence[Any] | None = None,
         batching: Batching | None = None,
     ) -> None:
-        self.transport = Transport(endpoints, token, tls, call_timeout_s, retry_deadline_s, interceptors, batching)
+        self.transport = Transport(
+            endpoints, token, tls, call_timeout_s, retry_deadline_s, interceptors, batching, retry_rounds
+        )
         self.lease_ms = lease_ms
         self.local_wait_threshold_s = local_wait_threshold_s
 
@@ -463,6 +543,11 @@ class Connection:
         """The node the next call goes to first."""
         return self.transport.endpoint
 
+    @property
+    def endpoints(self) -> list[str]:
+        """Every address this client knows: those it was given, then the leaders it was sent to."""
+        return list(self.transport.endpoints)
+
     # -- writes --------------------------------------------------------------------------------
 
     async def submit(
@@ -473,6 +558,19 @@ class Connection:
         service: str | None = None,
         token: str | None = None,
     ) -> Outcome:
+        """Send one core command as its write RPC and return the core's outcome (the same as
+        :meth:`submit_receipt`, without the receipt)."""
+        receipt = await self.submit_receipt(command, request_id=request_id, service=service, token=token)
+        return receipt.outcome
+
+    async def submit_receipt(
+        self,
+        command: Command,
+        *,
+        request_id: str | None = None,
+        service: str | None = None,
+        token: str | None = None,
+    ) -> Receipt:
         """Send one core command as its write RPC and return the core's outcome. A rejection
         raises; an answer is APPLIED (``outcome.changed``) or a recorded NOOP (``not
         outcome.changed``, ``outcome.noop_reason``: a late message of an old attempt, a repeat),
@@ -484,6 +582,7 @@ class Connection:
         that carries it otherwise. AgentService writes are batched with the client's other writes
         (:class:`Batching`). ``token``: act as this bearer token for this write instead of the
         client's (a runtime hosting many agents, each with its own token, on one client).
+        The :class:`Receipt` also says which node answered and every address tried.
         """
         if service is None:
             agent_ok = type(command) in _AGENT_RPC
@@ -493,9 +592,10 @@ class Connection:
         rpc = rpcs.get(type(command), command.KIND)
         rid = request_id or new_request_id()
         request = convert.request_from_command(command, rid, rpc)
+        hops: list[str] = []
         if service == "agent":
             try:
-                reply = await self.transport.write(rpc, request, rid, token)
+                reply = await self.transport.write(rpc, request, rid, token, hops)
             except PermissionDenied as exc:
                 if type(command) not in _OPERATOR_RPC or exc.code != "wrong_role":
                     raise
@@ -505,15 +605,23 @@ class Connection:
                 ) from None
         else:
             md = (("authorization", f"Bearer {token}"),) if token is not None else None
-            reply = await self.transport.call(service, rpc, request, rid, md)
-        outcome: Outcome = convert.outcome_from_proto(reply)
-        return outcome
+            reply = await self.transport.call(service, rpc, request, rid, md, hops)
+        return Receipt(convert.outcome_from_proto(reply), rid, hops[-1], tuple(hops))
 
     # -- raw operator reads (operator or admin tokens; typed reads: OperatorClient) ------------------
 
-    async def status(self, *, fresh: bool = False, include_digest: bool = False) -> operator_pb2.StatusResponse:
+    async def status(
+        self, address: str | None = None, *, fresh: bool = False, include_digest: bool = False
+    ) -> operator_pb2.StatusResponse:
+        """A node's Status: any node's (with retries), or with ``address`` that node's alone (one
+        call; a ``fresh`` barrier gets at most :data:`FRESH_TIMEOUT_S`)."""
         request = operator_pb2.StatusRequest(fresh=fresh, include_digest=include_digest)
-        reply: operator_pb2.StatusResponse = await self.transport.call("operator", "Status", request)
+        reply: operator_pb2.StatusResponse
+        if address is None:
+            reply = await self.transport.call("operator", "Status", request)
+        else:
+            timeout_s = min(self.transport.call_timeout_s, FRESH_TIMEOUT_S) if fresh else None
+            reply = await self.transport.call_at(address, "operator", "Status", request, timeout_s)
         return reply
 
     async def graph(
@@ -588,7 +696,7 @@ class Connection:
                 elif isinstance(err, RateLimited | Overloaded):
                     raise_again = None  # refused before it started: reopen after the node's wait
                     backoff = max(backoff, err.retry_after_s or backoff)
-                elif exc.code() in _RETRYABLE or exc.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL):
+                elif exc.code() in UNANSWERED or exc.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL):
                     raise_again = None
                     transport.rotate(address)
                 else:

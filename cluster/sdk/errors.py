@@ -8,12 +8,17 @@ Rules kept here:
   mirror image, so a caller catches meanings, not numbers.
 - A rejection's typed fields (the holder of a resource, the current generation, the fenced epoch)
   travel in the ``waitgraph-outcome-bin`` trailer; they are exposed as :attr:`RpcError.fields`.
+- An error reads as one line, ``CODE: message [endpoint]``, the same in a log, a traceback and
+  the CLI. Nothing listening at an address reads ``cannot connect (<cause>)``
+  (:attr:`RpcError.unreachable`), a call's deadline ``no answer within the deadline``; after
+  retries the caller gets the most telling failure (:func:`most_telling`), not merely the last.
 - :class:`DeadlockVictim` is raised *inside* the task that was blocked on a wait of an execution the
   cluster chose as a victim; it carries the decision (id, epoch, digest, and scores when known).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -57,6 +62,7 @@ __all__ = [
     "WouldDeadlock",
     "error_from_result",
     "error_from_rpc",
+    "most_telling",
 ]
 
 
@@ -97,7 +103,8 @@ class RpcError(WaitgraphClientError):
     ``status`` is the gRPC status code, ``code`` the stable waitgraph code (``stale_epoch``,
     ``target_held``...; empty when the failure is the transport's), ``fields`` the rejection's
     typed fields as text, ``endpoint`` the node that answered, ``request_id`` the id the call
-    carried (retries of one call all carry the same one).
+    carried (retries of one call all carry the same one), ``unreachable`` that nothing answered
+    at the address at all (as opposed to a node that answered with an error).
     """
 
     def __init__(
@@ -112,6 +119,7 @@ class RpcError(WaitgraphClientError):
         leader: str | None = None,
         leader_id: str | None = None,
         retry_same_id: bool = False,
+        unreachable: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -124,6 +132,7 @@ class RpcError(WaitgraphClientError):
         self.leader = leader
         self.leader_id = leader_id
         self.retry_same_id = retry_same_id
+        self.unreachable = unreachable
 
     def field_int(self, name: str) -> int | None:
         """A typed field of the rejection as an integer (``lease``, ``current``, ``epoch``...)."""
@@ -135,8 +144,12 @@ class RpcError(WaitgraphClientError):
 
     def with_hint(self, hint: str) -> Self:
         """The same error with ``hint`` (the call that fixes it) added to its message."""
+        return self.with_message(f"{self.message}; {hint}")
+
+    def with_message(self, message: str) -> Self:
+        """The same error (class, codes, endpoint, request id) saying ``message`` instead."""
         return type(self)(
-            f"{self.message}; {hint}",
+            message,
             status=self.status,
             code=self.code,
             outcome=self.outcome,
@@ -145,11 +158,12 @@ class RpcError(WaitgraphClientError):
             leader=self.leader,
             leader_id=self.leader_id,
             retry_same_id=self.retry_same_id,
+            unreachable=self.unreachable,
         )
 
     def __str__(self) -> str:
         where = f" [{self.endpoint}]" if self.endpoint else ""
-        return f"{self.status.name}{where}: {self.message}"
+        return f"{self.status.name}: {' '.join(self.message.split())}{where}"
 
 
 class InvalidArgument(RpcError):
@@ -292,9 +306,37 @@ def _trailers(exc: grpc.aio.AioRpcError) -> dict[str, Any]:
         return {}
 
 
+NO_ANSWER = "no answer within the deadline"
+"""The message of a call whose deadline passed before the node answered."""
+
+
 def error_from_rpc(exc: grpc.aio.AioRpcError, endpoint: str | None, request_id: str | None) -> RpcError:
     """The typed SDK error for a failed call."""
-    return _error(exc.code(), exc.details() or "", _trailers(exc), endpoint, request_id)
+    status, details = exc.code(), (exc.details() or "").strip()
+    unreachable = "failed to connect" in details.lower()
+    if unreachable:
+        # gRPC's text names every address it tried; the last clause is the cause.
+        details = f"cannot connect ({details.rsplit(': ', 1)[-1]})"
+    elif status is grpc.StatusCode.DEADLINE_EXCEEDED:
+        details = NO_ANSWER
+    return _error(status, details, _trailers(exc), endpoint, request_id, unreachable)
+
+
+def most_telling(errors: Sequence[RpcError]) -> RpcError:
+    """Of several failures of one call (its retries, or one per node), the one to show: "outcome
+    unknown" first (the write may have been applied: the caller must know, and retry with its
+    request id), then the last one from a node that answered (it says why: no leader, no quorum),
+    then a deadline, then an address where nothing listens."""
+
+    def rank(e: RpcError) -> int:
+        if e.retry_same_id:
+            return 3
+        if e.unreachable:
+            return 0
+        return 1 if e.status is grpc.StatusCode.DEADLINE_EXCEEDED else 2
+
+    best = max(rank(e) for e in errors)
+    return [e for e in errors if rank(e) == best][-1]
 
 
 _STATUS_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
@@ -319,7 +361,12 @@ def error_from_result(result: agent_pb2.WriteResult, endpoint: str | None, reque
 
 
 def _error(
-    status: grpc.StatusCode, details: str, trailers: dict[str, Any], endpoint: str | None, request_id: str | None
+    status: grpc.StatusCode,
+    details: str,
+    trailers: dict[str, Any],
+    endpoint: str | None,
+    request_id: str | None,
+    unreachable: bool = False,
 ) -> RpcError:
     code = str(trailers.get(CODE_KEY) or "")
     outcome = None
@@ -333,7 +380,7 @@ def _error(
     leader = trailers.get(LEADER_KEY)
     leader_id = trailers.get(LEADER_ID_KEY)
     return cls(
-        details.strip() or status.name,
+        details.strip() or "no details",
         status=status,
         code=code,
         outcome=outcome,
@@ -342,6 +389,7 @@ def _error(
         leader=str(leader) if leader else None,
         leader_id=str(leader_id) if leader_id else None,
         retry_same_id=trailers.get(RETRY_KEY) == "same-request-id",
+        unreachable=unreachable,
     )
 
 

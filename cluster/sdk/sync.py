@@ -29,7 +29,7 @@ from waitgraph.statemachine.commands import Command
 from waitgraph.statemachine.outcome import Outcome
 
 from .client import Client
-from .connection import Connection, WatchedEvent
+from .connection import Connection, TokenSource, WatchedEvent
 from .operator import OperatorClient
 from .session import Delegation, Execution, ExecutionScope, Holding, Session, Wait
 
@@ -133,7 +133,7 @@ class _SyncConnection(_Proxy):
 class SyncClient(_SyncConnection):
     """The blocking twin of :class:`~waitgraph.sdk.client.Client` (same arguments, same methods)."""
 
-    def __init__(self, endpoints: Sequence[str], token: str, **kwargs: Any) -> None:
+    def __init__(self, endpoints: Sequence[str], token: TokenSource, **kwargs: Any) -> None:
         self.client = Client(endpoints, token, **kwargs)
         super().__init__(self.client)
 
@@ -159,7 +159,7 @@ class SyncClient(_SyncConnection):
 class SyncOperatorClient(_SyncConnection):
     """The blocking twin of :class:`~waitgraph.sdk.operator.OperatorClient` (same arguments, same methods)."""
 
-    def __init__(self, endpoints: Sequence[str], token: str, **kwargs: Any) -> None:
+    def __init__(self, endpoints: Sequence[str], token: TokenSource, **kwargs: Any) -> None:
         self.client = OperatorClient(endpoints, token, **kwargs)
         super().__init__(self.client)
 

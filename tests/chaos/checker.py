@@ -35,8 +35,8 @@ from typing import Any
 
 from waitgraph.dev.localcluster import Credentials
 from waitgraph.node.events import CURSOR_SHIFT
-from waitgraph.ops.opsclient import OperatorClient, OpsError
 from waitgraph.proto.v1 import operator_pb2
+from waitgraph.sdk import RpcError, SyncOperatorClient
 from waitgraph.statemachine import invariants as core_invariants
 from waitgraph.statemachine.cancel import cancel_state
 from waitgraph.statemachine.codec import effect_from_plain
@@ -141,7 +141,7 @@ def collect_final(
     Then each node's history store (what retired from the live state): its newest
     :data:`HISTORY_LIMIT` records, and when it holds more, every record of each of ``runs`` (the
     runs the workload named) looked up by id."""
-    ops = OperatorClient(list(endpoints), credentials.admin, timeout_s=10.0)
+    ops = SyncOperatorClient(list(endpoints), credentials.admin, call_timeout_s=10.0)
     try:
         deadline = time.monotonic() + timeout_s
         target = _leader_commit(ops, deadline)
@@ -174,7 +174,7 @@ HISTORY_LIMIT = 10_000
 """The most records one History RPC returns (cluster/node/history.py ``MAX_LIMIT``)."""
 
 
-def _history(ops: OperatorClient, final: ReplicaFinal, runs: Sequence[str]) -> None:
+def _history(ops: SyncOperatorClient, final: ReplicaFinal, runs: Sequence[str]) -> None:
     """Fill ``final.history`` from the node's store: the whole listing when it fits in one
     answer, else the records of each named run (RunRetired and its ExecutionRetired) on top of
     the newest :data:`HISTORY_LIMIT` (decisions and proposals beyond those are not looked up)."""
@@ -193,12 +193,12 @@ def _history(ops: OperatorClient, final: ReplicaFinal, runs: Sequence[str]) -> N
         if len(reply.records) < final.history_total:
             for run_id in runs:
                 fetch(run_id=run_id)
-    except OpsError as exc:
-        final.history_error = exc.one_line()
+    except RpcError as exc:
+        final.history_error = str(exc)
     final.history = [seen[k] for k in sorted(seen)]
 
 
-def _agree(ops: OperatorClient, endpoints: Sequence[str], deadline: float) -> dict[str, tuple[int, str]]:
+def _agree(ops: SyncOperatorClient, endpoints: Sequence[str], deadline: float) -> dict[str, tuple[int, str]]:
     """Every replica's (applied index, digest) from one round of concurrent Status reads in which
     they all report the same applied index; {} if no round did before the deadline. The leader's
     background loops keep appending now and then (re-emitted cancels, expiries), so whole-state
@@ -218,14 +218,14 @@ def _agree(ops: OperatorClient, endpoints: Sequence[str], deadline: float) -> di
             time.sleep(0.05)
 
 
-def _status(ops: OperatorClient, endpoint: str, digest: bool = False) -> operator_pb2.StatusResponse | None:
+def _status(ops: SyncOperatorClient, endpoint: str, digest: bool = False) -> operator_pb2.StatusResponse | None:
     try:
-        return ops.status(endpoint, digest=digest)
-    except OpsError:
+        return ops.status(endpoint, include_digest=digest)
+    except RpcError:
         return None
 
 
-def _leader_commit(ops: OperatorClient, deadline: float) -> int:
+def _leader_commit(ops: SyncOperatorClient, deadline: float) -> int:
     while time.monotonic() < deadline:
         for ep in ops.endpoints:
             st = _status(ops, ep)
@@ -235,13 +235,13 @@ def _leader_commit(ops: OperatorClient, deadline: float) -> int:
     return 0
 
 
-def _export(ops: OperatorClient, endpoint: str) -> ReplicaFinal:
+def _export(ops: SyncOperatorClient, endpoint: str) -> ReplicaFinal:
     final = ReplicaFinal(endpoint)
     try:
         st = ops.status(endpoint)
         reply: operator_pb2.ExportStateResponse = ops.call(endpoint, "ExportState", operator_pb2.ExportStateRequest())
-    except OpsError as exc:
-        final.error = exc.one_line()
+    except RpcError as exc:
+        final.error = str(exc)
         return final
     final.node_id, final.commit_index = st.node_id, st.commit_index
     final.applied_index, final.digest = reply.applied_index, reply.state_digest

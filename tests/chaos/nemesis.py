@@ -661,7 +661,7 @@ class ReplaceNode(Nemesis):
         env.paused.discard(self.old)
 
     def _change(self, call: Callable[[Any], Any], done_code: str) -> None:
-        from waitgraph.ops.opsclient import OpsError
+        from waitgraph.sdk import RpcError
 
         deadline = time.monotonic() + self.RETRY_S
         last = ""
@@ -670,13 +670,13 @@ class ReplaceNode(Nemesis):
                 try:
                     call(ops)
                     return
-                except OpsError as exc:
-                    code = exc.waitgraph_code or exc.code_name
+                except RpcError as exc:
+                    code = exc.code or exc.status.name
                     if code == done_code:  # an earlier attempt whose answer was lost took effect
                         return
                     if code == "member_is_leader":
                         self.env.stop(self.old, signal.SIGTERM)  # a new leader is elected without it
-                    last = exc.one_line()
+                    last = str(exc)
                 time.sleep(0.5)
         raise RuntimeError(f"the membership change did not go through in {self.RETRY_S:.0f} s: {last}")
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from waitgraph.dev.localcluster import Credentials, LocalCluster
-from waitgraph.ops.opsclient import OperatorClient, OpsError
+from waitgraph.sdk import RpcError, SyncOperatorClient
 from waitgraph.statemachine.retire import MIN_RETENTION_MS
 
 from .nemesis import (
@@ -120,7 +120,7 @@ class Monitor:
 
     def __init__(self, endpoints: dict[str, str], token: str) -> None:
         self.endpoints = endpoints
-        self.client = OperatorClient(list(endpoints.values()), token, timeout_s=min(0.8, POLL_S * 3))
+        self.client = SyncOperatorClient(list(endpoints.values()), token, call_timeout_s=min(0.8, POLL_S * 3))
         self.samples: list[Sample] = []
         self.latest: dict[str, Sample] = {}
         self._stop = threading.Event()
@@ -135,7 +135,7 @@ class Monitor:
     def _poll(self, node_id: str, endpoint: str) -> Sample | None:
         try:
             s = self.client.status(endpoint)
-        except OpsError:
+        except RpcError:
             return None
         return Sample(time.monotonic_ns(), node_id, s.role, s.term, s.has_quorum, s.applied_index)
 
@@ -477,13 +477,13 @@ def _converge(cluster: LocalCluster, monitor: Monitor) -> str | None:
     with cluster.client(timeout_s=3) as ops:
         try:
             ops.wait_for_leader(CONVERGE_TIMEOUT_S / 2, recovery=False)
-        except OpsError as exc:
-            return f"no leader after heal: {exc.one_line()}"
+        except RpcError as exc:
+            return f"no leader after heal: {exc}"
         while time.monotonic() < deadline:
             try:
-                statuses = [ops.status(e, digest=True) for e in cluster.endpoints]
-            except OpsError as exc:
-                last = exc.one_line()
+                statuses = [ops.status(e, include_digest=True) for e in cluster.endpoints]
+            except RpcError as exc:
+                last = str(exc)
             else:
                 applied = {s.applied_index for s in statuses}
                 digests = {s.state_digest for s in statuses}

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from waitgraph.dev.localcluster import LocalCluster
-from waitgraph.ops.opsclient import OperatorClient, OpsError
+from waitgraph.sdk import RpcError, SyncOperatorClient
 
 from .nemesis import ALL_KINDS, NEMESES, ChaosEnv, Clocks, heal_everything, libfaketime
 from .net import Lab, LabError, in_netns, leftovers, netns_unavailable, owned, sweep_stale
@@ -271,7 +271,7 @@ class LabCluster:
     def __post_init__(self) -> None:
         self.env = ChaosEnv(self.lab, self.cluster, self.clocks, self.monitor.leader)
 
-    def ops(self) -> OperatorClient:
+    def ops(self) -> SyncOperatorClient:
         return self.cluster.client(timeout_s=2)
 
     def status(self, node_id: str) -> Any:
@@ -283,7 +283,7 @@ class LabCluster:
         while time.monotonic() < deadline:
             try:
                 value = cond()
-            except OpsError:
+            except RpcError:
                 value = None
             if value:
                 return value
@@ -358,7 +358,7 @@ def test_nemeses_act_on_real_nodes(lab_cluster: LabCluster) -> None:
     nem = NEMESES["pause"](lc.env, rng)
     rec = nem.start()
     paused = rec.targets[0]
-    with lc.ops() as ops, pytest.raises(OpsError):
+    with lc.ops() as ops, pytest.raises(RpcError):
         ops.call(lc.cluster.node(paused).grpc_address, "Status", _status_request(), timeout_s=1.0)
     nem.heal()
     lc.wait("the paused node to answer", lambda: lc.status(paused))
@@ -425,7 +425,7 @@ def node_clock(lc: LabCluster, node_id: str) -> tuple[float, float, float, int]:
         via.freeze("chaos test: clock", request_id=rid)
         return True
 
-    with OperatorClient([m.grpc_address], token, timeout_s=5) as via:
+    with SyncOperatorClient([m.grpc_address], token, call_timeout_s=5) as via:
         lc.wait(f"a write through {node_id}", freeze, 20)
         real = sent[0]
         via.unfreeze("chaos test: clock", request_id=rid + "-u")

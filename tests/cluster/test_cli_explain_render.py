@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from waitgraph.ops import progress, render
-from waitgraph.ops.opsclient import Read
 from waitgraph.proto.v1 import operator_pb2, types_pb2
+from waitgraph.sdk import Read
 
 T0 = 1_700_000_000_000
 
@@ -204,7 +204,7 @@ class FakeOps:
         self.replies = replies
         self.fresh: list[bool | None] = []
 
-    def convergence(self, run_id: str = "", fresh: bool | None = None) -> Read:
+    def read_convergence(self, run_id: str = "", fresh: bool | None = None) -> Read[operator_pb2.ConvergenceResponse]:
         self.fresh.append(fresh)
         reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
         return Read("127.0.0.1:1", reply, fresh is False)
@@ -254,7 +254,9 @@ def test_watch_raises_not_converged_at_the_deadline_with_the_last_reading() -> N
 def test_freeze_reading_counts_acknowledgements_against_the_most_pending_seen() -> None:
     read = progress.freeze_reading(None)
 
-    def reply(frozen: bool, scopes: int, pending: int, quarantined: tuple[str, ...] = ()) -> Read:
+    def reply(
+        frozen: bool, scopes: int, pending: int, quarantined: tuple[str, ...] = ()
+    ) -> Read[operator_pb2.ConvergenceResponse]:
         r = operator_pb2.ConvergenceResponse(
             admission_frozen=frozen,
             open_cancellations=scopes,

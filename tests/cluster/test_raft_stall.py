@@ -43,9 +43,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from waitgraph.dev.localcluster import LocalCluster, LocalNode
 from waitgraph.node.raft._transport import FrameCodec, encode_payload
-from waitgraph.ops.opsclient import OpsError
 from waitgraph.proto.v1 import agent_pb2, operator_pb2, types_pb2
-from waitgraph.sdk import SyncClient
+from waitgraph.sdk import RpcError, SyncClient
 from waitgraph.sdk.errors import error_from_result
 
 from .harness import wait_for
@@ -107,7 +106,7 @@ def raft_ports(lc: LocalCluster) -> list[RaftPort]:
 
 def statuses(lc: LocalCluster, digest: bool = False) -> dict[str, operator_pb2.StatusResponse]:
     with lc.client(timeout_s=5) as ops:
-        return {m.node_id: ops.status(m.grpc_address, digest=digest) for m in lc.members}
+        return {m.node_id: ops.status(m.grpc_address, include_digest=digest) for m in lc.members}
 
 
 def leader_of(lc: LocalCluster) -> LocalNode:
@@ -512,7 +511,7 @@ def test_a_member_reconnects_through_a_flood_of_idle_connections(cluster: LocalC
             try:
                 with cluster.client(timeout_s=2) as ops:
                     st = ops.status(follower.grpc_address)
-            except OpsError:
+            except RpcError:
                 return None  # not serving yet
             return st if st.leader_id and all(p.connected for p in st.peers) else None
 
