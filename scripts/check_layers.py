@@ -11,9 +11,10 @@ Every import name lives under ``waitgraph`` (pyproject.toml maps the folders): `
     sdk           the agents' client            wire, statemachine, proto
     node          one cluster node              wire, statemachine, proto
     ops           the operators' tools          sdk, node, wire, statemachine, proto
+    mcp           the MCP server                sdk, statemachine, root (a client, like an agent)
     dev           local development             every role
     (root)        waitgraph/__init__.py         sdk, statemachine: the agent author's names
-    cli           the console script            ops, dev: where the roles meet
+    cli           the console script            ops, dev, mcp: where the roles meet
 
 Parses every import (top-level, inside functions, under TYPE_CHECKING: not a text search) and
 fails, naming file and line, on:
@@ -53,7 +54,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "ops": frozenset({"ops", "sdk", "node", "wire", "statemachine", "proto"}),
     "dev": frozenset({"dev", "ops", "node", "sdk", "wire", "statemachine", "proto", "root"}),
     "root": frozenset({"root", "sdk", "statemachine"}),
-    "cli": frozenset({"cli", "ops", "dev"}),
+    "mcp": frozenset({"mcp", "sdk", "statemachine", "root"}),
+    "cli": frozenset({"cli", "ops", "dev", "mcp"}),
 }
 FOLDER_NAMES = frozenset({"cluster", "statemachine", "proto"})
 RAFT = "waitgraph.node.raft"

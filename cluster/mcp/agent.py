@@ -1,0 +1,230 @@
+"""One MCP session's agent: a waitgraph session, its tasks, leases and started waits.
+
+Rules kept here:
+- One :class:`AgentState` is one agent's waitgraph session (``waitgraph.Client`` + ``Session``),
+  opened when the MCP session first acts and left when it ends; the cluster expires it when the
+  process dies (heartbeats stop), and releases what it held by its own rules.
+- Every call acts under a *task* (an execution). The default task is started on first use, so a
+  client that never calls ``task_start`` still works; ``task_start`` pushes another one,
+  ``task_finish`` completes (or fails) it and returns to the one below.
+- Every wait asks the cluster to refuse a cycle (``refuse_deadlock``): the refusal changes
+  nothing and names the path. A wait that was registered and then made a victim comes back as
+  :class:`~waitgraph.DeadlockVictim`: the leases of that task are gone (the cluster released
+  them after the epoch commit), and :meth:`AgentState.rolled_back` acknowledges the cancellation
+  and starts the task's next generation, so the model can simply call again.
+- A lease's TTL is kept here: the lease is released when it runs out. If this process dies, the
+  session expires and the cluster releases the lease: no lease outlives its holder's session
+  plus its TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from waitgraph import Client, DeadlockVictim, OperatorClient
+from waitgraph.sdk import Delegation, Execution, ExecutionScope, Holding, Session, Wait
+
+logger = logging.getLogger("waitgraph.mcp")
+
+__all__ = ["AgentState", "Lease", "Task"]
+
+
+@dataclass(slots=True)
+class Lease:
+    """A lease this agent holds through a tool call, until released, its TTL ends, or a rollback."""
+
+    target_id: str
+    lease: int | None
+    ttl_s: float
+    holding: Holding
+    handed_over: bool
+    expiry: asyncio.TimerHandle | None = None
+
+
+@dataclass(slots=True)
+class Task:
+    """An execution the tools act under; ``scope`` settles it when the task finishes."""
+
+    scope: ExecutionScope
+    execution: Execution
+    default: bool
+    leases: dict[str, Lease] = field(default_factory=dict)
+    started_waits: dict[str, Wait] = field(default_factory=dict)
+
+
+class AgentState:
+    """The waitgraph side of one MCP session (see the module's rules)."""
+
+    def __init__(
+        self,
+        endpoints: list[str],
+        token: str,
+        agent_id: str,
+        *,
+        lease_ms: int,
+        reader_token: str | None = None,
+    ) -> None:
+        self.agent_id = agent_id
+        self.client = Client(endpoints, token=token, lease_ms=lease_ms)
+        self.reader = OperatorClient(endpoints, token=reader_token) if reader_token else None
+        self.session: Session | None = None
+        self.tasks: list[Task] = []
+        self.in_flight = 0
+        self.last_used_s = 0.0
+        self.lock = asyncio.Lock()
+        """Held while a call changes the task stack (start, finish, the default task's creation)."""
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self.session = self.client.session(self.agent_id, refuse_deadlock=True)
+        try:
+            await self.session.open()
+        except BaseException:
+            self.session = None
+            await self.client.close()
+            raise
+
+    async def close(self) -> None:
+        """Finish every task (failing it: the client went away mid-task, releasing its leases),
+        leave the session, close the channels."""
+        for task in reversed(self.tasks):
+            with contextlib.suppress(Exception):
+                await self._settle(task, "completed" if task.default else "failed", "the MCP session ended")
+        self.tasks.clear()
+        if self.session is not None:
+            with contextlib.suppress(Exception):
+                await self.session.close()
+        await self.client.close()
+        if self.reader is not None:
+            await self.reader.close()
+
+    @property
+    def live(self) -> Session:
+        if self.session is None:
+            raise RuntimeError("the agent's session is not open")
+        return self.session
+
+    # -- tasks -----------------------------------------------------------------------------------
+
+    async def current(self) -> Task:
+        """The task calls act under: the innermost started one, or the default task."""
+        async with self.lock:
+            if not self.tasks:
+                await self._push(None, default=True, priority=0, checkpoint=True)
+            return self.tasks[-1]
+
+    async def start_task(self, task_id: str | None, *, priority: int, checkpoint: bool) -> Task:
+        async with self.lock:
+            if not self.tasks:
+                await self._push(None, default=True, priority=0, checkpoint=True)
+            return await self._push(task_id, default=False, priority=priority, checkpoint=checkpoint)
+
+    async def accept_task(self, timeout_s: float) -> Task:
+        """Start the next execution another agent delegated to this one, as the current task."""
+        assignment = await self.live.next_assignment(timeout_s)
+        async with self.lock:
+            scope = self.live.accept(assignment)
+            ex = await scope.enter()
+            task = Task(scope, ex, default=False)
+            self.tasks.append(task)
+            return task
+
+    async def _push(self, task_id: str | None, *, default: bool, priority: int, checkpoint: bool) -> Task:
+        suffix = uuid.uuid4().hex[:10]
+        execution_id = task_id or f"exec:{self.agent_id}-mcp-{suffix}"
+        scope = self.live.execution(
+            execution_id, run_id=f"run-{self.agent_id}-mcp-{suffix}", priority=priority, checkpoint=checkpoint
+        )
+        ex = await scope.enter()
+        task = Task(scope, ex, default=default)
+        self.tasks.append(task)
+        return task
+
+    async def finish_task(self, outcome: str, reason: str) -> tuple[Task, list[str]]:
+        """Finish the current non-default task: release its leases, close its started waits, then
+        complete or fail it. Returns the task and the leases it released."""
+        async with self.lock:
+            if not self.tasks or self.tasks[-1].default:
+                raise LookupError("no started task to finish (the default task lasts as long as the session)")
+            task = self.tasks.pop()
+        released = await self._settle(task, outcome, reason)
+        return task, released
+
+    async def _settle(self, task: Task, outcome: str, reason: str) -> list[str]:
+        released = list(task.leases)
+        for target in released:
+            await self.release(task, target)
+        for w in list(task.started_waits.values()):
+            await w.exit(None)
+        task.started_waits.clear()
+        await task.scope.exit(None if outcome == "completed" else RuntimeError(reason or outcome))
+        return released
+
+    def task_of(self, target_id: str) -> Task | None:
+        """The task that holds a lease on ``target_id``."""
+        return next((t for t in reversed(self.tasks) if target_id in t.leases), None)
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    async def acquire(self, task: Task, target_id: str, *, ttl_s: float, wait_s: float, priority: int) -> Lease:
+        holding = task.execution.holding(
+            target_id, wait=wait_s > 0, timeout_s=wait_s if wait_s > 0 else None, priority=priority
+        )
+        await holding.enter(interrupt_task=True)
+        lease = Lease(target_id, holding.lease, ttl_s, holding, holding.handed_over)
+        task.leases[target_id] = lease
+        loop = asyncio.get_running_loop()
+        lease.expiry = loop.call_later(ttl_s, self._expire, task, target_id, lease)
+        return lease
+
+    def _expire(self, task: Task, target_id: str, lease: Lease) -> None:
+        if task.leases.get(target_id) is lease:
+            logger.info("the TTL of %s (%.0f s) ran out: releasing it", target_id, lease.ttl_s)
+            asyncio.get_running_loop().create_task(self.release(task, target_id))
+
+    async def release(self, task: Task, target_id: str) -> Lease:
+        lease = task.leases.pop(target_id)
+        if lease.expiry is not None:
+            lease.expiry.cancel()
+        await lease.holding.exit(None)
+        return lease
+
+    # -- waits -----------------------------------------------------------------------------------
+
+    def wait(self, task: Task, target_id: str, reason: str) -> Wait:
+        return task.execution.waiting_for(target_id, reason=reason, refuse_deadlock=True)
+
+    def delegate(self, task: Task, agent_id: str, reason: str) -> Delegation:
+        return task.execution.delegate(agent_id, reason=reason)
+
+    async def rolled_back(self, task: Task, victim: DeadlockVictim) -> dict[str, Any]:
+        """The cluster rolled ``task`` back: its leases and waits are gone. Acknowledge the
+        cancellation and start its next generation; say what happened for the model."""
+        released = sorted(task.leases)
+        for lease in task.leases.values():
+            if lease.expiry is not None:
+                lease.expiry.cancel()
+        task.leases.clear()
+        task.started_waits.clear()
+        generation = await task.execution.retry()
+        return {
+            "status": "rolled_back",
+            "decision_id": victim.decision_id,
+            "epoch": victim.epoch,
+            "role": victim.decision.role,
+            "task": task.execution.execution_id,
+            "released": released,
+            "generation": generation,
+            "retry": True,
+            "message": (
+                f"waitgraph broke a deadlock by rolling back this task (decision {victim.decision_id}); "
+                f"it released {', '.join(released) or 'nothing'}. The cancellation is acknowledged and the "
+                f"task restarted at generation {generation}: re-acquire what you need and call again."
+            ),
+        }
