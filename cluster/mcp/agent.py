@@ -7,11 +7,12 @@ Rules kept here:
 - Every call acts under a *task* (an execution). The default task is started on first use, so a
   client that never calls ``task_start`` still works; ``task_start`` pushes another one,
   ``task_finish`` completes (or fails) it and returns to the one below.
-- Every wait asks the cluster to refuse a cycle (``refuse_deadlock``): the refusal changes
-  nothing and names the path. A wait that was registered and then made a victim comes back as
-  :class:`~waitgraph.DeadlockVictim`: the leases of that task are gone (the cluster released
-  them after the epoch commit), and :meth:`AgentState.rolled_back` acknowledges the cancellation
-  and starts the task's next generation, so the model can simply call again.
+- Every wait asks the cluster to refuse a cycle (``refuse_deadlock``, unless the server runs
+  with prevention off): the refusal changes nothing and names the path. A wait that was
+  registered and then made a victim comes back as :class:`~waitgraph.DeadlockVictim`: the
+  leases of that task are gone (the cluster released them after the epoch commit), and
+  :meth:`AgentState.rolled_back` acknowledges the cancellation and starts the task's next
+  generation, so the model can simply call again.
 - A lease's TTL is kept here: the lease is released when it runs out. If this process dies, the
   session expires and the cluster releases the lease: no lease outlives its holder's session
   plus its TTL.
@@ -68,8 +69,12 @@ class AgentState:
         *,
         lease_ms: int,
         reader_token: str | None = None,
+        prevent: bool = True,
     ) -> None:
         self.agent_id = agent_id
+        self.prevent = prevent
+        """Ask the cluster to refuse a wait that would close a cycle (False: register it, and a
+        cycle is broken by rolling a victim back)."""
         self.client = Client(endpoints, token=token, lease_ms=lease_ms)
         self.reader = OperatorClient(endpoints, token=reader_token) if reader_token else None
         self.session: Session | None = None
@@ -82,7 +87,7 @@ class AgentState:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def open(self) -> None:
-        self.session = self.client.session(self.agent_id, refuse_deadlock=True)
+        self.session = self.client.session(self.agent_id, refuse_deadlock=self.prevent)
         try:
             await self.session.open()
         except BaseException:
@@ -198,7 +203,7 @@ class AgentState:
     # -- waits -----------------------------------------------------------------------------------
 
     def wait(self, task: Task, target_id: str, reason: str) -> Wait:
-        return task.execution.waiting_for(target_id, reason=reason, refuse_deadlock=True)
+        return task.execution.waiting_for(target_id, reason=reason)
 
     def delegate(self, task: Task, agent_id: str, reason: str) -> Delegation:
         return task.execution.delegate(agent_id, reason=reason)

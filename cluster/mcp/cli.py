@@ -44,7 +44,19 @@ def _agent_token(token_file: str | None, agent_id: str | None) -> str | None:
 )
 @click.option("--http", "http_addr", default=None, help="serve streamable HTTP on HOST:PORT instead of stdio")
 @click.option("--lease-ms", type=click.IntRange(1000, 600_000), default=30_000, show_default=True, help="session lease")
-@click.option("--idle-timeout-s", type=click.FloatRange(1, 86400), default=300.0, show_default=True)
+@click.option(
+    "--idle-timeout-s",
+    type=click.FloatRange(1, 86400),
+    default=300.0,
+    show_default=True,
+    help="HTTP: an agent whose client made no call this long leaves its session",
+)
+@click.option(
+    "--prevention/--no-prevention",
+    default=True,
+    show_default=True,
+    help="refuse a wait that would close a cycle (off: register it; the cluster rolls a victim back)",
+)
 def mcp(
     endpoints: str | None,
     agent_id: str | None,
@@ -53,6 +65,7 @@ def mcp(
     http_addr: str | None,
     lease_ms: int,
     idle_timeout_s: float,
+    prevention: bool,
 ) -> None:
     """An MCP server: any MCP client coordinates through waitgraph (docs/mcp.md). stdio by default, acting as
     one agent; --http ADDR serves many agents, each with its own bearer token (loopback by default)."""
@@ -83,4 +96,4 @@ def mcp(
     token = _agent_token(token_file, agent_id)
     if not token:
         raise click.UsageError("no agent token: --token-file, WAITGRAPH_AGENT_TOKEN or WAITGRAPH_CREDENTIALS")
-    asyncio.run(serve_stdio(eps, token, agent_id, lease_ms=lease_ms, reader_token=reader))
+    asyncio.run(serve_stdio(eps, token, agent_id, lease_ms=lease_ms, reader_token=reader, prevent=prevention))

@@ -37,10 +37,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 async def serve_stdio(
-    endpoints: list[str], token: str, agent_id: str, *, lease_ms: int, reader_token: str | None
+    endpoints: list[str], token: str, agent_id: str, *, lease_ms: int, reader_token: str | None, prevent: bool = True
 ) -> None:
     """Serve one MCP client on stdin/stdout as ``agent_id``; leave the session when stdin closes."""
-    agent = AgentState(endpoints, token, agent_id, lease_ms=lease_ms, reader_token=reader_token)
+    agent = AgentState(endpoints, token, agent_id, lease_ms=lease_ms, reader_token=reader_token, prevent=prevent)
     opened = asyncio.Lock()
     is_open = False
 
@@ -62,8 +62,11 @@ async def serve_stdio(
 class _Agents:
     """Every agent an HTTP server acts for, by (token, agent id)."""
 
-    def __init__(self, endpoints: list[str], lease_ms: int, reader_token: str | None, idle_timeout_s: float) -> None:
+    def __init__(
+        self, endpoints: list[str], lease_ms: int, reader_token: str | None, idle_timeout_s: float, prevent: bool
+    ) -> None:
         self.endpoints = endpoints
+        self.prevent = prevent
         self.lease_ms = lease_ms
         self.reader_token = reader_token
         self.idle_timeout_s = idle_timeout_s
@@ -75,7 +78,12 @@ class _Agents:
             agent = self.by_key.get((token, agent_id))
             if agent is None:
                 agent = AgentState(
-                    self.endpoints, token, agent_id, lease_ms=self.lease_ms, reader_token=self.reader_token
+                    self.endpoints,
+                    token,
+                    agent_id,
+                    lease_ms=self.lease_ms,
+                    reader_token=self.reader_token,
+                    prevent=self.prevent,
                 )
                 await agent.open()
                 agent.last_used_s = asyncio.get_running_loop().time()
@@ -157,12 +165,12 @@ async def serve_http(
     lease_ms: int,
     reader_token: str | None,
     idle_timeout_s: float = 300.0,
-    ready: Callable[[], None] | None = None,
+    prevent: bool = True,
 ) -> None:
     """Serve streamable HTTP at ``http://host:port/mcp`` until cancelled."""
     import uvicorn
 
-    agents = _Agents(endpoints, lease_ms, reader_token, idle_timeout_s)
+    agents = _Agents(endpoints, lease_ms, reader_token, idle_timeout_s, prevent)
 
     async def agent_of(ctx: Context) -> AgentState:
         creds = _credentials({k.lower(): v for k, v in (ctx.headers or {}).items()})
