@@ -4,8 +4,9 @@
     python -m waitgraph.dev.demo agent s1 a       # one agent process (the driver starts these)
 
 The driver starts three ``waitgraph serve`` nodes (:class:`waitgraph.dev.localcluster.LocalCluster`, the
-launcher ``waitgraph dev`` uses) in rollout mode ``auto``, then plays five scenarios. Every agent
-is its own process using the SDK (:mod:`waitgraph.sdk`) over gRPC; the driver only starts them,
+launcher ``waitgraph dev`` uses) in rollout mode ``auto``, then plays six scenarios. Every agent
+is its own process using the SDK (:mod:`waitgraph.sdk`) over gRPC (in scenario 6, an MCP client of
+its own ``waitgraph mcp``); the driver only starts them,
 releases them at the moments that make the interleaving of the seed happen, and watches the
 cluster as an operator (``WatchEvents``, ``Cycles``, ``ExplainDecision``, ``Graph``):
 
@@ -28,7 +29,11 @@ cluster as an operator (``WatchEvents``, ``Cycles``, ``ExplainDecision``, ``Grap
    Recovery commits a REASSIGN instead of a victim (epoch first, then PROVIDED_BY moves to the
    reviewer; the supervisor, the reviewer and the subtask's wait are told); nobody is cancelled,
    the reviewer approves, and both complete at generation 1. Scenario 2, without an approver, is
-   the victim path beside it.
+   the victim path beside it;
+6. two scripted MCP clients (:mod:`waitgraph.dev.mcp_agents`), each with its own ``waitgraph mcp``
+   server over stdio: one holds ``resource:file-src-app.py`` and waits for
+   ``artifact:branch-feature-x``; the other's wait for the file would close the cycle, so it is
+   refused at once with the path; it re-plans (pushes the branch first) and both finish.
 
 For each it prints detection (members, signature), the votes, the epoch commit, the victim with
 every candidate's score, the cancellation converging (CancellationStable), that no cycle re-forms
@@ -448,7 +453,16 @@ AGENT_MAIN: dict[tuple[str, str], AgentMain] = {
     ("s5", "lead"): s5_lead,
     ("s5", "helper"): s5_helper,
     ("s5", "reviewer"): s5_reviewer,
+    ("s6", "a"): lambda io: _mcp_agent("holder", io),
+    ("s6", "b"): lambda io: _mcp_agent("replanner", io),
 }
+
+
+async def _mcp_agent(role: str, io: AgentIO) -> None:
+    """Scenario 6's MCP clients (imported here: the mcp package is the optional extra)."""
+    from waitgraph.dev import mcp_agents
+
+    await (mcp_agents.holder(io) if role == "holder" else mcp_agents.replanner(io))
 
 
 def agent_main(scenario: str, role: str) -> int:
@@ -746,8 +760,6 @@ class Driver:
         env["WAITGRAPH_ENDPOINTS"] = ",".join(self.endpoints)
         env["WAITGRAPH_TOKEN"] = self.credentials.agents[role]
         env["PYTHONUNBUFFERED"] = "1"
-        repo = str(Path(__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -1035,6 +1047,39 @@ class Driver:
             run,
         )
 
+    async def scenario_6(self) -> Result:
+        """Two MCP clients: a wait that would close a cycle is refused with its path; no victim."""
+        title = "two MCP clients: a file lease and a branch (waitgraph mcp)"
+        self.header(
+            6,
+            title,
+            [
+                "Two coding agents, each a scripted MCP client of its own `waitgraph mcp` server. The first holds",
+                "the file and waits for the branch the second will push; the second asks for the file. That wait",
+                "would close the cycle: it is refused at once with the path, the second re-plans, both finish.",
+            ],
+        )
+        began = time.monotonic()
+        try:
+            b = await self.spawn("s6", "b")
+            await b.marker("declared")
+            a = await self.spawn("s6", "a")
+            await a.marker("waiting")
+            await b.go()
+            await b.marker("refused")
+            codes = [await p.finished(SCENARIO_TIMEOUT_S) for p in (a, b)]
+            done = all("done" in p.markers and p.markers["done"].is_set() for p in (a, b))
+            resolved = codes == [0, 0] and done
+            detail = "refused with its path, re-planned, both finished" if resolved else f"exit codes {codes}"
+        except DemoFailure as exc:
+            resolved, detail = False, str(exc)
+        finally:
+            self.kill_agents()
+            self.agents.clear()
+        verdict = "RESOLVED" if resolved else "NOT RESOLVED"
+        print(f"   -> scenario 6 {verdict}: {detail}", flush=True)
+        return Result(6, title, resolved, detail, time.monotonic() - began)
+
     async def scenario_5(self) -> Result:
         async def run() -> dict[str, AgentProcess]:
             helper = await self.spawn("s5", "helper")
@@ -1221,6 +1266,7 @@ async def run_demo(only: set[int], keep: Path | None, mode: str = "auto") -> int
             (3, driver.scenario_3),
             (4, driver.scenario_4),
             (5, driver.scenario_5),
+            (6, driver.scenario_6),
         )
         for number, play in scenarios:
             if not only or number in only:
@@ -1255,7 +1301,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return agent_main(args[1], args[2])
     parser = argparse.ArgumentParser(prog="scripts/demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", type=int, action="append", choices=(1, 2, 3, 4, 5), help="run only this one")
+    parser.add_argument("--scenario", type=int, action="append", choices=(1, 2, 3, 4, 5, 6), help="run only this one")
     parser.add_argument("--keep", type=Path, default=None, help="keep the cluster's directory here")
     parser.add_argument(
         "--mode",

@@ -43,9 +43,15 @@ def test_the_demo_resolves_every_scenario() -> None:
     done = run_demo()
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
-    assert "all 5 scenarios resolved" in out
-    for n in (1, 2, 3, 4, 5):
+    assert "all 6 scenarios resolved" in out
+    for n in (1, 2, 3, 4, 5, 6):
         assert f"scenario {n} RESOLVED" in out
+    # scenario 6: two MCP clients; the wait that would close the cycle is refused with its path
+    assert re.search(
+        r"refused at once, would_deadlock: exec:b-\S+ -> resource:file-src-app.py -> exec:a-\S+ "
+        r"-> artifact:branch-feature-x -> exec:b-",
+        out,
+    )
     # detection, votes, the epoch, the victim with its scores, convergence, no re-formation
     assert out.count("DETECTED a deadlock") == 7  # scenario 4's cycle forms three times
     assert "members exec:s1-A, exec:s1-B" in out and "members exec:s2-subtask, exec:s2-supervisor" in out
