@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
         ("bench_alternate.py", ["--against", str(ROOT), "--runs", "1", "--smoke"], "| **against, median** | 1 |"),
         ("bench_retention.py", ["--executions", "3000", "--step", "1000"], "too_many_executions: 0"),
         ("bench_handoff.py", ["--agents", "8", "--slots", "2", "--acquisitions", "100"], "wake-and-race"),
+        ("bench_mcp.py", ["--rounds", "5", "--clients", "2", "--client-rounds", "3"], "| wait satisfied, stdio |"),
     ],
 )
 def test_benchmark_script_runs(script: str, args: list[str], expect: str) -> None:

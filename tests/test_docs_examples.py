@@ -1,4 +1,4 @@
-"""Every ```python block of README.md and docs/sdk.md runs as written against a local cluster.
+"""Every ```python block of README.md, docs/sdk.md and docs/mcp.md runs as written against a local cluster.
 
 The blocks are whole programs. Each runs in its own process, in document order (README first), on
 one ``LocalCluster`` (three real ``waitgraph serve`` processes on loopback, auto mode, agents a, b
@@ -24,7 +24,7 @@ import pytest
 from waitgraph.dev.localcluster import LocalCluster
 
 REPO = Path(__file__).resolve().parent.parent
-DOCS = ("README.md", "docs/sdk.md")
+DOCS = ("README.md", "docs/sdk.md", "docs/mcp.md")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
 
 pytestmark = pytest.mark.timeout(600)

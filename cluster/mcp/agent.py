@@ -75,7 +75,10 @@ class AgentState:
         self.prevent = prevent
         """Ask the cluster to refuse a wait that would close a cycle (False: register it, and a
         cycle is broken by rolling a victim back)."""
-        self.client = Client(endpoints, token=token, lease_ms=lease_ms)
+        self.endpoints = endpoints
+        self.token = token
+        self.lease_ms = lease_ms
+        self.client: Client | None = None
         self.reader = OperatorClient(endpoints, token=reader_token) if reader_token else None
         self.session: Session | None = None
         self.tasks: list[Task] = []
@@ -87,12 +90,15 @@ class AgentState:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def open(self) -> None:
+        """Join the agent's session (a refused token raises, and a later call tries again)."""
+        self.client = Client(self.endpoints, token=self.token, lease_ms=self.lease_ms)
         self.session = self.client.session(self.agent_id, refuse_deadlock=self.prevent)
         try:
             await self.session.open()
         except BaseException:
             self.session = None
             await self.client.close()
+            self.client = None
             raise
 
     async def close(self) -> None:
@@ -105,7 +111,8 @@ class AgentState:
         if self.session is not None:
             with contextlib.suppress(Exception):
                 await self.session.close()
-        await self.client.close()
+        if self.client is not None:
+            await self.client.close()
         if self.reader is not None:
             await self.reader.close()
 

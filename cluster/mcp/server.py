@@ -178,6 +178,7 @@ def build_server(agent_of: AgentLookup) -> MCPServer:
     process was given; HTTP: the bearer token's)."""
     mcp = MCPServer(
         "waitgraph",
+        log_level="WARNING",  # stderr is the MCP client's log: one line per call is noise there
         instructions=(
             "Coordinate with other agents through waitgraph: lease what you use exclusively, say what you wait for "
             "before you block, declare what you will produce. A wait that would close a deadlock cycle is refused "
@@ -186,18 +187,19 @@ def build_server(agent_of: AgentLookup) -> MCPServer:
         ),
     )
 
-    async def act(
-        ctx: Context, body: Callable[[AgentState, Task], Awaitable[CallToolResult]], *, task: bool = True
-    ) -> CallToolResult:
-        agent = await agent_of(ctx)
+    async def act(ctx: Context, body: Callable[[AgentState, Task], Awaitable[CallToolResult]]) -> CallToolResult:
+        try:
+            agent = await agent_of(ctx)
+        except WaitgraphClientError as err:  # the session could not be joined: say why
+            return _refusal(err)
         agent.in_flight += 1
         current: Task | None = None
         try:
-            current = await agent.current() if task else None
-            return await body(agent, current) if current is not None else await body(agent, agent.tasks[-1])
+            current = await agent.current()
+            return await body(agent, current)
         except DeadlockVictim as victim:
-            victim_task = current if current is not None else agent.tasks[-1]
-            return _result(await agent.rolled_back(victim_task, victim))
+            assert current is not None
+            return _result(await agent.rolled_back(current, victim))
         except WaitgraphClientError as err:
             return _refusal(err)
         finally:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -119,6 +122,26 @@ async def test_tool_listing_and_schemas(cluster: GrpcCluster) -> None:
         assert listed["task_finish"].input_schema["properties"]["outcome"]["enum"] == ["completed", "failed"]
         templates = {t.uri_template for t in (await a.list_resource_templates()).resource_templates}
         assert templates == {"waitgraph://decision/{decision_id}", "waitgraph://graph/{agent_id}"}
+
+
+async def test_the_docs_client_configuration_starts_the_server(cluster: GrpcCluster, tmp_path: Any) -> None:
+    """docs/mcp.md's mcpServers block, with this cluster's endpoints and credentials put in."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "mcp.md").read_text()
+    (block,) = re.findall(r"```json\n(.*?)```", text, re.S)
+    spec = json.loads(block)["mcpServers"]["waitgraph"]
+    assert spec["command"] == "waitgraph" and spec["args"][0] == "mcp"
+    creds = tmp_path / "credentials.json"
+    creds.write_text(json.dumps({"agents": {"a": TOKENS["a"]}}))
+    env = dict(os.environ, **spec["env"])
+    env.update(
+        WAITGRAPH_ENDPOINTS=endpoints(cluster), WAITGRAPH_CREDENTIALS=str(creds), WAITGRAPH_READER_TOKEN=TOKENS["ops"]
+    )
+    env.pop("WAITGRAPH_AGENT_TOKEN", None)
+    bin_dir = Path(sys.executable).parent
+    params = StdioServerParameters(command=str(bin_dir / spec["command"]), args=spec["args"], env=env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        assert (await call(session, "my_state"))["agent"] == "a"
 
 
 # -- every tool, round trip -----------------------------------------------------------------------------
@@ -358,6 +381,17 @@ async def test_http_refuses_a_missing_or_wrong_token(cluster: GrpcCluster) -> No
             assert (await call(b, "my_state"))["agent"] == "b"
             assert "permission_denied" in (await b.read_resource("waitgraph://graph/a")).contents[0].text  # type: ignore[union-attr]
             await call(a, "lease_release", target="resource:ht-port")
+
+
+async def test_stdio_with_another_agents_token_is_refused(cluster: GrpcCluster) -> None:
+    """A stdio server told it is agent a but given b's token acts for nobody: a tool error."""
+    env = server_env(cluster, "a") | {"WAITGRAPH_AGENT_TOKEN": TOKENS["b"]}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "waitgraph", "mcp"], env=env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        res = await session.call_tool("my_state", {})
+        assert res.is_error and res.structured_content is not None
+        assert res.structured_content["error"] in ("not_owner", "permission_denied", "wrong_agent"), res.content
 
 
 async def test_a_killed_servers_session_expires_and_its_leases_go(cluster: GrpcCluster) -> None:
