@@ -197,3 +197,42 @@ def test_uninstalling_a_neighbour_leaves_waitgraph_whole(installed: tuple[Path, 
         assert gone.strip() == "None", f"{name} still importable after uninstalling {neighbour}: {gone}"
         assert _python(bin_dir, env, check).strip() == "whole"
     assert shutil.which("waitgraph", path=str(bin_dir))
+
+
+MCP_PROBE = """
+import asyncio, sys
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+async def main() -> None:
+    params = StdioServerParameters(command=sys.argv[1], args=["mcp", "--agent", "b", "--token-file", sys.argv[2]])
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        tools = sorted(t.name for t in (await session.list_tools()).tools)
+        print(len(tools), " ".join(tools))
+
+asyncio.run(main())
+"""
+
+
+def test_the_mcp_extra_from_the_wheel(installed: tuple[Path, Path, dict[str, str]], tmp_path: Path) -> None:
+    """Without the extra, ``waitgraph mcp`` names it; ``pip install 'waitgraph[mcp]'`` (the wheel's
+    extra, from PyPI) makes it an MCP server an MCP client lists the tools of over stdio."""
+    wheel, bin_dir, env = installed
+    token = tmp_path / "token"
+    token.write_text("agent-b-token-0123456789")
+    waitgraph = str(bin_dir / "waitgraph")
+    if _python(bin_dir, env, "import importlib.util; print(importlib.util.find_spec('mcp') is None)") == "True\n":
+        bare = subprocess.run(
+            [waitgraph, "mcp", "--agent", "b", "--token-file", str(token)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert bare.returncode == 1 and "pip install 'waitgraph[mcp]'" in bare.stderr, bare.stderr
+    _run([str(bin_dir / "python"), "-m", "pip", "install", "-q", f"{wheel}[mcp]"], tmp_path, env)
+    (tmp_path / "probe.py").write_text(MCP_PROBE)
+    out = _run([str(bin_dir / "python"), "probe.py", waitgraph, str(token)], tmp_path, env, timeout=120)
+    count, names = out.split(" ", 1)
+    assert int(count) == 17 and "lease_acquire" in names and "wait_for" in names, out

@@ -315,7 +315,7 @@ def build_server(agent_of: AgentLookup) -> MCPServer:
                 return _result({"status": "pending", "target": target})
             except BaseException as exc:
                 del t.started_waits[target]
-                await w.exit(exc if isinstance(exc, Exception) else None)
+                await w.exit(exc)
                 raise
             del t.started_waits[target]
             await w.exit(None)
