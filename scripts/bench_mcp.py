@@ -28,18 +28,14 @@ import argparse
 import asyncio
 import contextlib
 import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp import ClientSession
 
 from waitgraph.dev.localcluster import LocalCluster
+from waitgraph.dev.mcp_agents import http_server, http_session, server_env, stdio_session
 from waitgraph.sdk import Client, Execution, Session
 
 
@@ -65,15 +61,9 @@ async def timed(rounds: int, one: Callable[[int], Awaitable[None]]) -> list[floa
     return out
 
 
-@contextlib.asynccontextmanager
-async def stdio_agent(lc: LocalCluster, agent: str) -> AsyncIterator[ClientSession]:
+def stdio_agent(lc: LocalCluster, agent: str) -> contextlib.AbstractAsyncContextManager[ClientSession]:
     assert lc.credentials is not None
-    env = dict(os.environ, WAITGRAPH_ENDPOINTS=",".join(lc.endpoints), WAITGRAPH_AGENT=agent)
-    env["WAITGRAPH_AGENT_TOKEN"] = lc.credentials.agents[agent]
-    params = StdioServerParameters(command=sys.executable, args=["-m", "waitgraph", "mcp"], env=env)
-    async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
-        await s.initialize()
-        yield s
+    return stdio_session(server_env(lc.endpoints, agent, lc.credentials.agents[agent]))
 
 
 @contextlib.asynccontextmanager
@@ -130,39 +120,14 @@ async def wait_rows(lc: LocalCluster, rounds: int) -> tuple[list[float], list[fl
     return mcp, sdk
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def concurrent_rows(lc: LocalCluster, clients: int, rounds: int) -> tuple[tuple[float, list[float]], ...]:
     assert lc.credentials is not None
     creds = lc.credentials
     names = [f"m{i}" for i in range(clients)]
-    port = free_port()
-    env = dict(os.environ, WAITGRAPH_ENDPOINTS=",".join(lc.endpoints))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "waitgraph", "mcp", "--http", f"127.0.0.1:{port}"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        for _ in range(300):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            await asyncio.sleep(0.1)
+    with http_server(server_env(lc.endpoints)) as (url, _):
 
         async def mcp_client(name: str, start: asyncio.Event, laps: list[float], ready: list[str]) -> None:
-            headers = {"Authorization": f"Bearer {creds.agents[name]}", "X-Waitgraph-Agent": name}
-            async with (
-                create_mcp_http_client(headers=headers) as http,
-                streamable_http_client(url, http_client=http) as (r, w),
-                ClientSession(r, w) as s,
-            ):
-                await s.initialize()
+            async with http_session(url, name, creds.agents[name]) as s:
                 await ok(s, "my_state")
                 ready.append(name)
                 await start.wait()
@@ -198,9 +163,6 @@ async def concurrent_rows(lc: LocalCluster, clients: int, rounds: int) -> tuple[
             await asyncio.gather(*tasks)
             results.append((len(laps) / (time.perf_counter() - t0), laps))
         return results[0], results[1]
-    finally:
-        proc.terminate()
-        proc.wait(15)
 
 
 async def run(args: argparse.Namespace) -> None:

@@ -1,5 +1,8 @@
-"""Scenario 6 of ``scripts/demo``: two scripted MCP clients (no model), each its own process,
-each talking to its own ``waitgraph mcp`` server over stdio with the ``mcp`` package's client.
+"""MCP clients of ``waitgraph mcp`` (the ``mcp`` package's ``ClientSession``) for the demo, the
+MCP benchmark and tests: a server as a child over stdio or streamable HTTP, and a session on it.
+
+Scenario 6 of ``scripts/demo``: two scripted MCP clients (no model), each its own process,
+each talking to its own ``waitgraph mcp`` server over stdio.
 
 The holder leases ``resource:file-src-app.py`` and waits for ``artifact:branch-feature-x``; the
 re-planner, which will push that branch, asks for the file: that wait would close the cycle, so
@@ -12,13 +15,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import socket
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Protocol
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
-__all__ = ["BRANCH", "FILE", "replanner", "holder"]
+from waitgraph.dev.localcluster import free_ports
+
+__all__ = ["BRANCH", "FILE", "holder", "http_server", "http_session", "replanner", "server_env", "stdio_session"]
 
 FILE, BRANCH = "resource:file-src-app.py", "artifact:branch-feature-x"
 
@@ -36,13 +47,71 @@ class IO(Protocol):
     async def go(self) -> None: ...
 
 
+def server_env(
+    endpoints: Sequence[str], agent: str | None = None, token: str | None = None, **more: str
+) -> dict[str, str]:
+    """This process's environment for a ``waitgraph mcp`` child: the cluster, the agent and its
+    token (stdio), and ``more`` (``WAITGRAPH_READER_TOKEN=...``)."""
+    env = dict(os.environ, WAITGRAPH_ENDPOINTS=",".join(endpoints), **more)
+    if agent is not None:
+        env["WAITGRAPH_AGENT"] = agent
+    if token is not None:
+        env["WAITGRAPH_AGENT_TOKEN"] = token
+    return env
+
+
 @contextlib.asynccontextmanager
-async def mcp_session(io: IO, agent_id: str) -> AsyncIterator[ClientSession]:
-    """``waitgraph mcp`` over stdio acting as ``agent_id`` with the driver's token for it."""
-    env = dict(os.environ, WAITGRAPH_ENDPOINTS=",".join(io.endpoints), WAITGRAPH_AGENT=agent_id)
-    env["WAITGRAPH_AGENT_TOKEN"] = io.token
-    params = StdioServerParameters(command=sys.executable, args=["-m", "waitgraph", "mcp"], env=env)
+async def stdio_session(env: dict[str, str], *args: str) -> AsyncIterator[ClientSession]:
+    """``waitgraph mcp ARGS`` as a child over stdio (``env``: :func:`server_env`), and an
+    initialized ClientSession on it."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "waitgraph", "mcp", *args], env=env)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+@contextlib.contextmanager
+def http_server(
+    env: dict[str, str], *args: str, timeout_s: float = 30.0
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``waitgraph mcp --http`` on a free loopback port, once it listens: (its URL, the process).
+    Stopped (SIGINT, then killed) on the way out."""
+    (port,) = free_ports(1)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "waitgraph", "mcp", "--http", f"127.0.0.1:{port}", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                why = proc.stderr.read().decode(errors="replace") if proc.poll() is not None and proc.stderr else ""
+                raise RuntimeError(f"waitgraph mcp --http did not listen on {port}: {why[-2000:]}")
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp", proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def http_session(url: str, agent: str, token: str) -> AsyncIterator[ClientSession]:
+    """An initialized ClientSession over streamable HTTP, as ``agent`` with its bearer token."""
+    headers = {"Authorization": f"Bearer {token}", "X-Waitgraph-Agent": agent}
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
         await session.initialize()
         yield session
 
@@ -64,7 +133,7 @@ async def _ok(session: ClientSession, tool: str, **args: Any) -> dict[str, Any]:
 
 
 async def holder(io: IO) -> None:
-    async with mcp_session(io, "a") as s:
+    async with stdio_session(server_env(io.endpoints, "a", io.token)) as s:
         held = await _ok(s, "lease_acquire", target=FILE, ttl_s=120)
         io.say(f"lease_acquire {FILE}: held, lease {held['lease']}")
         await _ok(s, "wait_start", target=BRANCH)
@@ -78,7 +147,7 @@ async def holder(io: IO) -> None:
 
 
 async def replanner(io: IO) -> None:
-    async with mcp_session(io, "b") as s:
+    async with stdio_session(server_env(io.endpoints, "b", io.token)) as s:
         await _ok(s, "declare_will_produce", target=BRANCH)
         io.say(f"declare_will_produce {BRANCH}")
         io.mark("declared")

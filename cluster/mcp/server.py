@@ -21,7 +21,7 @@ import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent
@@ -118,6 +118,10 @@ def _error(code: str, message: str, **fields: Any) -> CallToolResult:
     return _result({"error": code, "message": message, **fields}, error=True)
 
 
+def _started(task: Task) -> CallToolResult:
+    return _result({"status": "started", "task": task.execution.execution_id, "run": task.execution.run_id})
+
+
 def _refusal(err: WaitgraphClientError) -> CallToolResult:
     """A cluster refusal as a tool error a model can act on."""
     if isinstance(err, WouldDeadlock):
@@ -168,6 +172,31 @@ async def _progress(ctx: Context, what: str) -> AsyncIterator[None]:
         ticker.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await ticker
+
+
+class _Scoped(Protocol):
+    """A wait or a delegation: registered on enter, closed on exit (with how the block ended)."""
+
+    async def enter(self, interrupt_task: bool = True) -> object: ...
+
+    async def exit(self, exc: BaseException | None) -> None: ...
+
+
+async def _blocked(ctx: Context, what: str, scoped: _Scoped, answer: Callable[[], Awaitable[str]]) -> str | None:
+    """Register ``scoped``, block on ``answer()`` with progress, and close it on every way out
+    (a cancellation too). None: it timed out (closed, nothing left open)."""
+    await scoped.enter(interrupt_task=True)
+    try:
+        async with _progress(ctx, what):
+            got = await answer()
+    except TimeoutError as exc:
+        await scoped.exit(exc)
+        return None
+    except BaseException as exc:
+        await scoped.exit(exc)
+        raise
+    await scoped.exit(None)
+    return got
 
 
 AgentLookup = Callable[[Context], Awaitable[AgentState]]
@@ -266,17 +295,9 @@ def build_server(agent_of: AgentLookup) -> MCPServer:
 
         async def body(agent: AgentState, t: Task) -> CallToolResult:
             w = agent.wait(t, target, _trace_reason(ctx, f"mcp wait for {target}"))
-            await w.enter(interrupt_task=True)
-            try:
-                async with _progress(ctx, f"waiting for {target}"):
-                    reason = await w.resolved(timeout_s)
-            except TimeoutError as exc:
-                await w.exit(exc)
+            reason = await _blocked(ctx, f"waiting for {target}", w, lambda: w.resolved(timeout_s))
+            if reason is None:
                 return _result({"status": "timed_out", "target": target, "waited_s": timeout_s})
-            except BaseException as exc:
-                await w.exit(exc)
-                raise
-            await w.exit(None)
             return _result({"status": "resolved", "target": target, "reason": reason})
 
         return await act(ctx, body)
@@ -396,17 +417,9 @@ def build_server(agent_of: AgentLookup) -> MCPServer:
 
         async def body(agent: AgentState, t: Task) -> CallToolResult:
             d = agent.delegate(t, agent_id, _trace_reason(ctx, f"mcp delegation to {agent_id}"))
-            await d.enter(interrupt_task=True)
-            try:
-                async with _progress(ctx, f"waiting for {agent_id}"):
-                    outcome = await d.result(timeout_s)
-            except TimeoutError as exc:
-                await d.exit(exc)
+            outcome = await _blocked(ctx, f"waiting for {agent_id}", d, lambda: d.result(timeout_s))
+            if outcome is None:
                 return _result({"status": "timed_out", "child": d.execution_id, "waited_s": timeout_s})
-            except BaseException as exc:
-                await d.exit(exc)
-                raise
-            await d.exit(None)
             return _result({"status": outcome, "child": d.execution_id, "agent": agent_id})
 
         return await act(ctx, body)
@@ -422,8 +435,7 @@ def build_server(agent_of: AgentLookup) -> MCPServer:
                     task = await agent.accept_task(timeout_s)
             except TimeoutError:
                 return _result({"status": "none", "waited_s": timeout_s})
-            ex = task.execution
-            return _result({"status": "started", "task": ex.execution_id, "run": ex.run_id})
+            return _started(task)
 
         return await act(ctx, body)
 
@@ -438,9 +450,7 @@ def build_server(agent_of: AgentLookup) -> MCPServer:
         under your session's default task."""
 
         async def body(agent: AgentState, t: Task) -> CallToolResult:
-            task = await agent.start_task(task_id, priority=priority, checkpoint=checkpoint)
-            ex = task.execution
-            return _result({"status": "started", "task": ex.execution_id, "run": ex.run_id})
+            return _started(await agent.start_task(task_id, priority=priority, checkpoint=checkpoint))
 
         return await act(ctx, body)
 

@@ -12,12 +12,9 @@ import contextlib
 import json
 import os
 import re
-import signal
-import socket
-import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +24,9 @@ pytest.importorskip("mcp")
 
 import httpx2
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
+from waitgraph.dev.mcp_agents import http_server, http_session, stdio_session
+from waitgraph.dev.mcp_agents import server_env as mcp_env
 from waitgraph.mcp.server import TOOLS
 from waitgraph.proto.v1 import types_pb2
 from waitgraph.sdk import OperatorClient
@@ -52,21 +49,13 @@ def endpoints(cluster: GrpcCluster) -> str:
 
 
 def server_env(cluster: GrpcCluster, agent: str | None = None) -> dict[str, str]:
-    env = dict(os.environ, WAITGRAPH_ENDPOINTS=endpoints(cluster), WAITGRAPH_READER_TOKEN=TOKENS["ops"])
-    if agent is not None:
-        env.update(WAITGRAPH_AGENT=agent, WAITGRAPH_AGENT_TOKEN=TOKENS[agent])
-    return env
+    nodes = [n.grpc for n in cluster.nodes]
+    return mcp_env(nodes, agent, TOKENS[agent] if agent else None, WAITGRAPH_READER_TOKEN=TOKENS["ops"])
 
 
-@contextlib.asynccontextmanager
-async def stdio_agent(cluster: GrpcCluster, agent: str, *extra: str) -> AsyncIterator[ClientSession]:
+def stdio_agent(cluster: GrpcCluster, agent: str, *extra: str) -> AbstractAsyncContextManager[ClientSession]:
     """``waitgraph mcp`` as a subprocess acting as ``agent``, and an initialized ClientSession on it."""
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "waitgraph", "mcp", *extra], env=server_env(cluster, agent)
-    )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        yield session
+    return stdio_session(server_env(cluster, agent), *extra)
 
 
 async def call(session: ClientSession, tool: str, **args: Any) -> dict[str, Any]:
@@ -307,54 +296,12 @@ async def test_cancelling_a_blocked_call_leaves_no_open_wait(cluster: GrpcCluste
 # -- HTTP ----------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def http_server(cluster: GrpcCluster, *extra: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "waitgraph", "mcp", "--http", f"127.0.0.1:{port}", *extra],
-        env=server_env(cluster),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the HTTP server did not listen"
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp", proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-@contextlib.asynccontextmanager
-async def http_agent(url: str, agent: str, token: str | None = None) -> AsyncIterator[ClientSession]:
-    headers = {"Authorization": f"Bearer {token or TOKENS[agent]}", "X-Waitgraph-Agent": agent}
-    async with (
-        create_mcp_http_client(headers=headers) as http,
-        streamable_http_client(url, http_client=http) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
+def http_agent(url: str, agent: str) -> AbstractAsyncContextManager[ClientSession]:
+    return http_session(url, agent, TOKENS[agent])
 
 
 async def test_http_refuses_a_missing_or_wrong_token(cluster: GrpcCluster) -> None:
-    with http_server(cluster) as (url, _):
+    with http_server(server_env(cluster)) as (url, _):
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         async with httpx2.AsyncClient() as http:
             cases = {
@@ -386,9 +333,7 @@ async def test_http_refuses_a_missing_or_wrong_token(cluster: GrpcCluster) -> No
 async def test_stdio_with_another_agents_token_is_refused(cluster: GrpcCluster) -> None:
     """A stdio server told it is agent a but given b's token acts for nobody: a tool error."""
     env = server_env(cluster, "a") | {"WAITGRAPH_AGENT_TOKEN": TOKENS["b"]}
-    params = StdioServerParameters(command=sys.executable, args=["-m", "waitgraph", "mcp"], env=env)
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
+    async with stdio_session(env) as session:
         res = await session.call_tool("my_state", {})
         assert res.is_error and res.structured_content is not None
         assert res.structured_content["error"] in ("not_owner", "permission_denied", "wrong_agent"), res.content
@@ -399,7 +344,7 @@ async def test_a_killed_servers_session_expires_and_its_leases_go(cluster: GrpcC
     expiry is a rule the core does not have yet (statemachine/cancel.py on_session_expired
     records in-flight tool calls as UNKNOWN and releases nothing): until it does, this test
     checks the expiry and marks the release as an expected failure, naming the gap."""
-    with http_server(cluster, "--lease-ms", "2000") as (url, proc):
+    with http_server(server_env(cluster), "--lease-ms", "2000") as (url, proc):
         async with http_agent(url, "c") as c:
             assert (await call(c, "lease_acquire", target="resource:ki-env", ttl_s=3600))["status"] == "held"
             assert len(await holders_of(cluster, "resource:ki-env")) == 1
