@@ -184,9 +184,17 @@ async def test_round_trip_of_every_tool(cluster: GrpcCluster) -> None:
         assert (await c(b, "task_finish", outcome="completed"))["task"] == accepted["task"]
         assert (await delegated)["status"] == "completed"
 
+        # a human approver makes the approval external
+        await c(b, "approval_request", approval="approval:rt-deploy", approver="human:alice")
+        assert (await c(b, "who_holds", target="approval:rt-deploy"))["satisfier"] == "human:alice"
+
         assert (await c(a, "my_cycles"))["cycles"] == []
+        # b waits for a's execution to finish
+        assert (await c(b, "wait_start", target="exec:rt-a"))["status"] == "waiting"
         finished = await c(a, "task_finish", outcome="completed")
         assert finished == {"status": "completed", "task": "exec:rt-a", "released": []}
+        polled = await c(b, "wait_poll", target="exec:rt-a", block_s=10)
+        assert polled == {"status": "resolved", "target": "exec:rt-a", "reason": "target_waiter_finished"}
     assert used == set(TOOLS)
 
 
