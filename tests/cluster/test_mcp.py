@@ -191,6 +191,8 @@ async def test_round_trip_of_every_tool(cluster: GrpcCluster) -> None:
         assert (await c(a, "my_cycles"))["cycles"] == []
         # b waits for a's execution to finish
         assert (await c(b, "wait_start", target="exec:rt-a"))["status"] == "waiting"
+        around_b = json.loads((await b.read_resource("waitgraph://graph/b")).contents[0].text)  # type: ignore[union-attr]
+        assert {w["target"] for w in around_b["waits"]} == {"exec:rt-a"}
         finished = await c(a, "task_finish", outcome="completed")
         assert finished == {"status": "completed", "task": "exec:rt-a", "released": []}
         polled = await c(b, "wait_poll", target="exec:rt-a", block_s=10)
