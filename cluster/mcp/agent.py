@@ -82,6 +82,8 @@ class AgentState:
         self.reader = OperatorClient(endpoints, token=reader_token) if reader_token else None
         self.session: Session | None = None
         self.tasks: list[Task] = []
+        self.mcp_sessions: set[str] = set()
+        """HTTP: the MCP sessions (``mcp-session-id``) acting as this agent now."""
         self.in_flight = 0
         self.last_used_s = 0.0
         self.lock = asyncio.Lock()

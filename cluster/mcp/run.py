@@ -4,8 +4,9 @@ streamable HTTP (many agents: each request's bearer token).
 Over HTTP every request must carry ``Authorization: Bearer <agent token>`` and
 ``X-Waitgraph-Agent: <agent id>``; the first request of an agent joins its waitgraph session with
 that token, and a token the cluster refuses (unknown, expired, or bound to another agent) is
-answered 401/403 before any MCP message is read. An agent whose MCP client stopped calling for
-``idle_timeout_s`` (and has no call in flight) leaves its session.
+answered 401/403 before any MCP message is read. An agent leaves its waitgraph session when its
+client ends its last MCP session (``DELETE``), or once it has made no call for ``idle_timeout_s``
+and has none in flight (a client that vanished).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = ["AGENT_HEADER", "serve_http", "serve_stdio"]
 logger = logging.getLogger("waitgraph.mcp")
 
 AGENT_HEADER = "x-waitgraph-agent"
+SESSION_HEADER = "mcp-session-id"
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -100,6 +102,25 @@ class _Agents:
                     logger.info("agent %s idle for %.0f s: leaving its session", agent.agent_id, self.idle_timeout_s)
                     await agent.close()
 
+    def opened(self, agent: AgentState, mcp_session_id: str) -> None:
+        agent.mcp_sessions.add(mcp_session_id)
+
+    async def ended(self, token: str, agent_id: str, mcp_session_id: str) -> None:
+        """The client ended an MCP session (DELETE): when it was the agent's last one, leave the
+        agent's session as soon as its calls have unwound (the transport cancels them)."""
+        agent = self.by_key.get((token, agent_id))
+        if agent is None:
+            return
+        agent.mcp_sessions.discard(mcp_session_id)
+        for _ in range(100):
+            if agent.in_flight == 0:
+                break
+            await asyncio.sleep(0.1)
+        if not agent.mcp_sessions and agent.in_flight == 0 and self.by_key.get((token, agent_id)) is agent:
+            del self.by_key[(token, agent_id)]
+            logger.info("agent %s ended its last MCP session: leaving its waitgraph session", agent_id)
+            await agent.close()
+
     async def close(self) -> None:
         agents, self.by_key = list(self.by_key.values()), {}
         for agent in agents:
@@ -142,7 +163,7 @@ def _authenticating(app: ASGIApp, agents: _Agents) -> ASGIApp:
             )
             return
         try:
-            await agents.get(*creds)
+            agent = await agents.get(*creds)
         except Unauthenticated as exc:
             await _deny(send, 401, "unauthenticated", exc.message)
             return
@@ -152,7 +173,12 @@ def _authenticating(app: ASGIApp, agents: _Agents) -> ASGIApp:
         except RpcError as exc:
             await _deny(send, 503, exc.code or exc.status.name.lower(), exc.message)
             return
+        session_id = headers.get(SESSION_HEADER)
+        if session_id and scope.get("method") != "DELETE":
+            agents.opened(agent, session_id)
         await app(scope, receive, send)
+        if session_id and scope.get("method") == "DELETE":
+            await agents.ended(*creds, session_id)
 
     return wrapped
 

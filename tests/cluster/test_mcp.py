@@ -338,6 +338,25 @@ async def test_http_refuses_a_missing_or_wrong_token(cluster: GrpcCluster) -> No
             assert (await call(b, "my_state"))["agent"] == "b"
             assert "permission_denied" in (await b.read_resource("waitgraph://graph/a")).contents[0].text  # type: ignore[union-attr]
             await call(a, "lease_release", target="resource:ht-port")
+            assert (await call(b, "lease_acquire", target="resource:ht-left", ttl_s=3600))["status"] == "held"
+        # b's client ended its MCP session (DELETE): the server released b's lease and left its session
+
+        async def left() -> bool:
+            return await holders_of(cluster, "resource:ht-left") == []
+
+        await until(left, 10, "b's lease to be released when its client left")
+
+
+async def test_a_stdio_client_leaving_releases_its_leases(cluster: GrpcCluster) -> None:
+    async with stdio_agent(cluster, "c") as c:
+        assert (await call(c, "lease_acquire", target="resource:st-left", ttl_s=3600))["status"] == "held"
+        assert len(await holders_of(cluster, "resource:st-left")) == 1
+    # stdin closed: the server finished its tasks (releasing the lease) and left the session
+
+    async def left() -> bool:
+        return await holders_of(cluster, "resource:st-left") == []
+
+    await until(left, 10, "c's lease to be released when its client left")
 
 
 async def test_stdio_with_another_agents_token_is_refused(cluster: GrpcCluster) -> None:
