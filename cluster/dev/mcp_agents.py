@@ -5,9 +5,10 @@ Scenario 6 of ``scripts/demo``: two scripted MCP clients (no model), each its ow
 each talking to its own ``waitgraph mcp`` server over stdio.
 
 The holder leases ``resource:file-src-app.py`` and waits for ``artifact:branch-feature-x``; the
-re-planner, which will push that branch, asks for the file: that wait would close the cycle, so
-the server refuses it at once with the path. It re-plans (pushes the branch first), the holder's
-wait resolves and it lets the file go, and both finish. Nobody is rolled back.
+re-planner, which holds the branch's worktree and will push the branch, asks for the file: that
+wait would close the cycle, so the server refuses it at once with the path. It releases the
+worktree, re-plans (pushes the branch first), the holder's wait resolves and it lets the file go,
+and both finish. Nobody is rolled back.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from waitgraph.dev.localcluster import free_ports
 __all__ = ["BRANCH", "FILE", "holder", "http_server", "http_session", "replanner", "server_env", "stdio_session"]
 
 FILE, BRANCH = "resource:file-src-app.py", "artifact:branch-feature-x"
+WORKTREE = "resource:worktree-feature-x"
+"""What the re-planner holds while it works on the branch, and lets go when it re-plans."""
 
 
 class IO(Protocol):
@@ -150,6 +153,8 @@ async def replanner(io: IO) -> None:
     async with stdio_session(server_env(io.endpoints, "b", io.token)) as s:
         await _ok(s, "declare_will_produce", target=BRANCH)
         io.say(f"declare_will_produce {BRANCH}")
+        held = await _ok(s, "lease_acquire", target=WORKTREE, ttl_s=120)
+        io.say(f"lease_acquire {WORKTREE}: held, lease {held['lease']}")
         io.mark("declared")
         await io.go()
         error, refusal = await _call(s, "lease_acquire", target=FILE, wait_s=30)
@@ -157,8 +162,9 @@ async def replanner(io: IO) -> None:
             raise RuntimeError(f"expected a would_deadlock refusal, got {refusal}")
         io.say(f"lease_acquire {FILE}: refused at once, {refusal['error']}: {' -> '.join(refusal['path'])}")
         io.mark("refused")
+        await _ok(s, "lease_release", target=WORKTREE)
         await _ok(s, "produce", target=BRANCH)
-        io.say(f"re-planned: produce {BRANCH} first")
+        io.say(f"re-planned: released {WORKTREE}, pushed the branch (produce {BRANCH}) first")
         held = await _ok(s, "lease_acquire", target=FILE, wait_s=30)
         io.say(f"lease_acquire {FILE}: held, lease {held['lease']} (handed over: {held['handed_over']})")
         await _ok(s, "lease_release", target=FILE)
