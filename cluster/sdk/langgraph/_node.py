@@ -1,5 +1,6 @@
-"""LangGraph integration: a graph node that is a waitgraph execution, re-run by LangGraph's own
-retry when the cluster rolls it back (``pip install 'waitgraph[langgraph]'``)::
+"""One node by hand: a graph node that is one waitgraph execution, re-run by LangGraph's own retry
+when the cluster rolls it back. :func:`~waitgraph.sdk.langgraph.instrument` does this for every
+node of a compiled graph and every invocation; this is for a node wired by hand::
 
     from waitgraph.sdk.langgraph import deadlock_retry, execution_node
 
@@ -35,8 +36,8 @@ from typing import Any, Generic, TypeVar
 
 from langgraph.types import RetryPolicy
 
-from .errors import CancellationRequested, DeadlockVictim, WaitgraphClientError
-from .session import Execution, Session
+from waitgraph.sdk.errors import CancellationRequested, DeadlockVictim, WaitgraphClientError
+from waitgraph.sdk.session import Execution, Session
 
 __all__ = ["ExecutionNode", "deadlock_retry", "execution_node"]
 
