@@ -284,6 +284,28 @@ _BY_CODE: dict[str, type[RpcError]] = {
 }
 """Refinements by the stable waitgraph code (checked first)."""
 
+_HINTS: dict[str, str] = {
+    "run_exists": (
+        "a run has one root execution: give this one the run's root as parent "
+        "(`s.execution(id, parent=root_ex)`), or start a new run under a new run_id (docs/sdk.md, Ids and runs)"
+    ),
+    "execution_exists": (
+        "execution ids are never reused: derive a new one per invocation, e.g. f'exec:{name}-{thread_id}-{turn}', "
+        "or let waitgraph.sdk.langgraph.instrument derive them (docs/sdk.md, Ids and runs)"
+    ),
+    "target_exists": "it exists already: use it as it is (`session.ensure_target` answers False instead of raising)",
+    "wrong_run": "a child is created in its parent's run: pass the parent Execution (`parent=ex`), not a run_id",
+    "no_run": "a run exists once its root execution is created: `s.execution(id, run_id=...)` creates both",
+    "no_execution": "create it first (`s.execution(...)`, or a delegation); an id names one execution, on one cluster",
+    "retired": (
+        "settled ids are remembered for a retention and not reused meanwhile: start the new work under a new id"
+    ),
+    "unresolvable_id": "ids are typed: exec:, artifact:, approval:, resource:, pool:, reservation: followed by a name",
+    "bad_name": "a name is letters, digits and . _ - / @ +, at most 128 characters, starting with a letter or digit",
+}
+"""What to do about an id or run rejection, added to its message by the SDK (the core's code and
+fields are unchanged)."""
+
 _BY_STATUS: dict[grpc.StatusCode, type[RpcError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,
@@ -377,10 +399,12 @@ def _error(
         except Exception:  # a garbled trailer must not hide the error itself
             outcome = None
     cls = _BY_CODE.get(code) or _BY_STATUS.get(status, Internal)
+    hint = _HINTS.get(code)
+    message = details.strip() or "no details"
     leader = trailers.get(LEADER_KEY)
     leader_id = trailers.get(LEADER_ID_KEY)
     return cls(
-        details.strip() or "no details",
+        f"{message}; {hint}" if hint else message,
         status=status,
         code=code,
         outcome=outcome,
