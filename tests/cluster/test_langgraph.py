@@ -20,16 +20,18 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
 
-from waitgraph import CancellationRequested, Client, DeadlockVictim, OperatorClient
+from waitgraph import AlreadyExists, CancellationRequested, Client, DeadlockVictim, OperatorClient
 from waitgraph.dev.localcluster import LocalCluster
 from waitgraph.proto.v1 import types_pb2
-from waitgraph.sdk.langgraph import PARENT, current_execution, instrument
+from waitgraph.sdk.langgraph import PARENT, WaitgraphToolMiddleware, current_execution, instrument, side_effect
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -176,3 +178,265 @@ async def test_a_node_that_raises_leaves_no_running_execution(lc: LocalCluster) 
         assert all(e.status == types_pb2.EXEC_STATUS_FAILED for e in found.values()), found
         graph_now = await ops.graph(run_id=run_id, fresh=True)
         assert not list(graph_now.waits)
+
+
+async def test_id_errors_say_what_to_do(lc: LocalCluster) -> None:
+    """The issue's first two attempts: two roots in one run, and an id used twice."""
+    t = tag()
+    async with agent(lc, "a") as client, client.session("a") as s:
+        async with s.execution(f"exec:first-{t}", run_id=f"run-my-{t}"):
+            with pytest.raises(AlreadyExists) as two_roots:
+                await s.execution(f"exec:second-{t}", run_id=f"run-my-{t}").enter()
+        assert two_roots.value.code == "run_exists" and "parent=root_ex" in str(two_roots.value)
+        with pytest.raises(AlreadyExists) as reused:
+            await s.execution(f"exec:first-{t}", run_id=f"run-again-{t}").enter()
+        assert reused.value.code == "execution_exists" and "never reused" in str(reused.value)
+
+
+# -- delegation ----------------------------------------------------------------------------------------
+
+
+class Fan(TypedDict, total=False):
+    log: Annotated[list[str], operator.add]
+    item: str
+
+
+async def test_subgraph_and_send_delegations_show_in_the_graph_and_cancel_stops_them(lc: LocalCluster) -> None:
+    t = tag()
+
+    async def work(state: Fan) -> dict[str, Any]:
+        async with current_execution().waiting_for(f"artifact:input-{t}-{state['item']}") as w:
+            await w.resolved()
+        return {"log": [state["item"]]}
+
+    async def inner(state: Fan) -> dict[str, Any]:
+        async with current_execution().waiting_for(f"artifact:sub-{t}") as w:
+            await w.resolved()
+        return {"log": ["inner"]}
+
+    sub = StateGraph(Fan)
+    sub.add_node("inner", inner)
+    sub.add_edge(START, "inner")
+    builder = StateGraph(Fan)
+    builder.add_node("work", work)
+    builder.add_node("delegate", sub.compile())  # a subgraph as a node: instrumented with the graph
+    builder.add_conditional_edges(START, lambda s: [Send("work", {"item": i}) for i in ("x", "y")], ["work"])
+    builder.add_edge(START, "delegate")
+    async with agent(lc, "a") as client, client.session("a") as s, admin(lc) as ops:
+        graph = instrument(builder.compile(), s, name=f"fan-{t}")
+        run = asyncio.create_task(graph.ainvoke({"log": []}))
+
+        async def all_blocked() -> dict[str, Any] | None:
+            runs = [r.run_id for r in (await ops.graph(fresh=True)).runs if r.run_id.startswith(f"run-fan-{t}")]
+            if not runs:
+                return None
+            view = graph_json(lc, runs[0])
+            # root -> its 3 tasks, delegate -> the subgraph's root -> its task, and the 3 leaves' own waits
+            return view if len(view["waits"]) == 8 else None
+
+        view = await until("the fan-out and the subgraph to block", all_blocked)
+        run_id = view["runs"][0]["run_id"]
+        root = f"exec:{run_id.removeprefix('run-')}"
+        parent = {e["execution_id"]: e.get("parent_id") for e in view["executions"]}
+        waits = {(w["waiter_id"], w["target_id"]) for w in view["waits"]}
+        works = sorted(e for e in parent if "-work-" in e)
+        (delegate,) = [e for e in parent if parent[e] == root and e.startswith(f"{root}-delegate-")]
+        (sub_root,) = [e for e in parent if parent[e] == delegate]
+        (leaf,) = [e for e in parent if parent[e] == sub_root]
+        assert len(works) == 2 and all(parent[w] == root for w in works)  # Send: children of the run's root
+        assert {(root, w) for w in works} | {(root, delegate), (delegate, sub_root), (sub_root, leaf)} <= waits
+        assert (leaf, f"artifact:sub-{t}") in waits
+
+        out = wg(lc, "cancel", run_id, "--reason", "the user gave up")
+        assert out.returncode == 0, out.stderr
+        with pytest.raises(CancellationRequested):
+            await asyncio.wait_for(run, 30)
+
+        async def stable() -> bool:
+            c = await ops.convergence(run_id, fresh=True)
+            return bool(c.converged)
+
+        await until("the cancellation to converge", stable)
+        found = await executions(ops, run_id)
+        assert set(found) == {root, delegate, sub_root, leaf, *works}
+        assert not [e for e in found.values() if e.status in UNSETTLED], found
+
+
+# -- approvals -----------------------------------------------------------------------------------------
+
+
+async def decision_for(ops: OperatorClient, execution_id: str) -> Any:
+    cycles = await ops.cycles(include_closed=True, fresh=True)
+    for p in cycles.proposals:
+        if p.decision_id and any(m.execution_id == execution_id for m in p.members):
+            return await ops.decision(p.decision_id)
+    return None
+
+
+async def test_an_interrupt_approval_cycle_is_reassigned_or_broken_by_a_victim(lc: LocalCluster) -> None:
+    """The first seed's supervisor/subtask cycle in LangGraph: the supervisor's node runs the subtask
+    graph and provides its approval (approver=PARENT); the subtask's ``interrupt()`` waits for it."""
+    t = tag()
+
+    async def review(state: Log) -> dict[str, Any]:
+        answer = interrupt("approve the plan?")
+        return {"log": [f"review: {answer} (g{current_execution().generation})"]}
+
+    sub = StateGraph(Log)
+    sub.add_node("review", review)
+    sub.add_edge(START, "review")
+    async with agent(lc, "a") as client, client.session("a") as s, admin(lc) as ops:
+        subtask = instrument(sub.compile(), s, name=f"subtask-{t}", approver=PARENT)
+        builder = StateGraph(Log)
+        builder.add_node("supervise", subtask)
+        builder.add_edge(START, "supervise")
+        supervisor = instrument(builder.compile(checkpointer=InMemorySaver()), s, name=f"sup-{t}", priority=5)
+
+        async def paused_then_resumed(thread_id: str, kind: str) -> tuple[Any, dict[str, Any]]:
+            paused = await supervisor.ainvoke({"log": []}, thread(thread_id))
+            assert "__interrupt__" in paused
+            run_id = f"run-sup-{t}-{thread_id}-0"
+            found = await executions(ops, run_id)
+            (reviewer,) = [e for e in found if "-review-" in e]
+            decision = await until(f"a {kind} decision", lambda: decision_for(ops, reviewer))
+            resumed = await supervisor.ainvoke(Command(resume="approved"), thread(thread_id))
+            found = await executions(ops, run_id)
+            assert all(e.status == types_pb2.EXEC_STATUS_COMPLETED for e in found.values()), found
+            return decision, {"log": resumed["log"], "reviewer": found[reviewer]}
+
+        await ops.set_approver("human:alice")  # an independent approver: REASSIGN, nobody cancelled
+        try:
+            decision, seen = await paused_then_resumed(f"r{t}", "REASSIGN")
+        finally:
+            await ops.set_approver(None)
+        assert decision.kind == "REASSIGN" and decision.reassigned[0][3] == "human:alice"
+        assert seen["log"] == ["review: approved (g1)"] and seen["reviewer"].generation == 1
+
+        decision, seen = await paused_then_resumed(f"v{t}", "VICTIM")  # none: the victim policy
+        assert decision.kind == "VICTIM" and "-review-" in decision.winner_id
+        assert seen["log"] == ["review: approved (g2)"] and seen["reviewer"].generation == 2
+
+
+# -- tools, two processes ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["prevent", "victim"])
+async def test_two_graphs_in_two_processes_contend_through_the_tool_middleware(lc: LocalCluster, how: str) -> None:
+    t = f"{how[0]}{tag()}"
+    gpu, dataset = f"resource:gpu-{t}", f"artifact:dataset-{t}"
+
+    @tool
+    @side_effect("gpu-booked")
+    async def train() -> str:
+        """Train on the GPU once the dataset is there."""
+        async with current_execution().waiting_for(dataset) as w:
+            return f"trained after {await w.resolved()}"
+
+    model = ToolCallingFake(messages=iter([call("train", 1), AIMessage("trained")]))
+    planner = create_agent(model, tools=[train], middleware=[WaitgraphToolMiddleware({"train": [gpu]})])
+    assert lc.credentials is not None
+    async with agent(lc, "a") as client, client.session("a") as s, admin(lc) as ops:
+        graph = instrument(planner, s, name=f"planner-{t}", priority=5)
+        first = asyncio.create_task(graph.ainvoke({"messages": [("user", "train")]}))
+
+        async def holding_and_waiting() -> bool:
+            g = await ops.graph(fresh=True)
+            return any(w.target_id == dataset for w in g.waits) and any(
+                tg.target_id == gpu and tg.holders for tg in g.targets
+            )
+
+        await until("the planner to hold the GPU and wait for the dataset", holding_and_waiting)
+        builder = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(REPO / "tests" / "cluster" / "lg_builder.py"),
+            ",".join(lc.endpoints),
+            lc.credentials.agents["b"],
+            t,
+            how,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        stdout, stderr = await asyncio.wait_for(builder.communicate(), 60)
+        assert builder.returncode == 0, stderr.decode()[-3000:]
+        seen = json.loads(stdout)
+        final = await asyncio.wait_for(first, 30)
+    assert final["messages"][-1].content == "trained"
+    (trained,) = [m for m in final["messages"] if isinstance(m, ToolMessage)]
+    assert trained.content == "trained after target_produced"
+    refused, published, built = seen["tools"]
+    assert refused["name"] == "build" and refused["status"] == "error"
+    assert published["content"] == "published" and built["content"] == "built" and seen["last"] == "done"
+    if how == "prevent":
+        assert "would deadlock" in refused["content"]
+        assert f"resource:gpu-{t} -> exec:planner-{t}" in refused["content"] and dataset in refused["content"]
+    else:
+        assert "rolled back by waitgraph" in refused["content"]
+
+
+class ToolCallingFake(GenericFakeChatModel):
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+def call(name: str, n: int) -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": name, "args": {}, "id": f"call-{name}-{n}"}])
+
+
+# -- resumed from the checkpointer ---------------------------------------------------------------------
+
+
+async def test_a_run_resumed_from_its_checkpointer_after_a_victims_rollback(lc: LocalCluster) -> None:
+    t = tag()
+    tool_id, review_id = f"resource:tool-{t}", f"artifact:review-{t}"
+    tool_taken = asyncio.Event()
+
+    async def write(state: Log) -> dict[str, Any]:
+        ex = current_execution()
+        await ex.record_side_effect("draft-mailed")  # committed: the policy spares the writer
+        async with ex.holding(tool_id):
+            tool_taken.set()
+            async with ex.waiting_for(review_id) as w:
+                return {"log": [f"writer: {await w.resolved()}"]}
+
+    async def review(state: Log) -> dict[str, Any]:
+        ex = current_execution()
+        await ex.produces(review_id)
+        if ex.generation == 1:  # first the tool, which the writer holds while it waits for us
+            await tool_taken.wait()
+            async with ex.holding(tool_id):
+                raise AssertionError("the writer holds the tool")
+        await ex.session.produce(review_id)  # re-run from the checkpoint: publish first
+        async with ex.holding(tool_id):
+            return {"log": [f"reviewer: g{ex.generation}"]}
+
+    def one(name: str, fn: Any, saver: Any = None) -> Any:
+        b = StateGraph(Log)
+        b.add_node(name, fn)
+        b.add_edge(START, name)
+        return b.compile(checkpointer=saver)
+
+    async with (
+        agent(lc, "a") as ca,
+        ca.session("a") as sa,
+        agent(lc, "b") as cb,
+        cb.session("b") as sb,
+        admin(lc) as ops,
+    ):
+        writer = instrument(one("write", write), sa, name=f"writer-{t}")
+        reviewer = instrument(one("review", review, InMemorySaver()), sb, name=f"reviewer-{t}")
+        writing = asyncio.create_task(writer.ainvoke({"log": []}))
+        with pytest.raises(DeadlockVictim) as victim:
+            await reviewer.ainvoke({"log": []}, thread(t))
+        run_id = f"run-reviewer-{t}-{t}-0"
+        before = await executions(ops, run_id)
+        assert not [e for e in before.values() if e.status in UNSETTLED], before
+        assert victim.value.execution_id in before
+        assert before[victim.value.execution_id].status == types_pb2.EXEC_STATUS_CANCELLED
+
+        resumed = await reviewer.ainvoke(None, thread(t))  # from the checkpointer: the same run, found again
+        assert resumed["log"] == ["reviewer: g2"]
+        after = await executions(ops, run_id)
+        assert set(after) == set(before)
+        assert after[victim.value.execution_id].generation == 2
+        assert all(e.status == types_pb2.EXEC_STATUS_COMPLETED for e in after.values()), after
+        assert (await asyncio.wait_for(writing, 20))["log"] == ["writer: target_produced"]

@@ -472,7 +472,8 @@ def instrument(
     priority (higher is spared first). ``produces``: artifacts each invocation's root declares it
     produces (a node or tool produces them with ``current_execution().session.produce``).
     ``checkpoint`` overrides what the checkpointer says. A subgraph added as a node is
-    instrumented the same way (its own name, the same session).
+    instrumented the same way (named after the node, the same session and settings), unless it
+    was instrumented already.
     """
     inst = Instrumentation(
         session,
@@ -486,7 +487,7 @@ def instrument(
     for node_name, node in graph.nodes.items():
         bound = node.bound
         if isinstance(bound, Pregel) and not isinstance(bound, _Instrumented):
-            bound = instrument(bound, session, name=f"{inst.name}-{node_name}", approver=approver, priority=priority)
+            bound = instrument(bound, session, name=node_name, approver=approver, priority=priority)
         nodes[node_name] = node.copy({"bound": _wrap(inst, bound)}) if node_name != "__start__" else node
     cls = _CLASSES.get(type(graph))
     if cls is None:
