@@ -1,4 +1,5 @@
-"""Every ```python block of README.md, docs/sdk.md and docs/mcp.md runs as written against a local cluster.
+"""Every ```python block of README.md, docs/sdk.md, docs/mcp.md and docs/langgraph.md runs as
+written against a local cluster.
 
 The blocks are whole programs. Each runs in its own process, in document order (README first), on
 one ``LocalCluster`` (three real ``waitgraph serve`` processes on loopback, auto mode, agents a, b
@@ -24,7 +25,7 @@ import pytest
 from waitgraph.dev.localcluster import LocalCluster
 
 REPO = Path(__file__).resolve().parent.parent
-DOCS = ("README.md", "docs/sdk.md", "docs/mcp.md")
+DOCS = ("README.md", "docs/sdk.md", "docs/mcp.md", "docs/langgraph.md")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
 
 pytestmark = pytest.mark.timeout(600)
@@ -67,6 +68,9 @@ def matches(expected: str, output: str) -> bool:
 def test_the_documents_have_examples_with_output() -> None:
     readme, sdk = examples("README.md"), examples("docs/sdk.md")
     assert readme and len(sdk) >= 4, (readme, sdk)
+    # issue 40: the approval cycle, the lease/artifact cycle and the tool middleware, each checked
+    langgraph = examples("docs/langgraph.md")
+    assert len(langgraph) == 3 and all(e.expected is not None for e in langgraph), langgraph
     assert sum(e.expected is not None for e in sdk) >= 4
     assert matches("epoch ...: 0 open", "epoch 3: 0 open") and not matches("lease 1", "lease 2")
 
