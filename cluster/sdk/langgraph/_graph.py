@@ -95,6 +95,17 @@ class NodeScope:
 _NODE: ContextVar[NodeScope | None] = ContextVar("waitgraph_langgraph_node", default=None)
 
 
+async def retry_current() -> int:
+    """Start the next attempt of the running node task (after the cluster rolled it back) and
+    have its invocation's root wait for it again; returns the new generation."""
+    scope = _NODE.get()
+    if scope is None:
+        return await current_execution().retry()
+    generation = await scope.execution.retry()
+    await scope.invocation.watch(scope.execution)
+    return generation
+
+
 def current_execution() -> Execution:
     """The execution of the instrumented node task running in this task (tools and code called
     from a node use it to hold, wait, produce and record side effects)."""
@@ -132,6 +143,21 @@ class Invocation:
     @property
     def top(self) -> Invocation:
         return self.parent.invocation.top if self.parent is not None else self
+
+    async def watch(self, ex: Execution) -> None:
+        """The root waits for this attempt of a node task ("parent waits for child")."""
+        old = self.root_waits.pop(ex.execution_id, None)
+        if old is not None:
+            await _quietly(old.exit(None))
+        w = Wait(
+            self.root,
+            ex.execution_id,
+            target_generation=ex.generation,
+            reason=f"runs node task {ex.execution_id}",
+            immediate=True,
+        )
+        await w.enter(interrupt_task=False)
+        self.root_waits[ex.execution_id] = w
 
 
 class Instrumentation:
@@ -185,9 +211,11 @@ class Instrumentation:
         inv = self.invocations.get(key)
         if inv is None:
             inv = await self._start(graph, key, parent)
-        elif inv.failed:  # resumed after it raised: the root's next attempt
+        elif inv.failed:  # resumed after it raised: the root's next attempt, producing again
             await inv.root.retry()
             inv.failed = False
+            for artifact in self.produces:
+                await inv.root.produces(artifact)
         if parent is not None and inv.delegation is None:
             inv.delegation = Wait(
                 parent.execution,
@@ -223,6 +251,8 @@ class Instrumentation:
             )
             root = self.session.handle(root_id, run_id=run_id)
             checkpoint = graph.checkpointer is not False and parent.invocation.checkpoint
+        # One write after the other, never gathered: issued together, a node's create, start and
+        # the root's wait on it were seen applied out of order (the wait refused, no_execution).
         await root.start()
         inv = Invocation(
             key,
@@ -294,6 +324,9 @@ class Instrumentation:
             await ex.create(parent_id=inv.root.execution_id, priority=self.priority, checkpoint=inv.checkpoint)
             await ex.start()
             inv.nodes[execution_id] = ex
+            inv.settled.pop(execution_id, None)
+            await inv.watch(ex)
+            return ex
         elif execution_id in inv.paused_nodes and ex.interrupt is None:
             inv.paused_nodes.discard(execution_id)  # resumed: its approvals were decided
             for w in inv.approval_waits.pop(execution_id, []):
@@ -304,18 +337,7 @@ class Instrumentation:
                 await _quietly(w.exit(None))
             await ex.retry()
         inv.settled.pop(execution_id, None)
-        old = inv.root_waits.pop(execution_id, None)
-        if old is not None:
-            await _quietly(old.exit(None))
-        w = Wait(
-            inv.root,
-            execution_id,
-            target_generation=ex.generation,
-            reason=f"runs node task {execution_id}",
-            immediate=True,
-        )
-        await w.enter(interrupt_task=False)
-        inv.root_waits[execution_id] = w
+        await inv.watch(ex)
         return ex
 
     async def end_node(self, inv: Invocation, ex: Execution, exc: BaseException | None) -> None:

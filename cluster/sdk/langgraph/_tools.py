@@ -34,7 +34,7 @@ from langgraph.types import Command
 
 from waitgraph.sdk.errors import DeadlockVictim, WouldDeadlock
 
-from ._graph import current_execution
+from ._graph import current_execution, retry_current
 
 __all__ = ["WaitgraphToolMiddleware", "needs", "side_effect"]
 
@@ -146,7 +146,7 @@ class WaitgraphToolMiddleware(AgentMiddleware):
         except DeadlockVictim as victim:
             if self.on_conflict == "raise":
                 raise
-            await ex.retry()  # the next attempt, under the decision's epoch; the cluster released ours
+            await retry_current()  # the next attempt, under the decision's epoch; the cluster released ours
             return self._message(
                 request,
                 f"rolled back by waitgraph to break a deadlock (decision {victim.decision_id}): the tool did not "
