@@ -251,8 +251,8 @@ class Instrumentation:
             )
             root = self.session.handle(root_id, run_id=run_id)
             checkpoint = graph.checkpointer is not False and parent.invocation.checkpoint
-        # One write after the other, never gathered: issued together, a node's create, start and
-        # the root's wait on it were seen applied out of order (the wait refused, no_execution).
+        # One write after the other: a try at issuing a node's create, start and the root's wait
+        # together (one batch) had one refused no_execution, not yet explained (BENCHMARKS.md).
         await root.start()
         inv = Invocation(
             key,
