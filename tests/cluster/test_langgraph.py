@@ -180,6 +180,31 @@ async def test_a_node_that_raises_leaves_no_running_execution(lc: LocalCluster) 
         assert not list(graph_now.waits)
 
 
+async def test_an_abandoned_invocation_leaves_no_running_execution(lc: LocalCluster) -> None:
+    t = tag()
+    blocked = asyncio.Event()
+
+    async def waits(state: Log) -> dict[str, Any]:
+        async with current_execution().waiting_for(f"artifact:never-{t}") as w:
+            blocked.set()
+            await w.resolved()
+        return {"log": ["unreachable"]}
+
+    builder = StateGraph(Log)
+    builder.add_node("waits", waits)
+    builder.add_edge(START, "waits")
+    async with agent(lc, "a") as client, client.session("a") as s, admin(lc) as ops:
+        graph = instrument(builder.compile(), s, name=f"gone-{t}")
+        run = asyncio.create_task(graph.ainvoke({"log": []}))
+        await asyncio.wait_for(blocked.wait(), 20)
+        run.cancel()  # the caller gave up on it
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        (run_id,) = [r.run_id for r in (await ops.graph(fresh=True)).runs if r.run_id.startswith(f"run-gone-{t}")]
+        found = await executions(ops, run_id)
+        assert len(found) == 2 and all(e.status == types_pb2.EXEC_STATUS_FAILED for e in found.values()), found
+
+
 async def test_id_errors_say_what_to_do(lc: LocalCluster) -> None:
     """The issue's first two attempts: two roots in one run, and an id used twice."""
     t = tag()
@@ -360,7 +385,14 @@ async def test_two_graphs_in_two_processes_contend_through_the_tool_middleware(l
         assert builder.returncode == 0, stderr.decode()[-3000:]
         seen = json.loads(stdout)
         final = await asyncio.wait_for(first, 30)
+        view = await ops.graph(fresh=True)
     assert final["messages"][-1].content == "trained"
+    (tools_exec,) = [
+        e for e in view.executions if e.execution_id.startswith(f"exec:planner-{t}-") and "-tools-" in e.execution_id
+    ]
+    assert [(fx.effect_id, fx.outcome) for fx in tools_exec.side_effects] == [
+        ("gpu-booked", types_pb2.EFFECT_OUTCOME_COMMITTED)  # @side_effect, into the ledger
+    ]
     (trained,) = [m for m in final["messages"] if isinstance(m, ToolMessage)]
     assert trained.content == "trained after target_produced"
     refused, published, built = seen["tools"]
@@ -380,6 +412,32 @@ class ToolCallingFake(GenericFakeChatModel):
 
 def call(name: str, n: int) -> AIMessage:
     return AIMessage(content="", tool_calls=[{"name": name, "args": {}, "id": f"call-{name}-{n}"}])
+
+
+async def test_the_tool_middleware_releases_what_it_held_when_the_tool_raises(lc: LocalCluster) -> None:
+    t = tag()
+    lease = f"resource:browser-{t}"
+
+    @tool
+    async def browse() -> str:
+        """Open the page."""
+        holders = [
+            h.execution_id for tg in (await ops.graph(fresh=True)).targets if tg.target_id == lease for h in tg.holders
+        ]
+        assert holders == [current_execution().execution_id]  # held while the tool runs
+        raise ValueError("the page did not load")
+
+    model = ToolCallingFake(messages=iter([call("browse", 1), AIMessage("gave up")]))
+    middleware = WaitgraphToolMiddleware({"browse": [lease]})
+    async with agent(lc, "a") as client, client.session("a") as s, admin(lc) as ops:
+        graph = instrument(create_agent(model, tools=[browse], middleware=[middleware]), s, name=f"browse-{t}")
+        with pytest.raises(ValueError, match="did not load"):
+            await graph.ainvoke({"messages": [("user", "browse")]})
+        view = await ops.graph(fresh=True)
+        assert [tg.holders for tg in view.targets if tg.target_id == lease] == [[]]
+        (run_id,) = [r.run_id for r in view.runs if r.run_id.startswith(f"run-browse-{t}")]
+        found = await executions(ops, run_id)
+        assert not [e for e in found.values() if e.status in UNSETTLED], found
 
 
 # -- resumed from the checkpointer ---------------------------------------------------------------------

@@ -299,7 +299,7 @@ class Instrumentation:
             return
         for execution_id, ex in inv.nodes.items():
             if execution_id in inv.paused_nodes or execution_id not in inv.settled:
-                await _settle(ex, exc)
+                await settle(ex, exc)
                 inv.settled[execution_id] = "failed"
         inv.paused_nodes.clear()
         for waits in inv.approval_waits.values():
@@ -309,7 +309,7 @@ class Instrumentation:
         for w in inv.root_waits.values():
             await _quietly(w.exit(exc))
         inv.root_waits.clear()
-        await _settle(inv.root, exc)
+        await settle(inv.root, exc)
         inv.failed = True
         if inv.delegation is not None:
             await _quietly(inv.delegation.exit(exc))
@@ -346,14 +346,14 @@ class Instrumentation:
             try:
                 await ex.complete()
             except (DeadlockVictim, CancellationRequested) as late:
-                await _settle(ex, late)
+                await settle(ex, late)
                 inv.settled[execution_id] = "interrupted"
                 raise
             inv.settled[execution_id] = "completed"
         elif isinstance(exc, GraphInterrupt):
             await self._pause(inv, ex, exc)
         else:
-            await _settle(ex, exc)
+            await settle(ex, exc)
             inv.settled[execution_id] = "interrupted" if ex.interrupt is not None else "failed"
         if execution_id in inv.settled:
             w = inv.root_waits.pop(execution_id, None)
@@ -373,7 +373,7 @@ class Instrumentation:
                 continue  # raised in a subgraph this node called: registered there
             approval_id = f"approval:{inv.key}-{_safe(interrupt_id, 12)}"
             decider = await self._declare_approver(inv, approval_id)
-            w = Wait(ex, approval_id, reason=_short(f"interrupt: {getattr(interrupt, 'value', '')}"), immediate=True)
+            w = Wait(ex, approval_id, reason=f"interrupt: {getattr(interrupt, 'value', '')}", immediate=True)
             await w.enter(interrupt_task=False)
             inv.approval_waits.setdefault(ex.execution_id, []).append(w)
             top.approvals[interrupt_id] = (approval_id, decider)
@@ -395,10 +395,6 @@ class Instrumentation:
         return self.session
 
 
-def _short(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 async def _quietly(aw: Any) -> None:
     """Leaving a wait after the fact: a close the cluster did already, or an interruption the
     invocation reports by itself, must not hide the invocation's own outcome."""
@@ -406,7 +402,7 @@ async def _quietly(aw: Any) -> None:
         await aw
 
 
-async def _settle(ex: Execution, exc: BaseException) -> None:
+async def settle(ex: Execution, exc: BaseException) -> None:
     """An attempt that ended with ``exc``: acknowledge the cluster's interruption (a yielder was not
     cancelled), or fail it."""
     interrupt = ex.interrupt

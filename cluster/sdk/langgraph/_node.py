@@ -30,14 +30,15 @@ Rules kept here:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 from langgraph.types import RetryPolicy
 
-from waitgraph.sdk.errors import CancellationRequested, DeadlockVictim, WaitgraphClientError
+from waitgraph.sdk.errors import CancellationRequested, DeadlockVictim
 from waitgraph.sdk.session import Execution, Session
+
+from ._graph import settle
 
 __all__ = ["ExecutionNode", "deadlock_retry", "execution_node"]
 
@@ -78,17 +79,12 @@ class ExecutionNode(Generic[S]):
         self.attempts += 1
         try:
             update = await self.fn(state, ex)
-        except (DeadlockVictim, CancellationRequested) as interrupted:
-            self.interruptions.append(interrupted)
-            if not (isinstance(interrupted, DeadlockVictim) and interrupted.decision.role == "yielded"):
-                # Acknowledged now, so the cluster's cancellation converges even if LangGraph gives
-                # up on the node; a yielder was not cancelled (its re-run only moves on).
-                with contextlib.suppress(WaitgraphClientError):
-                    await ex.ack_cancel()
-            raise
         except BaseException as exc:
-            with contextlib.suppress(WaitgraphClientError):
-                await ex.fail(f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, DeadlockVictim | CancellationRequested):
+                self.interruptions.append(exc)
+            # An interruption is acknowledged now, so the cluster's cancellation converges even if
+            # LangGraph gives up on the node; anything else fails the attempt.
+            await settle(ex, exc)
             raise
         await ex.complete()
         return update
