@@ -28,7 +28,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
 
-from waitgraph import AlreadyExists, CancellationRequested, Client, DeadlockVictim, OperatorClient
+from waitgraph import AlreadyExists, CancellationRequested, Client, DeadlockVictim, OperatorClient, WouldDeadlock
 from waitgraph.dev.localcluster import LocalCluster
 from waitgraph.proto.v1 import types_pb2
 from waitgraph.sdk.langgraph import PARENT, WaitgraphToolMiddleware, current_execution, instrument, side_effect
@@ -144,8 +144,13 @@ async def test_one_compiled_graph_invoked_three_times_two_concurrently(lc: Local
         # The same thread again is a new turn: a new run, named after the checkpoint it starts from.
         again = await graph.ainvoke({"log": []}, thread(f"t1-{t}"))
         assert len(again["log"]) == 4  # the thread's state goes on
-        turns = [k for k in graph._waitgraph.invocations] + [runs[0]]
-        assert len(set(turns)) == len(turns)
+        turns = [r.run_id for r in (await ops.graph(fresh=True)).runs if r.run_id.startswith(f"run-one-{t}-t1-")]
+        assert len(turns) == 2 and runs[0] in turns
+        (second_turn,) = set(turns) - {runs[0]}
+        found = await executions(ops, second_turn)
+        assert len(found) == 3 and all(e.status == types_pb2.EXEC_STATUS_COMPLETED for e in found.values())
+        with pytest.raises(TypeError, match="ainvoke/astream"):  # the session is asynchronous
+            await asyncio.to_thread(graph.invoke, {"log": []}, thread(f"sync-{t}"))
 
 
 async def test_a_node_that_raises_leaves_no_running_execution(lc: LocalCluster) -> None:
@@ -310,8 +315,15 @@ async def test_an_interrupt_approval_cycle_is_reassigned_or_broken_by_a_victim(l
     sub = StateGraph(Log)
     sub.add_node("review", review)
     sub.add_edge(START, "review")
-    async with agent(lc, "a") as client, client.session("a") as s, admin(lc) as ops:
-        subtask = instrument(sub.compile(), s, name=f"subtask-{t}", approver=PARENT)
+    async with (
+        agent(lc, "a") as client,
+        client.session("a") as s,
+        agent(lc, "b") as client_b,
+        client_b.session("b") as sb,
+        admin(lc) as ops,
+    ):
+        # The subtask graph runs as agent b: its root is delegated to b by the supervisor's node.
+        subtask = instrument(sub.compile(), sb, name=f"subtask-{t}", approver=PARENT)
         builder = StateGraph(Log)
         builder.add_node("supervise", subtask)
         builder.add_edge(START, "supervise")
@@ -323,6 +335,7 @@ async def test_an_interrupt_approval_cycle_is_reassigned_or_broken_by_a_victim(l
             run_id = f"run-sup-{t}-{thread_id}-0"
             found = await executions(ops, run_id)
             (reviewer,) = [e for e in found if "-review-" in e]
+            assert found[reviewer].agent_id == "b" and found[found[reviewer].parent_id].agent_id == "b"
             decision = await until(f"a {kind} decision", lambda: decision_for(ops, reviewer))
             resumed = await supervisor.ainvoke(Command(resume="approved"), thread(thread_id))
             found = await executions(ops, run_id)
@@ -403,6 +416,58 @@ async def test_two_graphs_in_two_processes_contend_through_the_tool_middleware(l
         assert f"resource:gpu-{t} -> exec:planner-{t}" in refused["content"] and dataset in refused["content"]
     else:
         assert "rolled back by waitgraph" in refused["content"]
+
+
+async def test_the_tool_middleware_can_raise_the_refusal_for_the_graphs_retry_policy(lc: LocalCluster) -> None:
+    t = tag()
+    gpu, dataset = f"resource:gpu-{t}", f"artifact:dataset-{t}"
+    waiting = asyncio.Event()
+
+    @tool
+    async def train() -> str:
+        """Train once the dataset is there."""
+        async with current_execution().waiting_for(dataset) as w:
+            waiting.set()
+            return await w.resolved()
+
+    @tool
+    async def build() -> str:
+        """Build on the GPU."""
+        return "built"
+
+    planner_model = ToolCallingFake(messages=iter([call("train", 1), AIMessage("trained")]))
+    builder_model = ToolCallingFake(messages=iter([call("build", 1)]))
+    async with (
+        agent(lc, "a") as ca,
+        ca.session("a") as sa,
+        agent(lc, "b") as cb,
+        cb.session("b") as sb,
+        admin(lc) as ops,
+    ):
+        planner = instrument(
+            create_agent(planner_model, tools=[train], middleware=[WaitgraphToolMiddleware({"train": [gpu]})]),
+            sa,
+            name=f"rplanner-{t}",
+        )
+        middleware = WaitgraphToolMiddleware({"build": [gpu]}, refuse_deadlock=True, on_conflict="raise")
+        builder = instrument(
+            create_agent(builder_model, tools=[build], middleware=[middleware]),
+            sb,
+            name=f"rbuilder-{t}",
+            produces=[dataset],
+        )
+        planning = asyncio.create_task(planner.ainvoke({"messages": [("user", "train")]}))
+        await asyncio.wait_for(waiting.wait(), 20)
+        with pytest.raises(WouldDeadlock) as refused:
+            await builder.ainvoke({"messages": [("user", "build")]})
+        assert refused.value.path[1] == gpu and dataset in refused.value.path  # builder -> GPU -> planner ...
+        assert refused.value.path[2].startswith(f"exec:rplanner-{t}-")
+        (run_id,) = [r.run_id for r in (await ops.graph(fresh=True)).runs if r.run_id.startswith(f"run-rbuilder-{t}")]
+        found = await executions(ops, run_id)
+        assert not [e for e in found.values() if e.status in UNSETTLED], found
+        await sb.produce(dataset)  # by hand, after the refusal: the planner goes on
+        final = await asyncio.wait_for(planning, 20)
+        assert final["messages"][-1].content == "trained"
 
 
 class ToolCallingFake(GenericFakeChatModel):
