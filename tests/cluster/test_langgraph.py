@@ -8,6 +8,7 @@ uses its own ids. ``waitgraph graph`` and ``waitgraph cancel`` run as the CLI, a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import operator
@@ -15,7 +16,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -28,7 +29,15 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
 
-from waitgraph import AlreadyExists, CancellationRequested, Client, DeadlockVictim, OperatorClient, WouldDeadlock
+from waitgraph import (
+    AlreadyExists,
+    CancellationRequested,
+    Client,
+    DeadlockVictim,
+    OperatorClient,
+    Session,
+    WouldDeadlock,
+)
 from waitgraph.dev.localcluster import LocalCluster
 from waitgraph.proto.v1 import types_pb2
 from waitgraph.sdk.langgraph import PARENT, WaitgraphToolMiddleware, current_execution, instrument, side_effect
@@ -79,6 +88,26 @@ def graph_json(lc: LocalCluster, run_id: str) -> dict[str, Any]:
 async def executions(ops: OperatorClient, run_id: str) -> dict[str, Any]:
     graph = await ops.graph(run_id=run_id, fresh=True)
     return {e.execution_id: e for e in graph.executions}
+
+
+@contextlib.asynccontextmanager
+async def two_agents(lc: LocalCluster) -> AsyncIterator[tuple[Session, Session, OperatorClient]]:
+    """Agent a's and agent b's sessions (each on its own client, as two processes would), and an
+    admin's operator client."""
+    async with (
+        agent(lc, "a") as ca,
+        ca.session("a") as sa,
+        agent(lc, "b") as cb,
+        cb.session("b") as sb,
+        admin(lc) as ops,
+    ):
+        yield sa, sb, ops
+
+
+async def run_of(ops: OperatorClient, prefix: str) -> str:
+    """The one run whose id starts with ``prefix`` (an invocation without a thread: a derived suffix)."""
+    (run_id,) = [r.run_id for r in (await ops.graph(fresh=True)).runs if r.run_id.startswith(prefix)]
+    return run_id
 
 
 async def until(what: str, fn: Any, timeout_s: float = 30.0) -> Any:
@@ -153,7 +182,10 @@ async def test_one_compiled_graph_invoked_three_times_two_concurrently(lc: Local
             await asyncio.to_thread(graph.invoke, {"log": []}, thread(f"sync-{t}"))
 
 
-async def test_a_node_that_raises_leaves_no_running_execution(lc: LocalCluster) -> None:
+@pytest.mark.parametrize("how", ["a node raises", "the caller abandons it"])
+async def test_an_invocation_that_raises_or_is_abandoned_leaves_no_running_execution(
+    lc: LocalCluster, how: str
+) -> None:
     t = tag()
     blocked = asyncio.Event()
 
@@ -169,45 +201,25 @@ async def test_a_node_that_raises_leaves_no_running_execution(lc: LocalCluster) 
 
     builder = StateGraph(Log)
     builder.add_node("waits", waits)
-    builder.add_node("breaks", breaks)
     builder.add_edge(START, "waits")
-    builder.add_edge(START, "breaks")
-    async with agent(lc, "a") as client, client.session("a") as s, admin(lc) as ops:
-        graph = instrument(builder.compile(), s, name=f"raise-{t}")
-        with pytest.raises(ValueError, match="garbage"):
-            await graph.ainvoke({"log": []}, {"run_id": uuid.UUID(int=int(t, 16))})
-        (run_id,) = [r.run_id for r in (await ops.graph(fresh=True)).runs if r.run_id.startswith(f"run-raise-{t}")]
-        found = await executions(ops, run_id)
-        assert len(found) == 3
-        assert not [e.execution_id for e in found.values() if e.status in UNSETTLED]
-        assert all(e.status == types_pb2.EXEC_STATUS_FAILED for e in found.values()), found
-        graph_now = await ops.graph(run_id=run_id, fresh=True)
-        assert not list(graph_now.waits)
-
-
-async def test_an_abandoned_invocation_leaves_no_running_execution(lc: LocalCluster) -> None:
-    t = tag()
-    blocked = asyncio.Event()
-
-    async def waits(state: Log) -> dict[str, Any]:
-        async with current_execution().waiting_for(f"artifact:never-{t}") as w:
-            blocked.set()
-            await w.resolved()
-        return {"log": ["unreachable"]}
-
-    builder = StateGraph(Log)
-    builder.add_node("waits", waits)
-    builder.add_edge(START, "waits")
+    if how == "a node raises":  # LangGraph cancels the waiting sibling
+        builder.add_node("breaks", breaks)
+        builder.add_edge(START, "breaks")
     async with agent(lc, "a") as client, client.session("a") as s, admin(lc) as ops:
         graph = instrument(builder.compile(), s, name=f"gone-{t}")
-        run = asyncio.create_task(graph.ainvoke({"log": []}))
+        run = asyncio.create_task(graph.ainvoke({"log": []}, {"run_id": uuid.UUID(int=int(t, 16))}))
         await asyncio.wait_for(blocked.wait(), 20)
-        run.cancel()  # the caller gave up on it
-        with pytest.raises(asyncio.CancelledError):
-            await run
-        (run_id,) = [r.run_id for r in (await ops.graph(fresh=True)).runs if r.run_id.startswith(f"run-gone-{t}")]
-        found = await executions(ops, run_id)
-        assert len(found) == 2 and all(e.status == types_pb2.EXEC_STATUS_FAILED for e in found.values()), found
+        if how == "a node raises":
+            with pytest.raises(ValueError, match="garbage"):
+                await run
+        else:
+            run.cancel()  # the caller gave up on it
+            with pytest.raises(asyncio.CancelledError):
+                await run
+        found = await executions(ops, await run_of(ops, f"run-gone-{t}"))
+        assert len(found) == (3 if how == "a node raises" else 2)
+        assert all(e.status == types_pb2.EXEC_STATUS_FAILED for e in found.values()), found
+        assert not list((await ops.graph(run_id=await run_of(ops, f"run-gone-{t}"), fresh=True)).waits)
 
 
 async def test_id_errors_say_what_to_do(lc: LocalCluster) -> None:
@@ -315,13 +327,7 @@ async def test_an_interrupt_approval_cycle_is_reassigned_or_broken_by_a_victim(l
     sub = StateGraph(Log)
     sub.add_node("review", review)
     sub.add_edge(START, "review")
-    async with (
-        agent(lc, "a") as client,
-        client.session("a") as s,
-        agent(lc, "b") as client_b,
-        client_b.session("b") as sb,
-        admin(lc) as ops,
-    ):
+    async with two_agents(lc) as (s, sb, ops):
         # The subtask graph runs as agent b: its root is delegated to b by the supervisor's node.
         subtask = instrument(sub.compile(), sb, name=f"subtask-{t}", approver=PARENT)
         builder = StateGraph(Log)
@@ -437,13 +443,7 @@ async def test_the_tool_middleware_can_raise_the_refusal_for_the_graphs_retry_po
 
     planner_model = ToolCallingFake(messages=iter([call("train", 1), AIMessage("trained")]))
     builder_model = ToolCallingFake(messages=iter([call("build", 1)]))
-    async with (
-        agent(lc, "a") as ca,
-        ca.session("a") as sa,
-        agent(lc, "b") as cb,
-        cb.session("b") as sb,
-        admin(lc) as ops,
-    ):
+    async with two_agents(lc) as (sa, sb, ops):
         planner = instrument(
             create_agent(planner_model, tools=[train], middleware=[WaitgraphToolMiddleware({"train": [gpu]})]),
             sa,
@@ -462,8 +462,7 @@ async def test_the_tool_middleware_can_raise_the_refusal_for_the_graphs_retry_po
             await builder.ainvoke({"messages": [("user", "build")]})
         assert refused.value.path[1] == gpu and dataset in refused.value.path  # builder -> GPU -> planner ...
         assert refused.value.path[2].startswith(f"exec:rplanner-{t}-")
-        (run_id,) = [r.run_id for r in (await ops.graph(fresh=True)).runs if r.run_id.startswith(f"run-rbuilder-{t}")]
-        found = await executions(ops, run_id)
+        found = await executions(ops, await run_of(ops, f"run-rbuilder-{t}"))
         assert not [e for e in found.values() if e.status in UNSETTLED], found
         await sb.produce(dataset)  # by hand, after the refusal: the planner goes on
         final = await asyncio.wait_for(planning, 20)
@@ -500,8 +499,7 @@ async def test_the_tool_middleware_releases_what_it_held_when_the_tool_raises(lc
             await graph.ainvoke({"messages": [("user", "browse")]})
         view = await ops.graph(fresh=True)
         assert [tg.holders for tg in view.targets if tg.target_id == lease] == [[]]
-        (run_id,) = [r.run_id for r in view.runs if r.run_id.startswith(f"run-browse-{t}")]
-        found = await executions(ops, run_id)
+        found = await executions(ops, await run_of(ops, f"run-browse-{t}"))
         assert not [e for e in found.values() if e.status in UNSETTLED], found
 
 
@@ -538,13 +536,7 @@ async def test_a_run_resumed_from_its_checkpointer_after_a_victims_rollback(lc: 
         b.add_edge(START, name)
         return b.compile(checkpointer=saver)
 
-    async with (
-        agent(lc, "a") as ca,
-        ca.session("a") as sa,
-        agent(lc, "b") as cb,
-        cb.session("b") as sb,
-        admin(lc) as ops,
-    ):
+    async with two_agents(lc) as (sa, sb, ops):
         writer = instrument(one("write", write), sa, name=f"writer-{t}")
         reviewer = instrument(one("review", review, InMemorySaver()), sb, name=f"reviewer-{t}")
         writing = asyncio.create_task(writer.ainvoke({"log": []}))
