@@ -125,6 +125,14 @@ class Log(TypedDict):
     log: Annotated[list[str], operator.add]
 
 
+def one(name: str, fn: Any, saver: Any = None) -> Any:
+    """A compiled graph of one node."""
+    b = StateGraph(Log)
+    b.add_node(name, fn)
+    b.add_edge(START, name)
+    return b.compile(checkpointer=saver)
+
+
 def thread(name: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": name}}
 
@@ -530,12 +538,6 @@ async def test_a_run_resumed_from_its_checkpointer_after_a_victims_rollback(lc: 
         async with ex.holding(tool_id):
             return {"log": [f"reviewer: g{ex.generation}"]}
 
-    def one(name: str, fn: Any, saver: Any = None) -> Any:
-        b = StateGraph(Log)
-        b.add_node(name, fn)
-        b.add_edge(START, name)
-        return b.compile(checkpointer=saver)
-
     async with two_agents(lc) as (sa, sb, ops):
         writer = instrument(one("write", write), sa, name=f"writer-{t}")
         reviewer = instrument(one("review", review, InMemorySaver()), sb, name=f"reviewer-{t}")
@@ -555,3 +557,32 @@ async def test_a_run_resumed_from_its_checkpointer_after_a_victims_rollback(lc: 
         assert after[victim.value.execution_id].generation == 2
         assert all(e.status == types_pb2.EXEC_STATUS_COMPLETED for e in after.values()), after
         assert (await asyncio.wait_for(writing, 20))["log"] == ["writer: target_produced"]
+
+
+async def test_a_failed_invocation_is_resumed_by_another_process_of_the_agent(lc: LocalCluster) -> None:
+    """The process that ran the invocation is gone (its session left); another one instruments the
+    same graph and resumes the thread from the checkpointer (the in-memory saver stands in for a
+    persistent one): it adopts the run's executions as their next attempts, under the same ids."""
+    t = tag()
+    attempts: list[int] = []
+
+    async def call_api(state: Log) -> dict[str, Any]:
+        attempts.append(current_execution().generation)
+        if len(attempts) == 1:
+            raise ConnectionError("the API timed out")
+        return {"log": [f"called at generation {current_execution().generation}"]}
+
+    compiled = one("call", call_api, InMemorySaver())
+    async with agent(lc, "c") as client, admin(lc) as ops:
+        async with client.session("c") as first:
+            with pytest.raises(ConnectionError):
+                await instrument(compiled, first, name=f"api-{t}").ainvoke({"log": []}, thread(t))
+        run_id = f"run-api-{t}-{t}-0"
+        before = await executions(ops, run_id)
+        assert all(e.status == types_pb2.EXEC_STATUS_FAILED for e in before.values()), before
+        async with client.session("c") as second:
+            final = await instrument(compiled, second, name=f"api-{t}").ainvoke(None, thread(t))
+        after = await executions(ops, run_id)
+    assert final["log"] == ["called at generation 2"] and attempts == [1, 2]
+    assert set(after) == set(before) and len(after) == 2
+    assert all(e.status == types_pb2.EXEC_STATUS_COMPLETED and e.generation == 2 for e in after.values()), after

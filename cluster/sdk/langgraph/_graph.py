@@ -10,7 +10,8 @@ Rules kept here:
   config)`` finds the same run; without one, LangChain's ``run_id`` of the config, else a fresh
   id. The invocation's root execution is ``exec:<key>``; a node task is
   ``exec:<key>-<node>-<task>``, with LangGraph's own task id (the same task id when LangGraph runs
-  the task again: a retry, a resume).
+  the task again: a retry, a resume). A resume in another process finds them existing and adopts
+  each as its next attempt (the cluster's ``stale_generation`` says which attempt is current).
 - The root waits for each node task while it runs ("parent waits for child"), so a ``Send`` fan-out
   shows as one wait per child, and ``waitgraph cancel RUN`` reaches every task. A graph invoked
   from inside an instrumented node (a subgraph, as a node or called by hand) is delegated: its
@@ -39,7 +40,7 @@ import contextlib
 import hashlib
 import re
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -49,7 +50,13 @@ from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.pregel import Pregel
 from langgraph.types import Command
 
-from waitgraph.sdk.errors import CancellationRequested, DeadlockVictim, WaitgraphClientError
+from waitgraph.sdk.errors import (
+    AlreadyExists,
+    CancellationRequested,
+    DeadlockVictim,
+    StaleGeneration,
+    WaitgraphClientError,
+)
 from waitgraph.sdk.session import Execution, Session, Wait
 
 __all__ = ["PARENT", "RUN_METADATA", "Instrumentation", "NodeScope", "current_execution", "instrument"]
@@ -67,6 +74,7 @@ _CONFIG_KEY = "__waitgraph_invocation"
 checkpoint metadata)."""
 _SAFE = re.compile(r"[^A-Za-z0-9._\-]+")
 _NAME_ROOM = 40
+_ADOPT_ATTEMPTS = 3
 _KEY_ROOM = 64
 """An invocation's key stays short enough for its node ids (``exec:KEY-NODE-TASK``) to fit the
 core's 128 characters, however deep the subgraphs nest."""
@@ -210,7 +218,8 @@ class Instrumentation:
         key = await self._key(graph, input, config, parent)
         inv = self.invocations.get(key)
         if inv is None:
-            inv = await self._start(graph, key, parent)
+            resuming = parent is not None or input is None or isinstance(input, Command)
+            inv = await self._start(graph, key, parent, resuming)
         elif inv.failed:  # resumed after it raised: the root's next attempt, producing again
             await inv.root.retry()
             inv.failed = False
@@ -235,25 +244,26 @@ class Instrumentation:
             config["metadata"] = {**(config.get("metadata") or {}), RUN_METADATA: key}
         return inv, config
 
-    async def _start(self, graph: AnyPregel, key: str, parent: NodeScope | None) -> Invocation:
+    async def _start(self, graph: AnyPregel, key: str, parent: NodeScope | None, resuming: bool) -> Invocation:
         root_id = f"exec:{key}"
         if parent is None:
             run_id = f"run-{key}"
             root = self.session.handle(root_id, run_id=run_id)
-            await root.create(priority=self.priority)
+            create = root.create(priority=self.priority)
             checkpoint = graph.checkpointer not in (None, False)
         else:
             run_id = parent.execution.run_id or ""
             # Created by the invoking node's agent for this graph's agent: a delegation, the only way
             # an agent hands work to another, and the child is in the parent's cancel scope.
-            await Execution(parent.execution.session, root_id, run_id).create(
+            create = Execution(parent.execution.session, root_id, run_id).create(
                 parent_id=parent.execution.execution_id, agent_id=self.session.agent_id, priority=self.priority
             )
             root = self.session.handle(root_id, run_id=run_id)
             checkpoint = graph.checkpointer is not False and parent.invocation.checkpoint
         # One write after the other: a try at issuing a node's create, start and the root's wait
         # together (one batch) had one refused no_execution, not yet explained (BENCHMARKS.md).
-        await root.start()
+        if await _created(create, root, resuming):
+            await root.start()
         inv = Invocation(
             key,
             run_id,
@@ -321,8 +331,9 @@ class Instrumentation:
         ex = inv.nodes.get(execution_id)
         if ex is None:
             ex = self.session.handle(execution_id, run_id=inv.run_id)
-            await ex.create(parent_id=inv.root.execution_id, priority=self.priority, checkpoint=inv.checkpoint)
-            await ex.start()
+            create = ex.create(parent_id=inv.root.execution_id, priority=self.priority, checkpoint=inv.checkpoint)
+            if await _created(create, ex, resuming=True):  # a task id is the invocation's own
+                await ex.start()
             inv.nodes[execution_id] = ex
             inv.settled.pop(execution_id, None)
             await inv.watch(ex)
@@ -393,6 +404,28 @@ class Instrumentation:
         if approver is not None:
             await self.session.declare_satisfier(approval_id, approver)
         return self.session
+
+
+async def _created(create: Awaitable[Any], ex: Execution, resuming: bool) -> bool:
+    """Create ``ex``; True when this call created it (start it next). When it exists already and
+    ``resuming``, it was made by this invocation in another process (or before a restart): adopt it,
+    as its next attempt, started (False). The cluster says which attempt is current."""
+    try:
+        await create
+        return True
+    except AlreadyExists as exc:
+        if exc.code != "execution_exists" or not resuming:
+            raise
+    for _ in range(_ADOPT_ATTEMPTS):
+        try:
+            await ex.retry()
+            return False
+        except StaleGeneration as exc:
+            current = exc.field_int("current")
+            if current is None or current <= ex.generation:
+                raise
+            ex.generation = current
+    raise RuntimeError(f"{ex.execution_id} moved on while it was being adopted; resume again")
 
 
 async def _quietly(aw: Any) -> None:
