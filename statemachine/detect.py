@@ -1,4 +1,4 @@
-"""Deadlock detection: a pure function of one state (DESIGN.md §3).
+"""Deadlock detection: a pure function of one state (docs/design.md §3).
 
 Rules kept here:
 - Only **hard** waits enter the wait-for graph. A wait is hard when every execution that could

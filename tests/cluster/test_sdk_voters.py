@@ -1,4 +1,4 @@
-"""Agents as recovery voters (DESIGN.md section 4, the second seed's 4-of-7 gate) over gRPC.
+"""Agents as recovery voters (docs/design.md §4, the second seed's 4-of-7 gate) over gRPC.
 
 A local cluster of three real nodes with seven agents a0..a6; the recovery voters are the seven
 agents' sessions (quorum 4, at most 3 rollbacks at once), not the nodes. a0..a3 form the seed's
