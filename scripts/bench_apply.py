@@ -21,7 +21,7 @@ garbage collector is paused while writes are timed: its passes would land on whi
 happens to trigger them (mostly the node path's, as its event journal grows). The row "collector on"
 applies the same stream to another fresh machine with the collector on and Python's default
 thresholds; "node's collector" to a third one as ``waitgraph serve`` runs once started (its state
-frozen, generation 0 collected every 10,000 allocations: ``cluster/node/server.py`` ``tune_gc``).
+frozen, generation 0 collected every 10,000 allocations: ``cluster/node/collector.py`` ``tune_gc``).
 
 ``--against DIR`` compares with another copy of the code, a directory holding ``statemachine/``,
 ``cluster/`` and ``proto/`` (e.g. ``mkdir /tmp/base; git archive HEAD statemachine cluster proto
@@ -152,7 +152,7 @@ def _stream(rounds: int, at: int) -> list[tuple[str, list[bytes]]]:
 def _timed(path: str, rounds: int, collector: str) -> tuple[dict[str, int], dict[str, int], list[Any], Any]:
     """Apply the stream to a fresh machine: CPU ns and writes per kind, the outcomes, the machine.
     ``collector``: off (paused), default (Python's thresholds) or node (what ``waitgraph serve``
-    does once started, ``cluster/node/server.py`` ``tune_gc``: freeze, then its thresholds)."""
+    does once started, ``cluster/node/collector.py`` ``tune_gc``: freeze, then its thresholds)."""
     m = machine_for(path)
     stream = _stream(rounds, setup_agents(m))
     total = dict.fromkeys(KINDS, 0)
@@ -165,9 +165,9 @@ def _timed(path: str, rounds: int, collector: str) -> tuple[dict[str, int], dict
     if collector == "off":
         gc.disable()
     elif collector == "node":
-        from waitgraph.node import server
+        from waitgraph.node import collector
 
-        server.tune_gc()
+        collector.tune_gc()
     try:
         for kind, batch in stream:
             t0 = clock()

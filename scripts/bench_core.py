@@ -11,7 +11,7 @@ which is what a replica does per log entry.
 
 Snapshot and restore are timed as a restarting node meets them: the snapshot in the process that
 built the state, the restore in a fresh process (the snapshot is written to a temporary file and a
-child interpreter times ``State.restore`` of its bytes, then checks that the restored state
+child interpreter times the node's restore of its bytes (``restore_frozen``), then checks that the restored state
 snapshots to the same bytes). Each is the best of ``--repeat`` runs.
 """
 
@@ -28,7 +28,8 @@ from collections.abc import Iterator
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from waitgraph.statemachine import Envelope, Limits, State, StateMachine
+from waitgraph.node.collector import restore_frozen
+from waitgraph.statemachine import Envelope, Limits, StateMachine
 from waitgraph.statemachine.codec import encode_envelope
 from waitgraph.statemachine.commands import (
     Acquire,
@@ -201,7 +202,7 @@ def bench_apply(edges: int, ops: int) -> list[str]:
     rows = []
     for mode in ("apply", "apply_bytes"):
         m = StateMachine()
-        m.restore(snap)
+        restore_frozen(m, snap)  # as a node restores (cluster/node/collector.py)
         payload = [encode_envelope(e) for e in envs] if mode == "apply_bytes" else envs
         fn = m.apply_bytes if mode == "apply_bytes" else m.apply
         gc.collect()
@@ -230,9 +231,11 @@ def restore_from(path: str) -> None:
     """The child's side of :func:`restore_in_child`."""
     with open(path, "rb") as f:
         data = f.read()
+    m = StateMachine()
     t0 = time.perf_counter()
-    st = State.restore(data)
+    restore_frozen(m, data)  # as a restarting node does (cluster/node/collector.py)
     seconds = time.perf_counter() - t0
+    st = m.state
     print(f"{seconds:.4f} {'identical' if st.snapshot() == data else 'different'}")
 
 

@@ -24,7 +24,7 @@ Columns:
 - ``full``, ``nx``, ``nx gc-off`` and ``kernel`` are each the best of 3 runs, interleaved (one
   run for the adversarial graphs at 1,000,000, to keep the whole benchmark within minutes): the
   machine is shared and timings are noisy.
-- ``kernel``: ``waitgraph.statemachine.detect``'s SCC core alone on that same whole graph as int lists
+- ``kernel``: the SCC core (``waitgraph.statemachine.scc``) alone on that same whole graph as int lists
   (in the core's own form: the one successor of a node, or its list when it has several; no
   projection from the State, no pruning, no canonical output), to compare like with like.
 - ``incr p50/p90``: ``IncrementalDetector.pass_`` right after one new wait is registered (edge
@@ -73,10 +73,11 @@ from waitgraph.statemachine.commands import (
     RegisterWait,
     StartExecution,
 )
-from waitgraph.statemachine.detect import IncrementalDetector, _components, _successors, full_pass, wait_satisfiers
+from waitgraph.statemachine.detect import IncrementalDetector, full_pass, wait_satisfiers
 from waitgraph.statemachine.enums import CancelMode, ExecStatus
 from waitgraph.statemachine.ids import Kind
 from waitgraph.statemachine.reorder import find_reorder, soft_cycles, soft_edges
+from waitgraph.statemachine.scc import cyclic_components, successor_form
 from waitgraph.statemachine.state import Execution, Limits, State, Target, WaitEdge
 
 W, R, P = ExecStatus.WAITING, ExecStatus.RUNNING, ExecStatus.PENDING
@@ -285,7 +286,7 @@ def measure(kind: str, n: int, adds_random: int, seed: int) -> tuple[Any, ...]:
     else:
         state, ids, typed = cycle_graph(n, rnd, closed=kind == "cycle")
     g, succ = hard_graph(state, ids)
-    nxt, several = _successors(succ, n)
+    nxt, several = successor_form(succ, n)
     build_s = time.perf_counter() - t0
     gc.collect()
     gc.freeze()
@@ -301,7 +302,7 @@ def measure(kind: str, n: int, adds_random: int, seed: int) -> tuple[Any, ...]:
             gc.disable()
             nx_off_s = min(nx_off_s, timed(lambda: list(nx.strongly_connected_components(g)), 1)[0])
             gc.enable()
-            kernel_s = min(kernel_s, timed(lambda: _components(nxt, several, range(n), [0] * n + [-1, -1]), 1)[0])
+            kernel_s = min(kernel_s, timed(lambda: cyclic_components(nxt, several, range(n), [0] * n + [-1, -1]), 1)[0])
         adds = adds_random if kind == "random" else max(2, min(20, 1_000_000 // n))
         p50, p90, explored, done = incremental(state, ids, typed, adds, rnd)
         waiting = sum(1 for x in state.executions.values() if x.status is W)

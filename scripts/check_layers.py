@@ -37,9 +37,11 @@ fails, naming file and line, on:
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 from collections import defaultdict
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = {"cluster": "waitgraph", "statemachine": "waitgraph.statemachine", "proto/waitgraph": "waitgraph.proto"}
@@ -66,6 +68,19 @@ MANGLED = ("_SyncObj__", "_TcpConnection__", "_TcpServer__")
 """Prefixes of pysyncobj's private names as Python mangles them."""
 SYNCOBJ_HANDLES = frozenset({"obj", "_obj", "_running"})
 """Attributes through which a node (any name ending in ``node``) would hand out its SyncObj."""
+
+
+def _load_scc() -> ModuleType:
+    """The core's SCC module, loaded from its file alone: importing ``waitgraph.statemachine``
+    would run the very package whose import circles this script looks for."""
+    spec = importlib.util.spec_from_file_location("_waitgraph_scc", ROOT / "statemachine" / "scc.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_scc = _load_scc()
 
 
 def modules() -> dict[str, Path]:
@@ -145,45 +160,8 @@ def module_aliases(module: str, path: Path, known: dict[str, Path]) -> dict[str,
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    for start in sorted(graph):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            v, it = work[-1]
-            for w in it:
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(sorted(graph.get(w, ())))))
-                    break
-                if w in on_stack:
-                    low[v] = min(low[v], index[w])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
-                if low[v] == index[v]:
-                    comp = []
-                    while True:
-                        w = stack.pop()
-                        on_stack.discard(w)
-                        comp.append(w)
-                        if w == v:
-                            break
-                    if len(comp) > 1:
-                        found.append(sorted(comp))
-    return found
+    """Strongly connected components of more than one module, sorted."""
+    return [comp for comp in _scc.cycles(graph, graph) if len(comp) > 1]
 
 
 def package_of(module: str, known: dict[str, Path]) -> str:

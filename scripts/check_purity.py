@@ -1,4 +1,4 @@
-"""Keep statemachine/ deterministic (DESIGN.md §1): no clock, randomness, I/O or concurrency.
+"""Keep statemachine/ deterministic (docs/design.md §1): no clock, randomness, I/O or concurrency.
 
 Parses every module's imports (not a text search), so ``from time import monotonic`` and
 ``import asyncio as aio`` are caught alike. Exits non-zero and names each offending import.

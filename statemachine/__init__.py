@@ -1,7 +1,7 @@
 """waitgraph's deterministic core: state, commands, apply, snapshot.
 
 Imports only the standard library, msgpack and msgspec. No clock, randomness, I/O, logging, threads,
-asyncio, grpc or pysyncobj (DESIGN.md §1); ``scripts/check`` enforces it.
+asyncio, grpc or pysyncobj (docs/design.md §1); ``scripts/check`` enforces it.
 """
 
 from .codec import decode_envelope, encode_envelope

@@ -1,4 +1,4 @@
-"""Cancellation is a protocol, not a boolean (DESIGN.md §5; the seed's "Cancellation Is a Protocol").
+"""Cancellation is a protocol, not a boolean (docs/design.md §5; the seed's "Cancellation Is a Protocol").
 
 Rules kept here:
 - A run's monotonic ``cancel_generation`` is the truth; ``CancelRequested.v1`` effects only wake

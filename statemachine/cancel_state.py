@@ -1,4 +1,4 @@
-"""The replicated records of the cancellation protocol (DESIGN.md §5) and their snapshot.
+"""The replicated records of the cancellation protocol (docs/design.md §5) and their snapshot.
 
 Rules kept here:
 - Primary records are plain ``__slots__`` dataclasses; the timers and each scope's pending set are

@@ -283,7 +283,7 @@ class RecordCost:
     cost: int
 
 
-# -- recovery (DESIGN.md §4) ---------------------------------------------------------------------
+# -- recovery (docs/design.md §4) ------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -291,8 +291,9 @@ class ConfigureRecovery:
     """Set the voter set, the vote quorum and the livelock guard's K and W.
 
     The quorum must be strictly greater than ``max_rollback``, the most executions one recovery
-    may roll back at once (victims and yielders together); otherwise two disjoint rollback
-    cohorts could both win, and the configuration is refused.
+    may roll back at once (a victim, or a tie-break's rolled-back members; its yielders keep their
+    attempt and do not count); otherwise two disjoint rollback cohorts could both win, and the
+    configuration is refused.
     """
 
     KIND: ClassVar[str] = "ConfigureRecovery"
@@ -372,7 +373,7 @@ class CommitRecovery:
     digest: str
 
 
-# -- cancellation (DESIGN.md §5) -----------------------------------------------------------------
+# -- cancellation (docs/design.md §5) --------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""Deadlock detection: a pure function of one state (DESIGN.md §3).
+"""Deadlock detection: a pure function of one state (docs/design.md §3).
 
 Rules kept here:
 - Only **hard** waits enter the wait-for graph. A wait is hard when every execution that could
@@ -25,7 +25,7 @@ Rules kept here:
   every candidate, and only their waiters are projected exactly (see :func:`_project_all`),
   so a long chain that ends in a small cycle costs little more than its waits. The SCC search
   walks chains of one-successor nodes in a tight loop and handles each chain with list slices
-  (see :func:`_components`), and the canonical output sorts only the members. The incremental
+  (see :func:`.scc.cyclic_components`), and the canonical output sorts only the members. The incremental
   pass walks from what changed and is proportional to what it reaches.
 - :func:`closing_path` (prevention on request) asks the same rule of the state a new wait would
   make, before the machine opens it: it reads only what the new edge's satisfiers reach.
@@ -51,14 +51,15 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain, compress, islice, repeat
-from operator import add, and_, attrgetter, countOf, eq, is_, is_not, itemgetter, le, lt, ne, neg, not_, sub
+from operator import add, and_, attrgetter, countOf, eq, is_, is_not, itemgetter, le, lt, ne, not_, sub
 from typing import cast
 
 from .enums import TERMINAL, ExecStatus
 from .ids import Kind
+from .scc import Sccs, components, cycles, cyclic_components, search, successor_form
 from .state import State, Target, WaitEdge, collector_paused
 
 __all__ = [
@@ -295,22 +296,8 @@ class _Graph:
     nxt: list[int]
     several: dict[int, list[int]]
     multi: dict[int, list[tuple[int, ...]]]
-    sccs: _Sccs | None = None
+    sccs: Sccs | None = None
     """The SCCs of this very graph when they are already known (see :func:`_project`)."""
-
-
-def _successors(succ: Sequence[list[int]], n: int) -> tuple[list[int], dict[int, list[int]]]:
-    """``nxt`` and ``several`` (see :class:`_Graph`) from successor lists that may hold ``n``."""
-    nxt = [n] * (n + 2)
-    several: dict[int, list[int]] = {}
-    for v, out in enumerate(succ):
-        real = [j for j in out if j != n]
-        if len(real) == 1:
-            nxt[v] = real[0]
-        elif real:
-            nxt[v] = n + 1
-            several[v] = real
-    return nxt, several
 
 
 _Typed = tuple[tuple[int, ...], bool]
@@ -413,18 +400,6 @@ def _waits(state: State, waiting: list[str], wait_dicts: Collection[dict[str, Wa
     return _Waits(waiting, index, wait_dicts, counts, flat, starts, tids, hop, typed)
 
 
-_Sccs = tuple[list[list[int]], list[int]]
-"""Components that could hold a cycle (see :func:`_components`), and ``done`` after the search."""
-
-
-def _sccs(nxt: list[int], several: dict[int, list[int]]) -> _Sccs:
-    # A node with no successor is in no cycle: finished before the search starts (in a typical
-    # graph most waiters wait on something that is running). The sentinels point at n too.
-    n = len(nxt) - 2
-    done = list(map(neg, map(eq, nxt, repeat(n))))
-    return _components(nxt, several, compress(range(n), map(not_, done)), done), done
-
-
 def _successor_form(w: _Waits, lead: list[int], extra: dict[int, list[int]]) -> tuple[list[int], dict[int, list[int]]]:
     """``nxt`` and ``several`` (see :class:`_Graph`) from the one node each wait leads to (``n``
     for none) and, for a node with a wait that leads to several, those nodes."""
@@ -452,7 +427,7 @@ def _successor_form(w: _Waits, lead: list[int], extra: dict[int, list[int]]) -> 
     return nxt, several
 
 
-def _structural(state: State, w: _Waits) -> tuple[list[int], dict[int, list[int]], _Sccs]:
+def _structural(state: State, w: _Waits) -> tuple[list[int], dict[int, list[int]], Sccs]:
     """The structural graph of ``w``'s waiters and its SCCs: an edge from a waiter to every
     waiter its wait names or that produces, provides or holds the typed target it waits on,
     whatever their statuses, generations, versions and free slots. Every hard edge between
@@ -475,7 +450,7 @@ def _structural(state: State, w: _Waits) -> tuple[list[int], dict[int, list[int]
             elif js:
                 extra.setdefault(k if w.flat else bisect_right(w.starts, k) - 1, []).extend(js)
     nxt, several = _successor_form(w, lead, extra)
-    return nxt, several, _sccs(nxt, several)
+    return nxt, several, search(nxt, several)
 
 
 def _project_all(state: State) -> _Graph:
@@ -503,9 +478,7 @@ def _project_all(state: State) -> _Graph:
     return _project(state, _waits(state, suspects, list(map(by_waiter.__getitem__, suspects))))
 
 
-def _project(
-    state: State, w: _Waits, structural: tuple[list[int], dict[int, list[int]], _Sccs] | None = None
-) -> _Graph:
+def _project(state: State, w: _Waits, structural: tuple[list[int], dict[int, list[int]], Sccs] | None = None) -> _Graph:
     """The hard graph among ``w``'s waiters that are WAITING, treating every other execution as
     no node. ``structural``: :func:`_structural` of ``w``, whose SCCs are kept when the hard
     graph turns out to be the same graph.
@@ -679,132 +652,12 @@ def _project_from(state: State, seeds: Iterable[str], limit: int | None = None) 
         v += 1
     n = len(ids)
     hop = [n if j < 0 else j for j in hop]
-    nxt, several = _successors(succ, n)
+    nxt, several = successor_form(succ, n)
     tids = [e.target_id for e in edges]
     g = _Graph(ids, gens, edges, tids, False, starts, hop, typed, nxt, several, {})
     for v in multi_nodes:
         g.multi[v] = _qualifying(g, v)
     return g
-
-
-# -- the SCC core ------------------------------------------------------------------------------
-
-
-def _components(
-    nxt: list[int], several: dict[int, list[int]], roots: Iterable[int], done: list[int]
-) -> list[list[int]]:
-    """Strongly connected components reachable from ``roots`` that could hold a cycle: two or
-    more nodes, or one node with an edge to itself.
-
-    Tarjan's algorithm, iterative, walking *runs*: from an unvisited node the search follows
-    one-successor nodes (``nxt``) in a tight loop for as long as they lead to unvisited nodes, so
-    a chain or a cycle of a million executions costs a few operations per node, and the run is
-    then numbered, closed and popped with list slices. Only a node with several successors opens a
-    frame that iterates them. Within a run the low-links need no per-node work: every node but the
-    last has the next one as its only successor, so low(v_i) = min(number(v_i), low(last)); the
-    nodes numbered at or below low(last) are the roots, the first of them (in the run's order) the
-    root of the component holding the rest of the run and everything above it on the stack, the
-    ones before it components of one node without a self-edge.
-
-    A node's number is its position on Tarjan's stack plus one, which never changes while it is
-    on the stack. ``done[v]``: 0 unvisited, > 0 on the stack (that number), < 0 finished or
-    excluded (edges to it are ignored; that is how a recomputation is restricted to a subset; the
-    sentinels ``n`` and ``n + 1`` must be < 0).
-    """
-    n = len(nxt) - 2
-    many = n + 1
-    none = n + 2  # greater than every number: "no low-link from there"
-    found: list[list[int]] = []
-    stack: list[int] = []
-    push = stack.append
-    mark = done.__setitem__
-    frames: list[tuple[int, Iterator[int]]] = []  # the run's base and the last node's successors
-    lows: list[int] = []  # low-link of each frame's last node so far
-    for v in roots:
-        if done[v]:
-            continue
-        while True:
-            # a run from the unvisited node v
-            base = len(stack)
-            while True:
-                done[v] = -2
-                push(v)
-                v = nxt[v]
-                if done[v]:
-                    break
-            top = len(stack)
-            low = done[v]
-            if v == many:
-                deque(map(mark, stack[base:], range(base + 1, top + 1)), maxlen=0)
-                frames.append((base, iter(several[stack[-1]])))
-                lows.append(top)
-                low = none
-            elif low == -1:
-                # the run ends in a finished node: each of its nodes is a component of its own
-                # without a self-edge (the commonest case by far: a wait on a running execution)
-                if top - base == 1:
-                    done[stack.pop()] = -1
-                else:
-                    deque(map(mark, stack[base:], repeat(-1)), maxlen=0)
-                    del stack[base:]
-                low = none
-            elif low == -2:
-                # the run ends in itself: a cycle from v on, the nodes before it alone
-                _close(stack, base, stack.index(v, base), nxt, several, mark, found)
-                low = none
-            else:
-                # the run ends in a node lower on the stack: the run stays there, numbered, and
-                # that node's number is its low-link
-                deque(map(mark, stack[base:], range(base + 1, top + 1)), maxlen=0)
-            # back up through the open frames until one has an unvisited successor left
-            v = -1
-            while frames:
-                base, it = frames[-1]
-                flow = lows[-1]
-                if low < flow:
-                    flow = low
-                for w in it:
-                    d = done[w]
-                    if d == 0:
-                        v = w
-                        break
-                    if 0 < d < flow:
-                        flow = d
-                if v >= 0:
-                    lows[-1] = flow
-                    break
-                frames.pop()
-                lows.pop()
-                if flow > base:
-                    _close(stack, base, flow - 1, nxt, several, mark, found)
-                    low = none
-                else:
-                    low = flow
-            if v < 0:
-                break
-    return found
-
-
-def _close(
-    stack: list[int],
-    base: int,
-    root: int,
-    nxt: list[int],
-    several: dict[int, list[int]],
-    mark: Callable[[int, int], None],
-    found: list[list[int]],
-) -> None:
-    """Finish the run that starts at ``stack[base]`` and whose first root is at ``root``: the
-    component is everything from the root up; the run's nodes before it are components of one."""
-    comp = stack[root:]
-    deque(map(mark, stack[base:], repeat(-1)), maxlen=0)
-    del stack[base:]
-    if len(comp) > 1:
-        found.append(comp)
-    else:
-        v = comp[0]
-        if nxt[v] == v or (v in several and v in several[v]):
-            found.append(comp)
 
 
 def _candidate_sets(g: _Graph) -> tuple[list[tuple[int, list[int]]], list[int]]:
@@ -814,7 +667,7 @@ def _candidate_sets(g: _Graph) -> tuple[list[tuple[int, list[int]]], list[int]]:
     n = len(g.ids)
     nxt, several = g.nxt, g.several
     multi = g.multi
-    work, done = _sccs(nxt, several) if g.sccs is None else g.sccs
+    work, done = search(nxt, several) if g.sccs is None else g.sccs
     label = [-1] * (n + 1)
     result: list[tuple[int, list[int]]] = []
     next_label = 0
@@ -838,7 +691,7 @@ def _candidate_sets(g: _Graph) -> tuple[list[tuple[int, list[int]]], list[int]]:
             keep = [v for v in comp if v not in out]
             for v in keep:
                 done[v] = 0
-            work += _components(nxt, several, keep, done)
+            work += cyclic_components(nxt, several, keep, done)
     return result, label
 
 
@@ -1078,7 +931,7 @@ def still_deadlocked(state: State, candidate: Candidate) -> bool:
         succ[waiter].extend(inside)
     if len(stuck) != len(members):
         return False
-    return _strongly_connected(succ)
+    return len(components(succ, succ)) == 1
 
 
 def closing_path(state: State, edge: WaitEdge) -> tuple[str, ...] | None:
@@ -1172,46 +1025,6 @@ def _is_waiting(state: State, execution_id: str) -> bool:
 
 def _component(hard: dict[str, list[tuple[str, tuple[str, ...]]]], members: set[str], root: str) -> set[str]:
     """The members that ``root`` reaches and that reach ``root``, through edges inside ``members``
-    (``root`` itself only when it lies on a cycle there)."""
-    pred: dict[str, list[str]] = {u: [] for u in members}
-    for u in sorted(members):
-        for _, sats in hard[u]:
-            for v in sats:
-                if v in members:
-                    pred[v].append(u)
-
-    def reach(start: Iterable[str], nxt: Callable[[str], Iterable[str]]) -> set[str]:
-        out: set[str] = set()
-        stack = list(start)
-        while stack:
-            u = stack.pop()
-            if u not in out:
-                out.add(u)
-                stack.extend(nxt(u))
-        return out
-
-    forward = reach(
-        (v for _, sats in hard[root] for v in sats if v in members),
-        lambda u: (v for _, sats in hard[u] for v in sats if v in members),
-    )
-    return forward & reach(pred[root], pred.__getitem__)
-
-
-def _strongly_connected(succ: dict[str, list[str]]) -> bool:
-    """Every node reaches the first and the first reaches every node (iterative search)."""
-    nodes = sorted(succ)
-    pred: dict[str, list[str]] = {m: [] for m in nodes}
-    for u in nodes:
-        for v in succ[u]:
-            pred[v].append(u)
-    for adj in (succ, pred):
-        seen = {nodes[0]}
-        stack = [nodes[0]]
-        while stack:
-            for v in adj[stack.pop()]:
-                if v not in seen:
-                    seen.add(v)
-                    stack.append(v)
-        if len(seen) != len(nodes):
-            return False
-    return True
+    (``root`` itself only when it lies on a cycle there): its component when that holds a cycle."""
+    succ = {u: [v for _, sats in hard[u] for v in sats] for u in members}
+    return next((set(comp) for comp in cycles(members, succ) if root in comp), set())

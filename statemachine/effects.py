@@ -312,7 +312,7 @@ class RecoveryEscalated:
     run_ids: tuple[str, ...]
 
 
-# -- cancellation (DESIGN.md §5) -----------------------------------------------------------------
+# -- cancellation (docs/design.md §5) --------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

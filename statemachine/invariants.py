@@ -5,7 +5,7 @@ Rules kept here:
   returns human-readable sentences, one per violation, in a deterministic order (ids sorted).
 - Linear in the size of the state (executions, targets, wait edges, sessions, heap entries), so
   the cluster can run it as an audit after restore or on a timer.
-- Each rule is one that ``machine.apply`` keeps after every transition (DESIGN.md §2: every edge
+- Each rule is one that ``machine.apply`` keeps after every transition (docs/design.md §2: every edge
   closes in the transition that resolves it); an empty list is the only healthy answer.
 
 The rules:
@@ -25,7 +25,7 @@ The rules:
   parent, children and owning session are consistent.
 
 "Unsettled" rather than PENDING/RUNNING/WAITING: an execution asked to stop (CANCEL_REQUESTED,
-CANCELLING, QUARANTINED) keeps what it holds and waits for until it settles (DESIGN.md §5); it
+CANCELLING, QUARANTINED) keeps what it holds and waits for until it settles (docs/design.md §5); it
 only cannot acquire or register anything new, which ``apply`` refuses.
 - grant queues (statemachine/queues.py): a queue exists only for a resource or pool that has
   waiters, lists each of them exactly once and nobody else; a pass-over count is never negative.

@@ -33,12 +33,9 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.result is Result.APPLIED
-
-    @property
-    def changed(self) -> bool:
-        """The command changed the state (APPLIED). False for a NOOP: nothing changed, on purpose
-        (:attr:`noop_reason`), e.g. a late close or commit of an attempt that is already over."""
+        """The command changed the state (APPLIED). False for a rejection, and for a NOOP: nothing
+        changed, on purpose (:attr:`noop_reason`), e.g. a late close or commit of an attempt that
+        is already over."""
         return self.result is Result.APPLIED
 
     @property

@@ -1,7 +1,7 @@
 """Whether a recovery could commit now: the voters that can vote against the quorum.
 
 Rules kept here:
-- A recovery commits only with ``quorum`` approving votes of the configured voters (DESIGN §4), so
+- A recovery commits only with ``quorum`` approving votes of the configured voters (docs/design.md §4), so
   a cluster whose writes are fine can still be unable to break a deadlock: with the voters n1-n3
   plus ``operator:admin`` and quorum 4, losing n3 leaves three voters.
 - A node voter (``node:<id>``) counts when its node is reachable from where the question is asked

@@ -156,7 +156,7 @@ def plan(state: State, c: Candidate) -> Plan:
 
 
 def _cycle_remains(state: State, c: Candidate, moved: set[str]) -> bool:
-    """With the waits on ``moved`` external, is a candidate deadlock (DESIGN §3's rule: each member
+    """With the waits on ``moved`` external, is a candidate deadlock (docs/design.md §3's rule: each member
     has a wait whose satisfiers all lie in the set) still left among the members?"""
     waits: list[tuple[str, tuple[str, ...]]] = []
     for eid, _ in c.edges:

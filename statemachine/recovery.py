@@ -1,4 +1,4 @@
-"""Recovery: a replicated, two-phase, quorum-voted transaction (DESIGN.md §4).
+"""Recovery: a replicated, two-phase, quorum-voted transaction (docs/design.md §4).
 
 Rules kept here (the second seed's conditions of validity):
 1. The epoch is part of the replicated state; every rollback advances it in the same apply that

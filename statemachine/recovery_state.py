@@ -1,4 +1,4 @@
-"""The replicated records of the recovery protocol (DESIGN.md §4) and their snapshot.
+"""The replicated records of the recovery protocol (docs/design.md §4) and their snapshot.
 
 Rules kept here:
 - The epoch lives here, in the replicated state, never in an agent: every rollback advances it

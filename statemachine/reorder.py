@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from .detect import Candidate, wait_satisfiers
 from .enums import ExecStatus
 from .queues import QueueEntry
+from .scc import components
 from .state import State
 
 __all__ = [
@@ -97,50 +98,6 @@ def soft_edges(st: State, orders: Mapping[str, Sequence[str]] | None = None) -> 
     return sorted(out)
 
 
-def _sccs(nodes: Iterable[str], succ: Mapping[str, Iterable[str]]) -> list[list[str]]:
-    """Strongly connected components (iterative Tarjan), each sorted, in sorted order."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on: set[str] = set()
-    stack: list[str] = []
-    out: list[list[str]] = []
-    counter = 0
-    for root in sorted(nodes):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(succ.get(root, ()))))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on.add(root)
-        while work:
-            v, it = work[-1]
-            for u in it:
-                if u not in index:
-                    index[u] = low[u] = counter
-                    counter += 1
-                    stack.append(u)
-                    on.add(u)
-                    work.append((u, iter(sorted(succ.get(u, ())))))
-                    break
-                if u in on:
-                    low[v] = min(low[v], index[u])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
-                if low[v] == index[v]:
-                    comp = []
-                    while True:
-                        u = stack.pop()
-                        on.discard(u)
-                        comp.append(u)
-                        if u == v:
-                            break
-                    out.append(sorted(comp))
-    return sorted(out)
-
-
 def _cyclic(comp: list[str], succ: Mapping[str, Iterable[str]]) -> bool:
     return len(comp) > 1 or comp[0] in succ.get(comp[0], ())
 
@@ -166,7 +123,7 @@ def soft_cycles(st: State) -> list[SoftCycle]:
     queued = {x for x, _, _ in soft} | {y for _, y, _ in soft}
     nodes = _reach_by(queued, forward) & _reach_by(queued, backward)
     succ = {v: forward(v) & nodes for v in nodes}
-    comps = _sccs(nodes, succ)
+    comps = components(nodes, succ)
     comp_of = {v: i for i, comp in enumerate(comps) for v in comp}
     inside: dict[int, list[SoftEdge]] = {}
     for e in soft:  # sorted, so each component's list is too
@@ -278,7 +235,7 @@ def still_soft(st: State, c: Candidate) -> SoftCycle | None:
         m: {u for u in local.hard(m) if u in members} | {y for y, _ in local.soft(m) if y in members} for m in members
     }
     soft = tuple(sorted((m, y, t) for m in members for y, t in local.soft(m) if y in members))
-    comps = _sccs(members, succ)
+    comps = components(members, succ)
     if not soft or len(comps) != 1 or not _cyclic(comps[0], succ):
         return None
     cycle = SoftCycle(tuple(sorted(members)), soft)
@@ -375,7 +332,7 @@ def _topo(
     by any reorder and does not stop one). Kahn's algorithm taking, of the components free to
     come next, the one with the waiter earliest in its queues, then the lowest id. None when a
     cycle of fixed edges runs through a queued waiter: no reorder can break it."""
-    comps = _sccs(nodes, succ)
+    comps = components(nodes, succ)
     comp_of = {v: i for i, comp in enumerate(comps) for v in comp}
     for comp in comps:
         if _cyclic(comp, succ) and grantable.intersection(comp):

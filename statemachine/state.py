@@ -418,7 +418,7 @@ class State:
 
     @classmethod
     def restore(cls, data: bytes) -> State:
-        with collector_paused(freeze=True):
+        with collector_paused():
             return cls._restore(data)
 
     @classmethod
@@ -558,22 +558,19 @@ def target_index(st: State) -> list[tuple[int, str]]:
 
 
 @contextmanager
-def collector_paused(freeze: bool = False) -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector for a bulk pass (snapshot, restore, detection, a large
     cancellation). Building or walking millions of small containers triggers the collector over and
     over for nothing (none of them form cycles); pausing it makes snapshots several times faster.
-    It changes no result."""
+    It changes no result, and puts back the setting it found: how the collector is tuned, and
+    whether a restored state is frozen, is the shell's policy (``cluster/node/collector.py``).
+    The pause stays here because these passes run inside apply and snapshot, under the Raft layer,
+    where the shell cannot wrap them alone."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if freeze:
-            # A restored state is long-lived and holds no reference cycles (records point only
-            # at strings, numbers and their own containers; it is freed by reference counting).
-            # Moving it to the permanent generation spares every later collection a walk over
-            # millions of objects: about 1.6 s at a million edges right after the restore alone.
-            gc.freeze()
         if was_enabled:
             gc.enable()
 

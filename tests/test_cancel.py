@@ -1,4 +1,4 @@
-"""Cancellation as a protocol (DESIGN.md §5), through real commands and the codec.
+"""Cancellation as a protocol (docs/design.md §5), through real commands and the codec.
 
 One test per case of the seed's "Cancellation Is a Protocol" and "Negative Tests, Metrics, and
 Rollback": the fence against a child created after the enumeration, a tool that ignores cancel,

@@ -1,4 +1,4 @@
-"""Stateful property test of the cancellation protocol (DESIGN.md §5 and §7).
+"""Stateful property test of the cancellation protocol (docs/design.md §5 and §7).
 
 Random sequences of run trees, claims, tool calls, holdings, waits, cancels (by run and, as
 recovery does, by victim subtree), acks, convergence passes, session expiry and quarantine

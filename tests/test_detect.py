@@ -1,4 +1,4 @@
-"""Deadlock detection on states built through real commands (DESIGN.md §3, seed 000 "Negative
+"""Deadlock detection on states built through real commands (docs/design.md §3, seed 000 "Negative
 tests"): the cycles the seed names are candidates; pools with a free slot, external approvers,
 running members and chains into a cycle are not (or not wholly)."""
 

@@ -3,7 +3,7 @@
 The oracle enumerates every subset S of the WAITING executions and keeps the maximal ones in which
 (a) every member has a hard wait whose satisfiers all lie in S and (b) S is strongly connected in
 the hard graph; the hard graph comes from :func:`spec_satisfiers`, written again here from
-DESIGN.md §3 rather than imported. Graphs are small (at most 7 executions) and use every target
+docs/design.md §3 rather than imported. Graphs are small (at most 7 executions) and use every target
 kind. They are built two ways: directly into a State (fast, and free to hold shapes the machine
 would refuse) and through real commands, where the incremental detector is also compared with
 the full pass after every single command.
@@ -57,7 +57,7 @@ from waitgraph.statemachine.state import Execution, State, Target, WaitEdge
 
 
 def spec_satisfiers(state: State, edge: WaitEdge) -> tuple[str, ...] | None:
-    """DESIGN.md §3, one clause per target kind."""
+    """docs/design.md §3, one clause per target kind."""
 
     def live(eid: str, gen: int) -> bool:
         x = state.executions.get(eid)

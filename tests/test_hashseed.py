@@ -1,7 +1,7 @@
 """Replicas agree whatever their PYTHONHASHSEED: the same log gives the same digest and outcomes.
 
 String hashing, and with it set and dict-of-set iteration order, changes with PYTHONHASHSEED; the
-core must never let that order reach the state, the snapshot or an outcome (DESIGN.md §1). A
+core must never let that order reach the state, the snapshot or an outcome (docs/design.md §1). A
 seeded, deterministic log (built by the test, never by the core) is written with the codec to a
 file and replayed here and in two fresh interpreters started with different hash seeds.
 """

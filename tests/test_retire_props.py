@@ -1,6 +1,6 @@
 """Retirement (statemachine/retire.py) under random workloads with passes at random logical times.
 
-- :class:`RetireMachine`: the stateful core test (tests/test_stateful.py: DESIGN.md §7 invariants,
+- :class:`RetireMachine`: the stateful core test (tests/test_stateful.py: docs/design.md §7 invariants,
   snapshot -> restore -> snapshot identity, replay equality) plus deadlock recoveries and
   RetireSettled at random logical times. Every pass retires exactly the runs a brute-force oracle
   (a scan of the whole state, not the retirement queue) finds retirable, oldest first, up to

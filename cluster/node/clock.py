@@ -1,7 +1,7 @@
 """The ``at_ms`` a node stamps on what it proposes: replicated time carried forward by this node's
 monotonic clock, never moved by its wall clock.
 
-The core has no clock (DESIGN.md §1): every command carries ``at_ms`` and the state's ``now_ms`` is
+The core has no clock (docs/design.md §1): every command carries ``at_ms`` and the state's ``now_ms`` is
 the largest one applied so far. Session and claim expiry, lease deadlines, the confirmation window
 and the cancellation SLO are all measured in that time. If a node stamped its wall clock, one node
 whose clock is stepped forward (NTP, a VM resume, an operator) would move the whole cluster's time

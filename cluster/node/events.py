@@ -148,7 +148,7 @@ def owners(state: State, fx: Effect) -> tuple[str, ...]:
         find = _owners_by_class[type(fx)] = _owners_of(type(fx))
     if not isinstance(fx, RecoveryProposed):
         return find(state.executions, fx)
-    # Agents in the voter set (DESIGN.md section 4) vote on every proposal, members or not.
+    # Agents in the voter set (docs/design.md §4) vote on every proposal, members or not.
     agents = [*find(state.executions, fx)]
     agents.extend(v.partition(":")[2] for v in state.recovery.config.voters if v.startswith("agent:"))
     return tuple(agents) if len(agents) < 2 else tuple(sorted(set(agents)))

@@ -1,4 +1,4 @@
-"""The one table from waitgraph errors to gRPC status codes (DESIGN.md §6), and what travels with them.
+"""The one table from waitgraph errors to gRPC status codes (docs/design.md §6), and what travels with them.
 
 Every error a client sees is built here from a :class:`~waitgraph.statemachine.errors.WaitgraphError` or a
 REJECTED :class:`~waitgraph.statemachine.Outcome`:

@@ -90,24 +90,25 @@ class Record:
         return effect_from_plain(json.loads(self.body))
 
 
-def _key_and_names(fx: Effect) -> tuple[str, str | None, list[str]]:
-    """(key, run id, every id the record may be found by)."""
+def _key_and_names(fx: Effect) -> tuple[str, str | None, list[str], int]:
+    """(key, run id, every id the record may be found by, retired at)."""
     match fx:
         case ExecutionRetired():
-            return fx.execution_id, fx.run_id, [fx.execution_id, fx.run_id]
+            return fx.execution_id, fx.run_id, [fx.execution_id, fx.run_id], fx.retired_at_ms
         case RunRetired():
-            return fx.run_id, fx.run_id, [fx.run_id]
+            return fx.run_id, fx.run_id, [fx.run_id], fx.retired_at_ms
         case DecisionRetired():
-            return fx.decision_id, None, [fx.decision_id, fx.digest, *sorted(set(fx.score_execution_ids))]
+            names = [fx.decision_id, fx.digest, *sorted(set(fx.score_execution_ids))]
+            return fx.decision_id, None, names, fx.retired_at_ms
         case ProposalRetired():
             names = [fx.digest, *sorted(set(fx.member_ids))]
-            return fx.digest, None, names + ([fx.decision_id] if fx.decision_id else [])
+            return fx.digest, None, names + ([fx.decision_id] if fx.decision_id else []), fx.retired_at_ms
         case TrajectoryRetired():
-            return fx.signature, None, [fx.signature]
+            return fx.signature, None, [fx.signature], fx.retired_at_ms
         case SessionRetired():
-            return fx.agent_id, None, [fx.agent_id]
+            return fx.agent_id, None, [fx.agent_id], fx.retired_at_ms
         case TargetRetired():
-            return fx.target_id, None, [fx.target_id]
+            return fx.target_id, None, [fx.target_id], fx.retired_at_ms
     raise TypeError(f"{type(fx).__name__} is not a retirement effect")
 
 
@@ -157,9 +158,9 @@ class HistoryStore:
         now = self.clock()
         rows = []
         for fx in effects:
-            key, run_id, names = _key_and_names(fx)
+            key, run_id, names, retired_at_ms = _key_and_names(fx)
             body = json.dumps(effect_to_plain(fx), sort_keys=True, separators=(",", ":"))
-            rows.append((fx.KIND, key, run_id, fx.retired_at_ms, now, len(body), body, names))
+            rows.append((fx.KIND, key, run_id, retired_at_ms, now, len(body), body, names))
         if not rows:
             return 0
         added = 0

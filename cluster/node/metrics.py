@@ -491,8 +491,8 @@ class WaitgraphCollector(Collector):
             "Records retirement passes moved out of the live state into the history store, by kind.",
             labels=["kind"],
         )
-        for kind, name in RETIRED_KINDS.items():
-            retired.add_metric([kind], c.get(f"retire.{name}", 0))
+        for record_kind, name in RETIRED_KINDS.items():
+            retired.add_metric([record_kind], c.get(f"retire.{name}", 0))
         yield retired
         yield _gauge(
             "waitgraph_quarantined_executions",

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import sys
@@ -34,6 +33,7 @@ from grpc_reflection.v1alpha import reflection
 
 from waitgraph.node import logs
 from waitgraph.node.clock import LogicalClock
+from waitgraph.node.collector import tune_gc
 from waitgraph.node.config import INSECURE_SECRET, ServeConfig
 from waitgraph.node.errors import Stopped
 from waitgraph.node.events import EventfulMachine, EventJournal
@@ -442,23 +442,6 @@ class NodeProcess:
             await self.stopping.wait()
         finally:
             await self.stop()
-
-
-GC_THRESHOLDS = (10_000, 10, 10)
-"""The collector's thresholds in a serving node (Python's default: 700, 10, 10). A write allocates
-a few hundred container objects on every node (the envelope, the command, the outcome, protobuf
-and gRPC's own), none in a reference cycle that outlives it, so the default collects generation 0
-every few writes; it was ~8% of a follower's time under load (issue #20)."""
-
-
-def tune_gc() -> None:
-    """Once the node has started: everything alive now (modules, a restored state, the servers)
-    lives as long as the process, so it goes to the permanent generation and no collection walks
-    it again; then the node's thresholds. No ``gc.collect()`` first: it holds the GIL, so the Raft
-    thread waits, for a walk of every object just as the node joins the cluster; the little
-    start-up garbage it would free stays (``gc.freeze`` itself only moves list heads)."""
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def main(cfg: ServeConfig, http_view: HttpView | None = None) -> int:

@@ -628,10 +628,11 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
 
         def image(m: StateMachine) -> bytes:
             # A full detection pass over the replica: seconds on a big state, so in a forked child.
-            return cycles_response(m.state, include_closed).SerializeToString()
+            data: bytes = cycles_response(m.state, include_closed).SerializeToString()
+            return data
 
         got = await self.gw.read_image(lambda m: None, image, request.fresh)
-        response = operator_pb2.CyclesResponse.FromString(got.value[1])
+        response: operator_pb2.CyclesResponse = operator_pb2.CyclesResponse.FromString(got.value[1])
         response.stale, response.applied_index = got.stale, got.applied_index
         return response
 

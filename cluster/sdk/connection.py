@@ -572,8 +572,8 @@ class Connection:
         token: str | None = None,
     ) -> Receipt:
         """Send one core command as its write RPC and return the core's outcome. A rejection
-        raises; an answer is APPLIED (``outcome.changed``) or a recorded NOOP (``not
-        outcome.changed``, ``outcome.noop_reason``: a late message of an old attempt, a repeat),
+        raises; an answer is APPLIED (``outcome.ok``) or a recorded NOOP (``not
+        outcome.ok``, ``outcome.noop_reason``: a late message of an old attempt, a repeat),
         ``outcome.duplicate`` when a retry was answered from the idempotency table.
 
         ``service``: ``agent`` or ``operator``; by default this client's :attr:`default_service`

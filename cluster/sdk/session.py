@@ -1073,7 +1073,7 @@ class ExecutionScope:
                 await _shielded(ex.ack_cancel())
                 raise interrupt
             out = await ex.complete()
-            if not out.changed:  # a commit that did nothing: the attempt was over before it
+            if not out.ok:  # a commit that did nothing: the attempt was over before it
                 raise StaleGeneration(
                     f"{ex.execution_id} g{ex.generation}: the commit changed nothing ({out.code}: {out.message})",
                     status=grpc.StatusCode.FAILED_PRECONDITION,

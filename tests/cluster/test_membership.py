@@ -72,7 +72,7 @@ class Writer(threading.Thread):
                     self.errors.append(f"{type(exc).__name__}: {exc}")
                     time.sleep(0.1)
                     continue
-                assert out.changed or out.duplicate, out
+                assert out.ok or out.duplicate, out
                 self.acked.append(target)
                 i += 1
             session.close()

@@ -93,7 +93,7 @@ async def test_holding_creates_the_resource_and_a_wait_on_an_undeclared_artifact
                 assert not made[report].HasField("satisfier_id")  # unknown until declared
                 async with sb.execution(f"exec:writer-{t}", run_id=f"run-w-{t}") as writer:
                     out = await writer.produces(report)  # the producer declares it later
-                    assert out.changed
+                    assert out.ok
                     await sb.produce(report)
                 assert await w.resolved(timeout_s=20) == "target_produced"
         assert len((await targets(op))[db].holders) == 0
@@ -140,7 +140,7 @@ async def test_rate_limited_writes_are_retried_with_their_request_id_until_they_
     ids = [f"resource:flood-{t}-{i}" for i in range(60)]
     async with agent(cluster, "c") as cc, operator(cluster) as op, cc.session("c"):
         outcomes = await asyncio.gather(*(cc.submit(commands.CreateTarget(target_id=i)) for i in ids))
-        assert all(o.changed and not o.duplicate for o in outcomes)
+        assert all(o.ok and not o.duplicate for o in outcomes)
         made = await targets(op)
     assert all(i in made for i in ids)
 
@@ -315,9 +315,9 @@ async def _cancelled_while_waiting(
             await wrong_client.submit(commands.CancelRun(run_id=run, observed_cancel_generation=0, reason="x"))
     assert "OperatorClient" in str(wrong.value)
     out = await op.cancel_run(run, "drill")
-    assert out.changed
+    assert out.ok
     again = await op.cancel_run(run, "drill")  # observed generation 0: raised past it already
-    assert not again.changed and again.noop_reason
+    assert not again.ok and again.noop_reason
     await asyncio.wait_for(task, 20)
 
 
@@ -358,4 +358,4 @@ async def test_a_stale_close_is_an_explicit_noop(cluster: GrpcCluster) -> None:
                 reason="late",
             )
         )
-    assert not late.changed and late.noop_reason == "already_closed"
+    assert not late.ok and late.noop_reason == "already_closed"

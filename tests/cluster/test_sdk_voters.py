@@ -1,4 +1,4 @@
-"""Agents as recovery voters (DESIGN.md section 4, the second seed's 4-of-7 gate) over gRPC.
+"""Agents as recovery voters (docs/design.md §4, the second seed's 4-of-7 gate) over gRPC.
 
 A local cluster of three real nodes with seven agents a0..a6; the recovery voters are the seven
 agents' sessions (quorum 4, at most 3 rollbacks at once), not the nodes. a0..a3 form the seed's
@@ -43,7 +43,7 @@ async def test_the_seeds_4_of_7_agent_gate_breaks_the_ring_over_grpc(lc: LocalCl
         refused = await _refused(admin)
         assert refused is not None and "no margin" in refused
         out = await admin.configure_recovery(VOTERS, quorum=4, max_rollback=3, confirmation_window_ms=300)
-        assert out.changed
+        assert out.ok
         clients = [Client(lc.endpoints, creds.agents[a]) for a in AGENTS]
         try:
             sessions = [c.session(a, voter=True) for c, a in zip(clients, AGENTS, strict=True)]

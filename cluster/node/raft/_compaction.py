@@ -73,6 +73,7 @@ from typing import Any
 
 import msgpack
 
+from waitgraph.node.collector import restore_frozen
 from waitgraph.node.raft._fork import dump_child, write_dump_file
 from waitgraph.node.raft._journal import open_dump
 from waitgraph.node.raft._pysyncobj import SERIALIZER_STATE, SyncObj
@@ -316,7 +317,7 @@ class CompactionMixin(SyncObj):  # type: ignore[misc]
             cluster = [str(a) for a in doc["cluster"] if str(a) != self.selfNode.address]
             directory = {str(a): (str(v[0]), str(v[1])) for a, v in (doc.get("directory") or {}).items() if len(v) == 2}
             fresh = StateMachine()
-            fresh.restore(doc["state"])
+            restore_frozen(fresh, doc["state"])
         except Exception as exc:
             # pysyncobj would log this and carry on applying the journal to the old (or empty)
             # state, which diverges from every other replica: stop instead.

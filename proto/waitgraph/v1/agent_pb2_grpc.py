@@ -329,7 +329,7 @@ class AgentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Vote(self, request, context):
-        """Recovery votes of agents (DESIGN.md section 4: designated agent sessions, as in the second
+        """Recovery votes of agents (docs/design.md §4: designated agent sessions, as in the second
         seed's 4-of-7 pipeline): VoteRecovery as agent:<id>. Counted only when agent:<id> is in the
         configured voter set and its session is active; otherwise a NOOP (not_a_voter). The same
         request as OperatorService.Vote.
