@@ -379,7 +379,7 @@ def build_server(agent_of: AgentLookup) -> MCPServer:
 
         async def body(agent: AgentState, t: Task) -> CallToolResult:
             out = await agent.live.produce(target)
-            return _result({"status": "produced" if out.changed else "unchanged", "target": target})
+            return _result({"status": "produced" if out.ok else "unchanged", "target": target})
 
         return await act(ctx, body)
 
@@ -402,9 +402,7 @@ def build_server(agent_of: AgentLookup) -> MCPServer:
 
         async def body(agent: AgentState, t: Task) -> CallToolResult:
             out = await agent.live.decide(approval, approved)
-            return _result(
-                {"status": "granted" if approved else "denied", "approval": approval, "changed": out.changed}
-            )
+            return _result({"status": "granted" if approved else "denied", "approval": approval, "changed": out.ok})
 
         return await act(ctx, body)
 
