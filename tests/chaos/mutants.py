@@ -166,7 +166,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "fresh-read-without-barrier",
         "node",
         "a read asked fresh is served from the local replica without the log barrier",
-        "cluster/node/raft.py",
+        "cluster/node/raft/_node.py",
         (
             (
                 "        await self.barrier()\n"
@@ -180,11 +180,11 @@ CATALOGUE: tuple[Mutant, ...] = (
         "restore-drops-idempotency",
         "node",
         "a node that loads a dump starts with an empty idempotency table",
-        "cluster/node/raft.py",
+        "cluster/node/raft/_compaction.py",
         (
             (
-                '            fresh.restore(doc["state"])\n',
-                '            fresh.restore(doc["state"])\n            fresh.state.idempotency.clear()\n',
+                '            restore_frozen(fresh, doc["state"])\n',
+                '            restore_frozen(fresh, doc["state"])\n            fresh.state.idempotency.clear()\n',
             ),
         ),
     ),
@@ -192,12 +192,11 @@ CATALOGUE: tuple[Mutant, ...] = (
         "joiner-ignores-snapshot",
         "node",
         "a node brought up by the leader's dump (a member added at runtime) keeps its own empty state",
-        "cluster/node/raft.py",
+        "cluster/node/raft/_compaction.py",
         (
             (
-                "        with self._machine_lock:\n            self._machine.state = fresh.state\n"
-                "        self.directory.update(directory)\n",
-                "        self.directory.update(directory)\n",
+                "            self._machine.state = fresh.state\n",
+                "",
             ),
         ),
     ),
@@ -365,18 +364,23 @@ def copy_tree(dest: Path) -> None:
         shutil.copy2(src, target)
 
 
+def patched(m: Mutant, text: str) -> str:
+    """``text`` with the mutant's edits applied; each edit's text must stand in it exactly once, so
+    an entry whose code moved or changed fails loudly instead of planting nothing."""
+    for old, new in m.edits:
+        found = text.count(old)
+        if found != 1:
+            raise SystemExit(f"mutant {m.name}: {m.file} holds its patch text {found} times, not once:\n{old}")
+        text = text.replace(old, new)
+    return text
+
+
 def plant(m: Mutant | None, dest: Path) -> None:
     """Copy the tree to ``dest``, apply the mutant's edits there, build the copy's import view."""
     copy_tree(dest)
     if m is not None:
         path = dest / m.file
-        text = path.read_text()
-        for old, new in m.edits:
-            found = text.count(old)
-            if found != 1:
-                raise SystemExit(f"mutant {m.name}: {m.file} holds its patch text {found} times, not once:\n{old}")
-            text = text.replace(old, new)
-        path.write_text(text)
+        path.write_text(patched(m, path.read_text()))
     subprocess.run(
         [sys.executable, str(dest / "scripts" / "typecheck_view.py")], cwd=dest, check=True, stdout=subprocess.DEVNULL
     )
