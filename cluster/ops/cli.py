@@ -156,7 +156,7 @@ def serve(config_file: Path | None, **flags: Any) -> None:
     except ConfigError as exc:
         click.echo(f"waitgraph serve: {exc}", err=True)
         raise SystemExit(2) from None
-    # The node forks to write its log-compaction dumps (cluster/node/raft.py, "Log compaction"); the
+    # The node forks to write its log-compaction dumps (cluster/node/raft/_compaction.py); the
     # child never touches gRPC, so gRPC's fork handlers (which pause its threads around every
     # fork) are not wanted. Read once, when grpc is first imported: that is just below, so nothing
     # the command line imports may import grpc first (the `waitgraph` package imports its SDK

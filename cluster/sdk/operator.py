@@ -400,7 +400,7 @@ class OperatorClient(Connection):
         request_id: str | None = None,
     ) -> Outcome:
         """The recovery voter set and quorum (admin). Refused when the quorum does not exceed
-        ``max_rollback`` (the second seed's rule, DESIGN §4)."""
+        ``max_rollback`` (the second seed's rule, docs/design.md §4)."""
         return await self.submit(
             C.ConfigureRecovery(
                 voters=tuple(voters),

@@ -1,4 +1,4 @@
-"""The chaos checker: every replica's final state, linearizability, and the DESIGN.md §7 invariants.
+"""The chaos checker: every replica's final state, linearizability, and the docs/design.md §7 invariants.
 
     finals = collect_final(endpoints, credentials)      # after heal (blocking; bounded wait)
     report = check(history, finals)
