@@ -156,18 +156,32 @@ class DeclareSatisfier:
     satisfier_generation: int = 0
 
 
+MAX_LEASE_TTL_MS = 7 * 24 * 3600 * 1000
+"""The longest lease TTL an Acquire may ask for (a week): a longer one is no bound at all."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Acquire:
-    """Take an exclusive resource, a reservation, or one permit of a pool (HELD_BY)."""
+    """Take an exclusive resource, a reservation, or one permit of a pool (HELD_BY).
+
+    ``ttl_ms``: the holding ends by itself ``ttl_ms`` logical ms after this grant (``Tick`` releases
+    it with reason ``ttl_expired``, exactly as a Release would, handing it to the next queued
+    waiter), unless it ended before; the TTL is fenced by the lease, so it never releases a later
+    grant of the same target. 0 by default (no TTL: then never encoded, so the bytes of a command
+    without it are those of the release before); at most :data:`MAX_LEASE_TTL_MS`.
+    """
 
     KIND: ClassVar[str] = "Acquire"
     VERSION: ClassVar[int] = 1
+    ADDED: ClassVar[tuple[str, ...]] = ("ttl_ms",)
+    """Fields added after this version was released (see ``codec``): written only when set."""
     target_id: str
     execution_id: str
     generation: int
     observed_epoch: int = 0
     """The global epoch the caller last saw; an execution rolled back at epoch e is refused while
     it presents an older one (so omitting it is never a way around the fence)."""
+    ttl_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,11 +213,15 @@ class RegisterWait:
     ``priority``: the wait's place in a resource's or pool's grant queue (statemachine/queues.py):
     higher goes first, FIFO among equals, bounded by ``Limits.queue_pass_limit``; 0 by default (then
     never encoded). Ignored for other kinds; a re-register keeps the place the wait has.
+
+    ``lease_ttl_ms``: when the wait is granted by a hand-off (resources and pools), the grant
+    carries this TTL, as ``Acquire.ttl_ms`` does for an immediate grant; 0 by default (then never
+    encoded); ignored for other kinds; a re-register keeps the TTL the queued wait has, as its place.
     """
 
     KIND: ClassVar[str] = "RegisterWait"
     VERSION: ClassVar[int] = 1
-    ADDED: ClassVar[tuple[str, ...]] = ("refuse_deadlock", "priority")
+    ADDED: ClassVar[tuple[str, ...]] = ("refuse_deadlock", "priority", "lease_ttl_ms")
     """Fields added after this version was released (see ``codec``): written only when set."""
     waiter_id: str
     waiter_generation: int
@@ -215,6 +233,7 @@ class RegisterWait:
     edge_version: int = 1
     refuse_deadlock: bool = False
     priority: int = 0
+    lease_ttl_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,6 +32,8 @@ only cannot acquire or register anything new, which ``apply`` refuses.
   (The order itself is history, a priority newcomer and a reorder's doing: primary data, in the
   snapshot, not derivable.)
 - sessions: every ACTIVE session's current expiry is on the expiry heap.
+- lease TTLs: every TTL record names a current holding (holder at that generation; a later grant
+  would have dropped it) at a lease the target has reached, and is on the TTL heap.
 - per-agent counts: ``open_executions_by_agent`` and ``open_edges_by_agent`` (kept incrementally
   for the per-agent limits) equal a recount from the executions and the wait edges.
 - retirement (statemachine/retire.py): ``open_by_run`` and ``owned_by_agent`` equal a recount;
@@ -70,6 +72,7 @@ def check(state: State) -> list[str]:
     _check_targets(state, out)
     _check_executions(state, out)
     _check_sessions(state, out)
+    _check_lease_ttls(state, out)
     _check_agent_counts(state, out)
     _check_retirement(state, out)
     return out
@@ -342,6 +345,23 @@ def _check_executions(st: State, out: list[str]) -> None:
             out.append(f"run {run_id}: root {run.root_id} is not a parentless execution of this run")
         if run.cancel_generation < 0:
             out.append(f"run {run_id} has negative cancel generation {run.cancel_generation}")
+
+
+def _check_lease_ttls(st: State, out: list[str]) -> None:
+    heap = set(st.ttl_expiry)
+    for target_id in sorted(st.lease_ttls):
+        ttls = st.lease_ttls[target_id]
+        t = st.targets.get(target_id)
+        if not ttls:
+            out.append(f"lease TTLs of {target_id}: an empty entry")
+        for holder_id in sorted(ttls):
+            expires, generation, lease = ttls[holder_id]
+            if t is None or t.holders.get(holder_id) != generation:
+                out.append(f"lease TTL of {target_id} names {holder_id}@g{generation}, which does not hold it")
+            elif lease > t.version:
+                out.append(f"lease TTL of {target_id} names lease {lease}; the target is at {t.version}")
+            if (expires, target_id, holder_id, lease) not in heap:
+                out.append(f"lease TTL of {target_id} by {holder_id} at {expires} is not on the TTL heap")
 
 
 def _check_sessions(st: State, out: list[str]) -> None:

@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from . import errors as E
 from . import queues as Q
-from .context import Ctx
+from .context import Ctx, later
 from .effects import (
     Acquired,
     ClaimReleased,
@@ -139,11 +139,12 @@ def set_status(ctx: Ctx, ex: Execution, nxt: ExecStatus, cause: str) -> None:
     ctx.state.touch(ex.execution_id)
 
 
-def open_edge(ctx: Ctx, ex: Execution, edge: WaitEdge, priority: int = 0) -> None:
+def open_edge(ctx: Ctx, ex: Execution, edge: WaitEdge, priority: int = 0, lease_ttl_ms: int = 0) -> None:
     """Add a checked edge of ``ex``'s current attempt (an agent's RegisterWait, or an edge the
     coordinator registers itself, like a tie-break loser waiting behind the winner); ``priority``
-    places a wait on a resource or pool in its queue."""
-    ctx.state.add_wait(edge, priority)
+    places a wait on a resource or pool in its queue, and ``lease_ttl_ms`` is the TTL of the grant
+    a hand-off gives it."""
+    ctx.state.add_wait(edge, priority, lease_ttl_ms)
     ex.edge_hwm[edge.target_id] = edge.edge_version
     ctx.state.touch(ex.execution_id)
     ctx.state.touch_target(edge.target_id, ctx.now)
@@ -194,8 +195,10 @@ def touch_waiters(ctx: Ctx, target_id: str) -> None:
 
 
 def release_holding(ctx: Ctx, t: Target, execution_id: str, reason: str) -> None:
+    """End a holding, however it ends (Release, TTL, attempt over, recovery): hand the capacity on."""
     st = ctx.state
     gen = t.holders.pop(execution_id)
+    st.drop_lease_ttl(t.target_id, execution_id)
     st.drop_satisfies(execution_id, t.target_id)
     st.touch_target(t.target_id, ctx.now)
     ctx.fx.append(
@@ -207,11 +210,14 @@ def release_holding(ctx: Ctx, t: Target, execution_id: str, reason: str) -> None
         wake_waiters(ctx, t.target_id, "target_released")
 
 
-def grant(ctx: Ctx, t: Target, ex: Execution) -> int:
-    """``ex`` holds ``t`` from now at the next lease (an Acquire's or a hand-off's grant)."""
+def grant(ctx: Ctx, t: Target, ex: Execution, ttl_ms: int = 0) -> int:
+    """``ex`` holds ``t`` from now at the next lease (an Acquire's or a hand-off's grant); with
+    ``ttl_ms`` the holding ends by itself that long after this grant (:func:`expire_leases`)."""
     st = ctx.state
     t.version += 1
     t.holders[ex.execution_id] = ex.generation
+    if ttl_ms:
+        st.set_lease_ttl(t.target_id, ex.execution_id, ex.generation, t.version, later(ctx.now, ttl_ms))
     st.add_satisfies(ex.execution_id, t.target_id)
     st.touch_target(t.target_id, ctx.now)
     touch_waiters(ctx, t.target_id)
@@ -243,13 +249,13 @@ def hand_off(ctx: Ctx, t: Target, released_by: str) -> None:
         return not any(e.reason == Q.YIELD_REASON and e.target_id.startswith("exec:") for e in st.waits_of(waiter_id))
 
     while len(t.holders) < t.slots:
-        waiter_id = Q.grantable(st.queues, t.target_id, eligible)
-        if waiter_id is None:
+        entry = Q.grantable(st.queues, t.target_id, eligible)
+        if entry is None:
             break
-        ex = executions[waiter_id]
-        edge = st.wait(waiter_id, t.target_id)
+        ex = executions[entry.waiter_id]
+        edge = st.wait(entry.waiter_id, t.target_id)
         assert edge is not None, "a queue entry is an open wait"
-        lease = grant(ctx, t, ex)
+        lease = grant(ctx, t, ex, entry.lease_ttl_ms)
         close_wait(ctx, edge, Q.GRANTED, lease=lease)
     if len(t.holders) < t.slots:
         wake_waiters(ctx, t.target_id, "target_released")
@@ -258,6 +264,37 @@ def hand_off(ctx: Ctx, t: Target, released_by: str) -> None:
             if edge.target_generation != t.version:
                 edge.target_generation = t.version
                 st.touch(edge.waiter_id)
+
+
+TTL_EXPIRED = "ttl_expired"
+"""The reason of a Released that a lease's TTL caused (``Acquire.ttl_ms``)."""
+
+
+def expire_leases(ctx: Ctx) -> None:
+    """Part of ``Tick``: release every holding whose TTL is up by ``now``, as a Release would.
+
+    Fenced: a heap entry acts only while its record still names the same lease (so the same
+    holder@generation, whose holding has not ended since: an ended holding drops its record, a new
+    grant writes a new lease). A QUARANTINED holder keeps what it holds: quarantine isolates its
+    context until an operator's ReleaseQuarantine, and a TTL does not hand it out before that (the
+    TTL is spent: counted ``lease_ttl.kept_quarantined`` and dropped).
+    """
+    st = ctx.state
+    heap = st.ttl_expiry
+    while heap and heap[0][0] <= ctx.now:
+        expires, target_id, execution_id, lease = heapq.heappop(heap)
+        record = st.lease_ttls.get(target_id, {}).get(execution_id)
+        if record is None or record[0] != expires or record[2] != lease:
+            continue
+        t = st.targets[target_id]
+        if t.holders.get(execution_id) != record[1]:
+            continue
+        if st.executions[execution_id].status is S.QUARANTINED:
+            st.drop_lease_ttl(target_id, execution_id)  # the TTL is spent; ReleaseQuarantine releases
+            st.bump("lease_ttl.kept_quarantined")
+            continue
+        st.bump("lease_ttl.expired")
+        release_holding(ctx, t, execution_id, TTL_EXPIRED)
 
 
 def close_satisfier(ctx: Ctx, t: Target, reason: str) -> None:

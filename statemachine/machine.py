@@ -22,6 +22,7 @@ from . import reassign, recovery
 from . import retire as _retire
 from .codec import command_fingerprint, decode_envelope
 from .commands import (
+    MAX_LEASE_TTL_MS,
     AcceptToolCall,
     AckCancel,
     Acquire,
@@ -109,6 +110,7 @@ from .lifecycle import (
     close_satisfier,
     close_wait,
     end_attempt,
+    expire_leases,
     grant,
     new_attempt,
     next_status,
@@ -513,6 +515,7 @@ def _acquire(ctx: Ctx, cmd: Acquire) -> Outcome:
     check_current(ex, cmd.generation)
     check_live(ex, "acquire")
     recovery.check_fence(ctx.state, ex.execution_id, cmd.observed_epoch)
+    _check_ttl(cmd.ttl_ms, "ttl_ms")
     if ex.execution_id in t.holders:
         return noop("already_held", f"{ex.execution_id} already holds {t.target_id}")
     if len(t.holders) >= t.slots:
@@ -524,8 +527,14 @@ def _acquire(ctx: Ctx, cmd: Acquire) -> Outcome:
             lease=t.version,
             holder=holder,
         )
-    grant(ctx, t, ex)
+    grant(ctx, t, ex, cmd.ttl_ms)
     return applied(ctx.fx)
+
+
+def _check_ttl(ttl_ms: int, name: str) -> None:
+    check_nonneg(ttl_ms, name)
+    if ttl_ms > MAX_LEASE_TTL_MS:
+        raise E.invalid("ttl_too_long", f"{name} must be at most {MAX_LEASE_TTL_MS}", field=name)
 
 
 def _release(ctx: Ctx, cmd: Release) -> Outcome:
@@ -617,6 +626,7 @@ def _register_wait(ctx: Ctx, cmd: RegisterWait) -> Outcome:
         raise E.invalid("bad_edge_version", "edge_version must be at least 1")
     if cmd.deadline_ms is not None and cmd.deadline_ms <= ctx.now:
         raise E.invalid("deadline_passed", f"deadline_ms {cmd.deadline_ms} is not after now ({ctx.now})")
+    _check_ttl(cmd.lease_ttl_ms, "lease_ttl_ms")
     check_current(ex, cmd.waiter_generation)
     existing = st.wait(ex.execution_id, cmd.target_id)
     hwm = ex.edge_hwm.get(cmd.target_id, 0)
@@ -657,7 +667,7 @@ def _register_wait(ctx: Ctx, cmd: RegisterWait) -> Outcome:
         _refuse_deadlock(ctx, edge)
     if existing is not None:
         st.remove_wait(existing, keep_place=True)
-    open_edge(ctx, ex, edge, priority=cmd.priority)
+    open_edge(ctx, ex, edge, priority=cmd.priority, lease_ttl_ms=cmd.lease_ttl_ms)
     set_status(ctx, ex, nxt, "waiting")
     return applied(ctx.fx)
 
@@ -740,7 +750,7 @@ def _decide(ctx: Ctx, cmd: DecideApproval) -> Outcome:
 
 
 def _tick(ctx: Ctx) -> Outcome:
-    """Expire sessions and deadlines up to ``now``; a timeout is a failure, never progress."""
+    """Expire sessions, deadlines and lease TTLs up to ``now``; a timeout is a failure, never progress."""
     require_operator(ctx, "Tick")
     st = ctx.state
     while st.session_expiry and st.session_expiry[0][0] <= ctx.now:
@@ -755,6 +765,7 @@ def _tick(ctx: Ctx) -> Outcome:
         edge = st.wait(waiter, target)
         if edge is not None and edge.edge_version == version and edge.deadline_ms == deadline:
             close_wait(ctx, edge, "deadline_exceeded")
+    expire_leases(ctx)
     return applied(ctx.fx)
 
 

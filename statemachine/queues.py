@@ -40,15 +40,19 @@ class QueueEntry:
     priority: int
     passed: int = 0
     """How many times a later waiter went ahead of this one (a priority newcomer, a reorder)."""
+    lease_ttl_ms: int = 0
+    """The TTL the grant to this waiter carries (``RegisterWait.lease_ttl_ms``; 0: none)."""
 
 
 Queues = dict[str, list[QueueEntry]]
 """target id -> its queue, head first. A target with nobody queued has no entry."""
 
 
-def enqueue(queues: Queues, target_id: str, waiter_id: str, priority: int, pass_limit: int) -> None:
-    """Give ``waiter_id`` its place (a waiter already queued keeps its own: a re-register with a
-    higher edge version is the same wait)."""
+def enqueue(
+    queues: Queues, target_id: str, waiter_id: str, priority: int, pass_limit: int, lease_ttl_ms: int = 0
+) -> None:
+    """Give ``waiter_id`` its place (a waiter already queued keeps its own, and the lease TTL it
+    queued with: a re-register with a higher edge version is the same wait)."""
     queue = queues.setdefault(target_id, [])
     if any(e.waiter_id == waiter_id for e in queue):
         return
@@ -57,7 +61,7 @@ def enqueue(queues: Queues, target_id: str, waiter_id: str, priority: int, pass_
         pos -= 1
     for e in queue[pos:]:
         e.passed += 1
-    queue.insert(pos, QueueEntry(waiter_id, priority))
+    queue.insert(pos, QueueEntry(waiter_id, priority, 0, lease_ttl_ms))
 
 
 def dequeue(queues: Queues, target_id: str, waiter_id: str) -> None:
@@ -88,12 +92,12 @@ def order(queues: Queues, target_id: str) -> list[str]:
     return [e.waiter_id for e in queues.get(target_id, ())]
 
 
-def grantable(queues: Queues, target_id: str, eligible: Callable[[str], bool]) -> str | None:
-    """The first queued waiter for which ``eligible(waiter_id)`` is true (the next grant), or None.
+def grantable(queues: Queues, target_id: str, eligible: Callable[[str], bool]) -> QueueEntry | None:
+    """The first queued entry for which ``eligible(waiter_id)`` is true (the next grant), or None.
     Ineligible entries (asked to stop, already a holder) keep their place and are passed by."""
     for e in queues.get(target_id, ()):
         if eligible(e.waiter_id):
-            return e.waiter_id
+            return e
     return None
 
 
@@ -107,8 +111,21 @@ def rebuild(waits: Iterable[tuple[str, str, int]], kinds: Mapping[str, Kind]) ->
     return out
 
 
+def _entry_to_plain(e: QueueEntry) -> list[Any]:
+    # The lease TTL is written only when set: a queue without one has the bytes it had before.
+    if e.lease_ttl_ms:
+        return [e.waiter_id, e.priority, e.passed, e.lease_ttl_ms]
+    return [e.waiter_id, e.priority, e.passed]
+
+
+def _entry_from_plain(row: list[Any]) -> QueueEntry:
+    if len(row) not in (3, 4):
+        raise ValueError("a queue entry is not [waiter id, priority, passed(, lease ttl)]")
+    return QueueEntry(str(row[0]), int(row[1]), int(row[2]), int(row[3]) if len(row) == 4 else 0)
+
+
 def to_plain(queues: Queues) -> list[list[Any]]:
-    return [[tid, [[e.waiter_id, e.priority, e.passed] for e in queues[tid]]] for tid in sorted(queues)]
+    return [[tid, [_entry_to_plain(e) for e in queues[tid]]] for tid in sorted(queues)]
 
 
 def from_plain(rows: list[Any]) -> Queues:
@@ -116,7 +133,7 @@ def from_plain(rows: list[Any]) -> Queues:
     for tid, entries in rows:
         if type(tid) is not str or type(entries) is not list or not entries:
             raise ValueError("a queue row is not [target id, [entries...]]")
-        queue = [QueueEntry(str(w), int(p), int(n)) for w, p, n in entries]
+        queue = [_entry_from_plain(row) for row in entries]
         if len({e.waiter_id for e in queue}) != len(queue):
             raise ValueError(f"{tid} lists a waiter twice in its queue")
         out[tid] = queue

@@ -49,7 +49,8 @@ SNAPSHOT_VERSION = 6
 touched at the snapshot's ``now_ms``, so they retire one retention after it; before v5 no approver
 is configured and decisions list no remedies; before v6 the queues are rebuilt from the open
 waits (:func:`queues.rebuild`: by registration time, then waiter id) and decisions list no
-reorders."""
+reorders. Lease TTLs (``lease_ttls``, and a queue entry's fourth item) are written only when some
+holding or queued wait has one, so a state without any snapshots to the bytes it had before."""
 READABLE_VERSIONS = frozenset({2, 3, 4, 5, 6})
 
 
@@ -211,6 +212,13 @@ class State:
         """heap of (deadline_ms, waiter, target, edge_version); stale entries are skipped."""
         self.session_expiry: list[tuple[int, str]] = []
         """heap of (expires_at_ms, agent_id); stale entries are skipped."""
+        self.lease_ttls: dict[str, dict[str, tuple[int, int, int]]] = {}
+        """target id -> holder id -> (expires_at_ms, generation, lease) of a holding granted with a
+        TTL (``Acquire.ttl_ms``): primary data, in the snapshot. Written by :meth:`set_lease_ttl`
+        at the grant and dropped by :meth:`drop_lease_ttl` whenever the holding ends, however."""
+        self.ttl_expiry: list[tuple[int, str, str, int]] = []
+        """Derived heap of (expires_at_ms, target id, holder id, lease); an entry whose record is gone
+        or names another lease is stale and skipped (``lifecycle.expire_leases``)."""
         self._texts: dict[str, str] = {}
         self.retired_executions: dict[str, int] = {}
         """Tombstones: execution id -> logical ms it retired at, in retirement order (primary data,
@@ -346,18 +354,30 @@ class State:
         """An execution of ``agent_id`` entered (+1) or left (-1) the live state, or changed hands."""
         _count(self.owned_by_agent, agent_id, by)
 
-    def add_wait(self, edge: WaitEdge, priority: int = 0) -> None:
+    def add_wait(self, edge: WaitEdge, priority: int = 0, lease_ttl_ms: int = 0) -> None:
         """Open ``edge``; a wait on a resource or pool takes its place in the target's queue (a
         re-registered one, removed with ``keep_place``, is still there and keeps it)."""
         t = self.targets.get(edge.target_id)
         if t is not None and t.kind in Q.QUEUED_KINDS:
-            Q.enqueue(self.queues, edge.target_id, edge.waiter_id, priority, self.limits.queue_pass_limit)
+            Q.enqueue(self.queues, edge.target_id, edge.waiter_id, priority, self.limits.queue_pass_limit, lease_ttl_ms)
         self.waits_by_waiter.setdefault(edge.waiter_id, {})[edge.target_id] = edge
         _file_by_target(self.waits_by_target, edge)
         self.edge_count += 1
         _count(self.open_edges_by_agent, self.executions[edge.waiter_id].agent_id, 1)
         if edge.deadline_ms is not None:
             heapq.heappush(self.deadlines, (edge.deadline_ms, edge.waiter_id, edge.target_id, edge.edge_version))
+
+    def set_lease_ttl(self, target_id: str, execution_id: str, generation: int, lease: int, expires_at_ms: int) -> None:
+        """The holding of ``target_id`` by ``execution_id``@``generation`` at ``lease`` ends by itself
+        at ``expires_at_ms`` (``Tick``), unless it ends before."""
+        self.lease_ttls.setdefault(target_id, {})[execution_id] = (expires_at_ms, generation, lease)
+        heapq.heappush(self.ttl_expiry, (expires_at_ms, target_id, execution_id, lease))
+
+    def drop_lease_ttl(self, target_id: str, execution_id: str) -> None:
+        """The holding ended: its TTL (if it had one) goes with it, so no later TTL names it."""
+        ttls = self.lease_ttls.get(target_id)
+        if ttls is not None and ttls.pop(execution_id, None) is not None and not ttls:
+            del self.lease_ttls[target_id]
 
     def remove_wait(self, edge: WaitEdge, keep_place: bool = False) -> None:
         """Close ``edge`` in the indexes; it leaves its target's queue unless ``keep_place`` (the
@@ -384,7 +404,7 @@ class State:
     # -- snapshot ------------------------------------------------------------------------------
 
     def to_plain(self) -> dict[str, Any]:
-        return {
+        plain = {
             "cancel": self.cancel.to_plain(),
             "counters": sorted(self.counters.items()),
             "executions": _executions_table(self.executions),
@@ -408,6 +428,15 @@ class State:
             "v": SNAPSHOT_VERSION,
             "waits": _waits_table(self.waits_by_waiter),
         }
+        if self.lease_ttls:
+            # Written only when some holding has a TTL, like a command's ``ADDED`` field: a state
+            # that never saw one snapshots to the bytes (and digest) it had before.
+            plain["lease_ttls"] = [
+                [target_id, holder_id, *ttls[holder_id]]
+                for target_id, ttls in sorted(self.lease_ttls.items())
+                for holder_id in sorted(ttls)
+            ]
+        return plain
 
     def snapshot(self) -> bytes:
         with collector_paused():
@@ -468,6 +497,8 @@ class State:
                     t.touched_ms = st.now_ms
             st.open_by_run, st.owned_by_agent, st.retire_queue = retirement_index(st.executions, st.runs)
             st.target_queue = target_index(st)
+            for target_id, holder_id, expires, generation, lease in raw.get("lease_ttls", ()):
+                st.set_lease_ttl(str(target_id), str(holder_id), int(generation), int(lease), int(expires))
             for a, r, fp, out in raw["idempotency"]:
                 st.idempotency[(a, r)] = (fp, outcome_from_plain(out))
             # A restored replica has no memory of earlier passes and ``changed`` starts empty: a
