@@ -960,7 +960,8 @@ class _Check:
         ``victim:<decision>``, a tie-break's ``Yielded``), at the generation it had. Over the
         stream (each stretch between resyncs on its own): no ``Released`` of that execution and
         generation from the recovery's proposal (or, when the proposal was not seen, from the start
-        of the commit's log entry) until the ``EpochCommitted`` of the decision's digest; a decision
+        of the commit's log entry) until the ``EpochCommitted`` of the decision's digest (a release
+        by the lease's own TTL, reason ``ttl_expired``, is not recovery's and may come any time); a decision
         that stops anyone must have that commit before it at all. Over every replica: a decision
         that released something committed an epoch above the one before it, and every release it
         records was seen after its commit."""
@@ -990,6 +991,8 @@ class _Check:
                 for ob in seg:
                     if (
                         ob.kind == "Released"
+                        # A lease's own TTL ending it is the holder's rule, not recovery's release.
+                        and ob.fields.get("reason") != "ttl_expired"
                         and window <= ob.cursor < commit.cursor
                         and ob.fields["execution_id"] == execution_id
                         and int(ob.fields["generation"]) == generation

@@ -25,6 +25,7 @@ from waitgraph.statemachine.commands import (
     RetireSettled,
     RetryExecution,
     StartExecution,
+    Tick,
 )
 from waitgraph.statemachine.effects import RETIREMENT_EFFECTS, RunRetired
 from waitgraph.statemachine.enums import EffectOutcome, ExecStatus
@@ -460,6 +461,31 @@ def test_release_rule_accepts_the_real_order_of_a_recovery() -> None:
     h = History()
     w, victim = ring_recovered(h)
     assert any(released_of(victim)(ob) for ob in h.observed)
+    report = check(h, finals_of(w.st))
+    assert not violations(report, "no_release_before_epoch_commit"), report.excerpt
+
+
+def test_a_victims_lease_ending_by_its_ttl_before_the_commit_is_not_recoverys_release() -> None:
+    """A victim's other lease, granted with a TTL, ends by it between the proposal and the commit:
+    the holder's rule (reason ttl_expired), not a release of the victim before its epoch."""
+    h = History()
+    w = World()
+    w.configure()
+    recording(w, h)
+    a, b = w.execution("A"), w.execution("B")
+    w.hold(a, "resource:r1")
+    w.hold(b, "resource:r2")
+    for eid, extra in ((a, "resource:r3"), (b, "resource:r4")):
+        w.target(extra)
+        w.ok(w.owner(eid), Acquire(target_id=extra, execution_id=eid, generation=1, ttl_ms=500))
+    w.wait(a, "resource:r2")
+    w.wait(b, "resource:r1")
+    [c] = w.candidates()
+    assert w.propose(c).ok
+    w.vote_all(c)
+    w.ok("operator:op", Tick(), dt=600)
+    assert [ob.fields["reason"] for ob in h.observed if ob.kind == "Released"] == ["ttl_expired"] * 2
+    assert w.commit(c).ok and w.st.recovery.epoch == 1
     report = check(h, finals_of(w.st))
     assert not violations(report, "no_release_before_epoch_commit"), report.excerpt
 
