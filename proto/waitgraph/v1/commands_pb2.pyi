@@ -136,18 +136,20 @@ class DeclareSatisfierRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., target_id: _Optional[str] = ..., target_generation: _Optional[int] = ..., satisfier_id: _Optional[str] = ..., satisfier_generation: _Optional[int] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("request_id", "target_id", "execution_id", "generation", "observed_epoch")
+    __slots__ = ("request_id", "target_id", "execution_id", "generation", "observed_epoch", "ttl_ms")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     target_id: str
     execution_id: str
     generation: int
     observed_epoch: int
-    def __init__(self, request_id: _Optional[str] = ..., target_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., generation: _Optional[int] = ..., observed_epoch: _Optional[int] = ...) -> None: ...
+    ttl_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., target_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., generation: _Optional[int] = ..., observed_epoch: _Optional[int] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("request_id", "target_id", "execution_id", "generation")
@@ -162,7 +164,7 @@ class ReleaseRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., target_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class RegisterWaitRequest(_message.Message):
-    __slots__ = ("request_id", "waiter_id", "waiter_generation", "target_id", "target_generation", "reason", "deadline_ms", "cancel_mode", "edge_version", "refuse_deadlock", "priority")
+    __slots__ = ("request_id", "waiter_id", "waiter_generation", "target_id", "target_generation", "reason", "deadline_ms", "cancel_mode", "edge_version", "refuse_deadlock", "priority", "lease_ttl_ms")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     WAITER_ID_FIELD_NUMBER: _ClassVar[int]
     WAITER_GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -174,6 +176,7 @@ class RegisterWaitRequest(_message.Message):
     EDGE_VERSION_FIELD_NUMBER: _ClassVar[int]
     REFUSE_DEADLOCK_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     waiter_id: str
     waiter_generation: int
@@ -185,7 +188,8 @@ class RegisterWaitRequest(_message.Message):
     edge_version: int
     refuse_deadlock: bool
     priority: int
-    def __init__(self, request_id: _Optional[str] = ..., waiter_id: _Optional[str] = ..., waiter_generation: _Optional[int] = ..., target_id: _Optional[str] = ..., target_generation: _Optional[int] = ..., reason: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., cancel_mode: _Optional[_Union[_types_pb2.CancelMode, str]] = ..., edge_version: _Optional[int] = ..., refuse_deadlock: _Optional[bool] = ..., priority: _Optional[int] = ...) -> None: ...
+    lease_ttl_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., waiter_id: _Optional[str] = ..., waiter_generation: _Optional[int] = ..., target_id: _Optional[str] = ..., target_generation: _Optional[int] = ..., reason: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., cancel_mode: _Optional[_Union[_types_pb2.CancelMode, str]] = ..., edge_version: _Optional[int] = ..., refuse_deadlock: _Optional[bool] = ..., priority: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ...) -> None: ...
 
 class CloseWaitRequest(_message.Message):
     __slots__ = ("request_id", "waiter_id", "waiter_generation", "target_id", "edge_version", "reason")
