@@ -107,6 +107,30 @@ def test_defaults_apply_when_a_field_is_not_sent() -> None:
     assert mode == C.SetMode(mode=None, run_id="r")
 
 
+def test_a_lease_ttl_crosses_the_wire_and_a_bad_one_is_the_cores_invalid_argument() -> None:
+    req = commands_pb2.AcquireRequest(target_id="resource:r", execution_id="exec:a", generation=1)
+    assert convert.command_from_request("Acquire", req).ttl_ms == 0  # unset: no TTL
+    req.ttl_ms = 30_000
+    assert convert.command_from_request("Acquire", req).ttl_ms == 30_000
+    wait = commands_pb2.RegisterWaitRequest(
+        waiter_id="exec:a", waiter_generation=1, target_id="resource:r", target_generation=1, reason="r"
+    )
+    wait.lease_ttl_ms = 5_000
+    assert convert.command_from_request("RegisterWait", wait).lease_ttl_ms == 5_000  # type: ignore[union-attr]
+    # Ranges are the core's to refuse (this module's rule): a typed INVALID_ARGUMENT, nothing applied.
+    from waitgraph.statemachine.machine import StateMachine
+
+    m = StateMachine()
+    for ttl_ms, code in ((-1, "negative"), (C.MAX_LEASE_TTL_MS + 1, "ttl_too_long")):
+        req.ttl_ms = ttl_ms
+        cmd = convert.command_from_request("Acquire", req)
+        before = m.state.digest()
+        out = m.apply(C.Envelope(actor="operator:op", at_ms=1, request_id=None, command=cmd))
+        assert (out.result, out.code) == (Result.REJECTED, code)
+        assert out.status is Status.INVALID_ARGUMENT
+        assert m.state.digest() == before
+
+
 @pytest.mark.parametrize(
     ("rpc", "msg", "message"),
     [
