@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import math
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
@@ -833,15 +834,18 @@ class Execution:
 
     # -- holdings --------------------------------------------------------------------------------------
 
-    async def acquire(self, target_id: str) -> int | None:
+    async def acquire(self, target_id: str, *, ttl_s: float | None = None) -> int | None:
         """Acquire once, without waiting: the lease number, or None when this attempt already held
-        it. A held target raises :class:`~.errors.Conflict` (fields ``holder`` and ``lease``)."""
+        it. A held target raises :class:`~.errors.Conflict` (fields ``holder`` and ``lease``).
+        ``ttl_s``: the cluster releases the lease by itself that long after the grant (logical
+        time; docs/queues.md), even when this process is gone."""
         self.check_interrupt()
         command = C.Acquire(
             target_id=target_id,
             execution_id=self.execution_id,
             generation=self.generation,
             observed_epoch=self.session.observed_epoch,
+            ttl_ms=_ttl_ms(ttl_s),
         )
         try:
             out = await self._write(command)
@@ -911,6 +915,7 @@ class Execution:
         local_threshold_s: float | None = None,
         refuse_deadlock: bool | None = None,
         priority: int = 0,
+        ttl_s: float | None = None,
     ) -> Holding:
         """Hold a resource, reservation or pool permit for the block (like a redis-py/kazoo lock).
 
@@ -922,6 +927,8 @@ class Execution:
         A registered wait takes a place in the target's grant queue (``priority``: higher first,
         FIFO among equals); when the holder releases, the cluster hands the target to the head of
         the queue in the same transition and the block starts holding it, without acquiring again.
+        ``ttl_s``: the lease ends by itself that long after its grant (an Acquire's or the
+        hand-off's): the cluster releases it (``ttl_expired``) even if this process is gone.
         """
         return Holding(
             self,
@@ -932,6 +939,7 @@ class Execution:
             threshold_s=local_threshold_s,
             refuse_deadlock=self.session.refuse_deadlock if refuse_deadlock is None else refuse_deadlock,
             priority=priority,
+            ttl_s=ttl_s,
         )
 
     def delegate(
@@ -1129,11 +1137,13 @@ class Wait:
         immediate: bool = False,
         refuse_deadlock: bool = False,
         priority: int = 0,
+        lease_ttl_ms: int = 0,
     ) -> None:
         self.execution = execution
         self.session = execution.session
         self.target_id = target_id
         self.edge_id = f"{execution.execution_id}>{target_id}"
+        self.lease_ttl_ms = lease_ttl_ms
         self.target_generation = target_generation
         self.reason = _short(reason or f"waiting for {target_id}")
         self.deadline_ms = deadline_ms
@@ -1221,6 +1231,7 @@ class Wait:
                             edge_version=self.version,
                             refuse_deadlock=self.refuse_deadlock,
                             priority=self.priority,
+                            lease_ttl_ms=self.lease_ttl_ms,
                         )
                     )
                 except StaleGeneration as exc:
@@ -1405,6 +1416,15 @@ async def _block(w: Wait, interrupt_task: bool, timeout_s: float | None) -> str:
 # -- holdings --------------------------------------------------------------------------------------------
 
 
+def _ttl_ms(ttl_s: float | None) -> int:
+    """A lease TTL in whole ms for the cluster (None: no TTL), rounded up: never shorter than asked."""
+    if ttl_s is None:
+        return 0
+    if not ttl_s > 0:
+        raise ValueError(f"ttl_s must be positive (None: no TTL), not {ttl_s}")
+    return math.ceil(ttl_s * 1000)
+
+
 class Holding:
     """``async with ex.holding("resource:browser-9") as h``: acquired for the block, released after.
 
@@ -1423,11 +1443,13 @@ class Holding:
         poll_interval_s: float = 0.05,
         refuse_deadlock: bool = False,
         priority: int = 0,
+        ttl_s: float | None = None,
     ) -> None:
         self.execution = execution
         self.session = execution.session
         self.target_id = target_id
         self.priority = priority
+        self.ttl_s = ttl_s
         self.wait = wait
         self.timeout_s = timeout_s
         self.reason = reason or f"waiting to acquire {target_id}"
@@ -1454,7 +1476,7 @@ class Holding:
         local_until = loop.time() + (threshold if local else 0.0)
         while True:
             try:
-                self.lease = await ex.acquire(self.target_id)
+                self.lease = await ex.acquire(self.target_id, ttl_s=self.ttl_s)
                 self._held = True
                 return self
             except Conflict as conflict:
@@ -1477,6 +1499,7 @@ class Holding:
                 immediate=True,
                 refuse_deadlock=self.refuse_deadlock,
                 priority=self.priority,
+                lease_ttl_ms=_ttl_ms(self.ttl_s),
             )
             self.waits += 1
             try:
