@@ -13,9 +13,10 @@ Rules kept here:
   leases of that task are gone (the cluster released them after the epoch commit), and
   :meth:`AgentState.rolled_back` acknowledges the cancellation and starts the task's next
   generation, so the model can simply call again.
-- A lease's TTL is kept here: the lease is released when it runs out. If this process dies, the
-  session expires and the cluster releases the lease: no lease outlives its holder's session
-  plus its TTL.
+- A lease's TTL is the cluster's (``Acquire.ttl_ms`` / the wait's ``lease_ttl_ms``, in logical
+  time from the grant): the cluster releases the lease when it runs out, whether this process is
+  alive or not, so no lease outlives its holder's TTL. This process only notes when the TTL has
+  passed (:meth:`AgentState.lapse`, before each call) so it stops reporting the lease as held.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ class Lease:
     ttl_s: float
     holding: Holding
     handed_over: bool
-    expiry: asyncio.TimerHandle | None = None
+    lapses_at_s: float = float("inf")
+    """The event loop's time at which the TTL has passed here (the cluster, the authority,
+    releases it at about the same time, at its next Tick)."""
 
 
 @dataclass(slots=True)
@@ -188,24 +191,30 @@ class AgentState:
 
     async def acquire(self, task: Task, target_id: str, *, ttl_s: float, wait_s: float, priority: int) -> Lease:
         holding = task.execution.holding(
-            target_id, wait=wait_s > 0, timeout_s=wait_s if wait_s > 0 else None, priority=priority
+            target_id, wait=wait_s > 0, timeout_s=wait_s if wait_s > 0 else None, priority=priority, ttl_s=ttl_s
         )
         await holding.enter(interrupt_task=True)
         lease = Lease(target_id, holding.lease, ttl_s, holding, holding.handed_over)
+        # Counted from the grant as this process saw it: never before the cluster's own expiry.
+        lease.lapses_at_s = asyncio.get_running_loop().time() + ttl_s
         task.leases[target_id] = lease
-        loop = asyncio.get_running_loop()
-        lease.expiry = loop.call_later(ttl_s, self._expire, task, target_id, lease)
         return lease
 
-    def _expire(self, task: Task, target_id: str, lease: Lease) -> None:
-        if task.leases.get(target_id) is lease:
-            logger.info("the TTL of %s (%.0f s) ran out: releasing it", target_id, lease.ttl_s)
-            asyncio.get_running_loop().create_task(self.release(task, target_id))
+    async def lapse(self) -> list[str]:
+        """Forget the leases whose TTL has passed (the cluster released them, or will at its next
+        Tick); returns their targets. The Release sent to settle the SDK's count is a no-op once
+        the cluster's TTL has acted (``not_held``)."""
+        now = asyncio.get_running_loop().time()
+        lapsed = []
+        for task in self.tasks:
+            for target_id in [k for k, v in task.leases.items() if v.lapses_at_s <= now]:
+                logger.info("the TTL of %s (%.0f s) has passed", target_id, task.leases[target_id].ttl_s)
+                await self.release(task, target_id)
+                lapsed.append(target_id)
+        return lapsed
 
     async def release(self, task: Task, target_id: str) -> Lease:
         lease = task.leases.pop(target_id)
-        if lease.expiry is not None:
-            lease.expiry.cancel()
         await lease.holding.exit(None)
         return lease
 
@@ -221,9 +230,6 @@ class AgentState:
         """The cluster rolled ``task`` back: its leases and waits are gone. Acknowledge the
         cancellation and start its next generation; say what happened for the model."""
         released = sorted(task.leases)
-        for lease in task.leases.values():
-            if lease.expiry is not None:
-                lease.expiry.cancel()
         task.leases.clear()
         task.started_waits.clear()
         generation = await task.execution.retry()

@@ -224,6 +224,7 @@ def build_server(agent_of: AgentLookup) -> MCPServer:
         agent.in_flight += 1
         current: Task | None = None
         try:
+            await agent.lapse()
             current = await agent.current()
             return await body(agent, current)
         except DeadlockVictim as victim:
