@@ -403,7 +403,11 @@ def _holding(cls: Any) -> Callable[[_Gen, State], Built]:
             exec_id = c.pick(sorted(t.holders))
         else:
             exec_id = _live_exec_id(c, st_)
-        cmd = _make(c, st_, cls, target_id=target_id, execution_id=exec_id, generation=_generation(c, st_, exec_id))
+        known: dict[str, Any] = {"target_id": target_id, "execution_id": exec_id}
+        if cls is Acquire:
+            # a lease TTL now and then (0: none, then not encoded), due within a few Ticks
+            known["ttl_ms"] = c.pick((0, 0, 0, 50, 400))
+        cmd = _make(c, st_, cls, generation=_generation(c, st_, exec_id), **known)
         return cmd, _owner_actor(st_, exec_id)
 
     return build
@@ -457,6 +461,8 @@ def _register_wait(c: _Gen, st_: State) -> Built:
         refuse_deadlock=reason == "lock",
         # a grant-queue priority, also from a drawn value (0 for most: then not encoded)
         priority=1 if reason == "x" else -1 if reason == REASONS[3] else 0,
+        # and the TTL of a grant by hand-off, from the same draw
+        lease_ttl_ms=300 if reason == REASONS[0] else 0,
     )
     return cmd, _owner_actor(st_, waiter_id)
 
