@@ -510,12 +510,12 @@ def _declare_satisfier(ctx: Ctx, cmd: DeclareSatisfier) -> Outcome:
 
 
 def _acquire(ctx: Ctx, cmd: Acquire) -> Outcome:
+    _check_ttl(cmd.ttl_ms, "ttl_ms")
     t = _target(ctx, cmd.target_id, HELD_KINDS)
     ex = owned_execution(ctx, cmd.execution_id, generation=cmd.generation)
     check_current(ex, cmd.generation)
     check_live(ex, "acquire")
     recovery.check_fence(ctx.state, ex.execution_id, cmd.observed_epoch)
-    _check_ttl(cmd.ttl_ms, "ttl_ms")
     if ex.execution_id in t.holders:
         return noop("already_held", f"{ex.execution_id} already holds {t.target_id}")
     if len(t.holders) >= t.slots:
