@@ -281,6 +281,41 @@ async def test_holding_releases_on_exit_and_a_contender_waits_registered_until_t
 
 
 @pytest.mark.timeout(60)
+async def test_a_holdings_ttl_is_the_clusters_and_covers_a_hand_off(cluster: GrpcCluster) -> None:
+    """holding(ttl_s=) bounds the lease in the cluster: it ends at its TTL with nobody releasing
+    it, the next queued waiter is handed it with its own TTL, and the block's late exit is a no-op."""
+    t = tag()
+    A, B, lock = f"exec:TA-{t}", f"exec:TB-{t}", f"resource:ttl-{t}"
+    async with (
+        client(cluster, "a") as ca,
+        client(cluster, "b") as cb,
+        client(cluster, "ops") as op,
+        ca.session("a") as sa,
+        cb.session("b") as sb,
+    ):
+        await sa.ensure_target(lock)
+        async with sa.execution(A) as ea, sb.execution(B) as eb:
+            with pytest.raises(ValueError):
+                await ea.acquire(lock, ttl_s=0)  # 0 s is no bound; None is "no TTL"
+            async with ea.holding(lock, ttl_s=1.0) as h:
+                assert h.lease == 1 and await holders_of(op, lock) == [A]
+
+                async def contender() -> tuple[int | None, bool]:
+                    async with eb.holding(lock, ttl_s=1.0, local_threshold_s=0) as held:
+                        assert held.handed_over  # by A's TTL, not by A
+                        await until(gone, 10, "B's lease to end at its own TTL")
+                        return held.lease, held.handed_over
+
+                async def gone() -> bool:
+                    return B not in await holders_of(op, lock)
+
+                lease_b, handed_b = await asyncio.wait_for(contender(), 20)
+                assert (lease_b, handed_b) == (2, True)
+            # both exits sent a Release after the TTL had acted: no-ops, nothing raised
+            assert await holders_of(op, lock) == []
+
+
+@pytest.mark.timeout(60)
 async def test_a_short_wait_stays_local_unless_the_waiter_holds_a_lease(cluster: GrpcCluster) -> None:
     t = tag()
     X, doc, lock = f"exec:L-{t}", f"artifact:doc-{t}", f"resource:lease-{t}"
