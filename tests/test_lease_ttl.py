@@ -14,8 +14,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from tests.test_queues import POOL, RES, sound, world
 from tests.world import World
-from waitgraph.statemachine import invariants
 from waitgraph.statemachine.codec import command_to_plain, encode_command
 from waitgraph.statemachine.commands import (
     MAX_LEASE_TTL_MS,
@@ -35,17 +35,6 @@ from waitgraph.statemachine.enums import ExecStatus
 from waitgraph.statemachine.lifecycle import TTL_EXPIRED
 from waitgraph.statemachine.machine import StateMachine
 from waitgraph.statemachine.outcome import Outcome, Result
-from waitgraph.statemachine.state import State
-
-RES, POOL = "resource:db", "pool:gpu"
-
-
-def world(*names: str, slots: int = 1, tid: str = RES) -> World:
-    w = World()
-    w.target(tid, slots=slots)
-    for n in names:
-        w.execution(n)
-    return w
 
 
 def acquire(w: World, eid: str, tid: str, ttl_ms: int) -> Outcome:
@@ -59,12 +48,6 @@ def tick_at(w: World, at_ms: int) -> Outcome:
 
 def released(out: Outcome) -> list[tuple[str, int, str]]:
     return [(fx.execution_id, fx.lease, fx.reason) for fx in out.effects if isinstance(fx, Released)]
-
-
-def sound(w: World) -> None:
-    assert invariants.check(w.st) == []
-    snap = w.st.snapshot()
-    assert State.restore(snap).snapshot() == snap
 
 
 def test_tick_releases_at_grant_plus_ttl_and_hands_off_as_a_release_would() -> None:

@@ -421,9 +421,9 @@ def recording(w: World, h: History, entry: int = 100) -> None:
     w.m.apply = wrapped  # type: ignore[method-assign]
 
 
-def ring_recovered(h: History) -> tuple[World, str]:
-    """Two executions that each hold a resource and wait for the other's, recovered (epoch 1),
-    with every effect recorded into ``h``; returns the world and the victim."""
+def ring(h: History) -> World:
+    """Two executions (exec:A, exec:B) that each hold a resource and wait for the other's, with
+    every effect recorded into ``h``."""
     w = World()
     w.configure()
     recording(w, h)
@@ -432,6 +432,12 @@ def ring_recovered(h: History) -> tuple[World, str]:
     w.hold(b, "resource:r2")
     w.wait(a, "resource:r2")
     w.wait(b, "resource:r1")
+    return w
+
+
+def ring_recovered(h: History) -> tuple[World, str]:
+    """:func:`ring`, recovered (epoch 1); returns the world and the victim."""
+    w = ring(h)
     outs = w.recover()
     assert outs and outs[0].ok and w.st.recovery.epoch == 1
     victim = next(iter(w.st.recovery.decisions.values())).winner_id
@@ -469,17 +475,10 @@ def test_a_victims_lease_ending_by_its_ttl_before_the_commit_is_not_recoverys_re
     """A victim's other lease, granted with a TTL, ends by it between the proposal and the commit:
     the holder's rule (reason ttl_expired), not a release of the victim before its epoch."""
     h = History()
-    w = World()
-    w.configure()
-    recording(w, h)
-    a, b = w.execution("A"), w.execution("B")
-    w.hold(a, "resource:r1")
-    w.hold(b, "resource:r2")
-    for eid, extra in ((a, "resource:r3"), (b, "resource:r4")):
+    w = ring(h)
+    for eid, extra in (("exec:A", "resource:r3"), ("exec:B", "resource:r4")):
         w.target(extra)
         w.ok(w.owner(eid), Acquire(target_id=extra, execution_id=eid, generation=1, ttl_ms=500))
-    w.wait(a, "resource:r2")
-    w.wait(b, "resource:r1")
     [c] = w.candidates()
     assert w.propose(c).ok
     w.vote_all(c)
