@@ -370,7 +370,7 @@ async def test_stdio_with_another_agents_token_is_refused(cluster: GrpcCluster) 
 
 async def test_a_killed_servers_lease_ends_at_its_ttl_in_the_cluster(cluster: GrpcCluster) -> None:
     """The server dies with a lease held: no LeaveSession, no Release, and the session's expiry
-    releases nothing (DESIGN.md §5). The lease's TTL, sent with the Acquire, is the cluster's: it
+    releases nothing (docs/design.md §5). The lease's TTL, sent with the Acquire, is the cluster's: it
     ends the lease, so it does not outlive its holder's session plus its TTL (issue #39)."""
     lease_s, ttl_s = 2.0, 3.0
     margin_s = 5.0  # the leader's housekeeping period (250 ms), the Tick's round trip, a slow CI box
