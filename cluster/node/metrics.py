@@ -717,17 +717,30 @@ class GrpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             self.started.labels(*labels).inc()
             self.received.labels(*labels).inc()
             sent = self.sent.labels(*labels)
+            # The request context is entered around each step of the handler, never across a
+            # ``yield``: a stream whose client went away mid-send is finalised by asyncio in
+            # another task (``aclose`` from the async-generator hook), where resetting a token set
+            # in the serving task raises ValueError ("created in a different Context").
+            responses = behavior(request, context)
             try:
-                with request_context(log_name, request):
-                    async for response in behavior(request, context):
-                        sent.inc()
-                        yield response
+                while True:
+                    with request_context(log_name, request):
+                        try:
+                            response = await anext(responses)
+                        except StopAsyncIteration:
+                            break
+                    sent.inc()
+                    yield response
                 fallback = grpc.StatusCode.OK
             except (asyncio.CancelledError, GeneratorExit):
                 fallback = grpc.StatusCode.CANCELLED  # the client went away mid-stream
                 raise
             finally:
-                self._finish(labels, context, fallback)
+                try:
+                    with request_context(log_name, request):
+                        await responses.aclose()  # the handler's own clean-up, in this task
+                finally:
+                    self._finish(labels, context, fallback)
 
         return yielded
 
