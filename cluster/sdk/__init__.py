@@ -22,6 +22,7 @@ May import: :mod:`waitgraph.wire`, :mod:`waitgraph.statemachine` (commands, enum
 installs the SDK into its own environment and talks to the cluster only over gRPC.
 """
 
+from ._liveness import SessionState
 from .client import TLS, Batching, Client, StreamStats, WatchedEvent
 from .connection import Receipt, TokenSource
 from .errors import (
@@ -126,6 +127,7 @@ __all__ = [
     "Session",
     "SessionClosed",
     "SessionLost",
+    "SessionState",
     "SignatureHistory",
     "StaleCancelGeneration",
     "StaleEpoch",

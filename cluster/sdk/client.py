@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ._liveness import SessionState
 from .connection import TLS, Batching, Connection, StreamStats, WatchedEvent, WriteBatcher
 from .errors import SessionLost
 from .session import Session, Voter
@@ -49,6 +50,7 @@ class Client(Connection):
         on_lost: Callable[[SessionLost], object] | None = None,
         voter: Voter | bool = False,
         refuse_deadlock: bool = False,
+        on_state: Callable[[SessionState], object] | None = None,
     ) -> Session:
         """An agent session (an async context manager): joins on enter, heartbeats, watches its
         events, and leaves on exit. ``agent_id`` must be the one the token is bound to.
@@ -56,7 +58,9 @@ class Client(Connection):
         (see :class:`~waitgraph.sdk.errors.SessionLost`). ``voter``: vote on every recovery
         proposal (``True``: by :meth:`Session.confirms`; or a callable deciding each one), for an
         agent in the configured voter set. ``refuse_deadlock``: the default of every
-        ``waiting_for`` / ``holding`` of the session (see :meth:`Execution.waiting_for`)."""
+        ``waiting_for`` / ``holding`` of the session (see :meth:`Execution.waiting_for`).
+        ``on_state(state)`` is called with every change of ``session.state`` (CONNECTED,
+        SUSPENDED, LOST: :class:`~waitgraph.sdk.SessionState`)."""
         return Session(
             self,
             agent_id,
@@ -68,4 +72,5 @@ class Client(Connection):
             on_lost=on_lost,
             voter=voter,
             refuse_deadlock=refuse_deadlock,
+            on_state=on_state,
         )

@@ -517,6 +517,7 @@ class Connection:
         tls: TLS | bool | None = None,
         call_timeout_s: float = 10.0,
         retry_deadline_s: float = 30.0,
+        connect_timeout_s: float = 5.0,
         retry_rounds: int | None = None,
         lease_ms: int = 30_000,
         local_wait_threshold_s: float = 0.0,
@@ -528,6 +529,9 @@ class Connection:
         )
         self.lease_ms = lease_ms
         self.local_wait_threshold_s = local_wait_threshold_s
+        self.connect_timeout_s = connect_timeout_s
+        """How long a session's first contact (its event stream opening on some endpoint) may
+        take before it raises :class:`~.errors.Unavailable` naming the endpoints."""
 
     async def __aenter__(self) -> Self:
         return self

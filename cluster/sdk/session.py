@@ -65,6 +65,7 @@ from waitgraph.statemachine.enums import CancelMode, EffectOutcome, ExecStatus
 from waitgraph.statemachine.outcome import Outcome, Result
 from waitgraph.statemachine.recovery_state import DecisionKind, RolloutMode
 
+from ._liveness import Liveness, SessionState
 from .connection import Connection, StreamStats, WatchedEvent
 from .errors import (
     AlreadyExists,
@@ -79,6 +80,7 @@ from .errors import (
     SessionClosed,
     SessionLost,
     StaleGeneration,
+    Unavailable,
     WaitgraphClientError,
 )
 
@@ -155,6 +157,7 @@ class Session:
         on_lost: Callable[[SessionLost], object] | None = None,
         voter: Voter | bool = False,
         refuse_deadlock: bool = False,
+        on_state: Callable[[SessionState], object] | None = None,
     ) -> None:
         self.client = client
         self.agent_id = agent_id
@@ -198,6 +201,10 @@ class Session:
         was already active, e.g. another process's of the same agent)."""
         self._lost_event = asyncio.Event()
         self._leaving = False
+        self.on_state = on_state
+        """Called (on the event loop) with every change of :attr:`state`."""
+        self._liveness: Liveness | None = None
+        self._liveness_task: asyncio.Task[None] | None = None
         self.voter: Voter | None = self.confirms if voter is True else voter or None
         """Votes on every recovery proposal the session sees (a session of an agent in the voter
         set sees them all): ``True`` votes by :meth:`confirms`, a callable decides."""
@@ -217,11 +224,18 @@ class Session:
         """Open the event stream (first, so nothing is missed), join, start heartbeats."""
         loop = asyncio.get_running_loop()
         self._watch_task = loop.create_task(self._watch(), name=f"waitgraph-watch-{self.agent_id}")
+        connect_timeout_s = self.client.connect_timeout_s
         try:
-            await asyncio.wait_for(self._started.wait(), self.client.transport.retry_deadline_s)
+            await asyncio.wait_for(self._started.wait(), connect_timeout_s)
         except TimeoutError:
             await self._stop_watch()
-            raise
+            raise Unavailable(
+                f"no node of {', '.join(self.client.endpoints)} answered within the connect timeout "
+                f"({connect_timeout_s:g}s, connect_timeout_s): is the cluster running there?",
+                status=grpc.StatusCode.UNAVAILABLE,
+                endpoint=self.client.endpoint,
+                unreachable=True,
+            ) from None
         if self._watch_error is not None:
             await self._stop_watch()
             raise self._watch_error
@@ -232,6 +246,40 @@ class Session:
             raise
         self._open = True
         self._heartbeat_task = loop.create_task(self._heartbeats(), name=f"waitgraph-heartbeat-{self.agent_id}")
+        self._watch_liveness()
+
+    @property
+    def state(self) -> SessionState:
+        """CONNECTED, SUSPENDED (heartbeats fail; the cluster still holds the session) or LOST
+        (see :mod:`waitgraph.sdk._liveness` and docs/sdk.md's timeline)."""
+        if self.lost is not None:
+            return SessionState.LOST
+        return self._liveness.state if self._liveness is not None else SessionState.CONNECTED
+
+    def _watch_liveness(self) -> None:
+        """(Re)start the watchdog that makes the session LOST once no heartbeat succeeded for the
+        session timeout (the lease), even while every node is down."""
+        if self._liveness is None:
+            self._liveness = Liveness(
+                self.lease_ms / 1000,
+                2 * self.heartbeat_interval_s,
+                lambda: self.client.endpoints,
+                self._unreachable,
+                self.on_state,
+            )
+        else:
+            self._liveness.rejoined()
+        if self._liveness_task is None or self._liveness_task.done():
+            self._liveness_task = asyncio.get_running_loop().create_task(
+                self._liveness.run(), name=f"waitgraph-liveness-{self.agent_id}"
+            )
+
+    def _unreachable(self, silent_s: float, endpoints: list[str]) -> None:
+        self._lose(
+            "unreachable",
+            f"no heartbeat succeeded for {silent_s:.1f}s (the session timeout, lease_ms={self.lease_ms}); "
+            f"tried {', '.join(endpoints)}",
+        )
 
     async def _join(self) -> None:
         self.incarnation = None
@@ -252,6 +300,7 @@ class Session:
             self._heartbeat_task = asyncio.get_running_loop().create_task(
                 self._heartbeats(), name=f"waitgraph-heartbeat-{self.agent_id}"
             )
+        self._watch_liveness()
 
     async def wait_lost(self, timeout_s: float | None = None) -> SessionLost:
         """Block until the session is lost; returns the :class:`SessionLost` (``TimeoutError``)."""
@@ -266,6 +315,8 @@ class Session:
         err = SessionLost(self.agent_id, reason, detail)
         self.lost = err
         self._lost_event.set()
+        if self._liveness is not None:
+            self._liveness.lost()
         logger.error("%s", err)
         for waits in list(self._attached.values()):
             for w in list(waits):
@@ -285,10 +336,11 @@ class Session:
         self._leaving = True
         was_open = self._open and self.lost is None
         self._open = False
-        if self._heartbeat_task is not None:
-            self._heartbeat_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._heartbeat_task
+        for task in (self._heartbeat_task, self._liveness_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         if was_open and not self.client.transport.closed:
             try:
                 await _shielded(self.write(C.LeaveSession(agent_id=self.agent_id)))
@@ -316,6 +368,11 @@ class Session:
                 return
             except WaitgraphClientError as exc:
                 logger.warning("heartbeat of %s failed: %s", self.agent_id, exc)
+                if self._liveness is not None:
+                    self._liveness.failed()
+            else:
+                if self._liveness is not None:
+                    self._liveness.ok()
 
     async def _watch(self) -> None:
         try:
