@@ -2,10 +2,10 @@
 written against a local cluster.
 
 The blocks are whole programs. Each runs in its own process, in document order (README first), on
-one ``LocalCluster`` (three real ``waitgraph serve`` processes on loopback, auto mode, agents a, b
-and c), with the environment docs/sdk.md tells a reader to set from ``waitgraph dev``:
-``WAITGRAPH_ENDPOINTS``, ``WAITGRAPH_AGENT_TOKEN`` (agent b's), ``WAITGRAPH_TOKEN`` (admin) and
-``WAITGRAPH_CREDENTIALS`` (its ``credentials.json``). A block must exit 0; when the document shows
+one ``waitgraph dev`` (three real ``waitgraph serve`` processes on loopback, auto mode, agents a, b
+and c), after the ``export`` line ``waitgraph dev`` printed, run verbatim as docs/sdk.md tells a
+reader to: ``WAITGRAPH_ENDPOINTS``, ``WAITGRAPH_TOKEN`` (admin), ``WAITGRAPH_CREDENTIALS`` (its
+``credentials.json``) and ``WAITGRAPH_AGENT_TOKEN`` (agent b's). A block must exit 0; when the document shows
 its output (the first ```text block after it, before the next example or heading), stdout must
 match it, ``...`` standing for anything.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from waitgraph.dev.localcluster import LocalCluster
+from tests.dev_process import Dev
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = ("README.md", "docs/sdk.md", "docs/mcp.md", "docs/langgraph.md")
@@ -105,30 +106,28 @@ def test_the_sdk_page_alone_covers_an_agents_first_hour() -> None:
 
 
 @pytest.fixture(scope="module")
-def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    lc = LocalCluster(root=tmp_path_factory.mktemp("docs-cluster"), nodes=3, mode="auto")
-    with lc:
-        lc.wait_for_leader(60)
-        yield lc
+def dev_export(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``waitgraph dev`` started as a reader starts it, and the ``export`` line it printed."""
+    dev = Dev("--data-dir", str(tmp_path_factory.mktemp("docs-cluster")), "--base-port", "0", "--mode", "auto")
+    try:
+        yield dev.until("export WAITGRAPH_ENDPOINTS=", 90)
+    finally:
+        dev.kill_all(dev.children())
 
 
-def test_every_python_block_runs_as_written(dev_cluster: LocalCluster, tmp_path: Path) -> None:
-    creds = dev_cluster.credentials
-    assert creds is not None
+def test_every_python_block_runs_as_written(dev_export: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")}
-    env |= {
-        "WAITGRAPH_ENDPOINTS": ",".join(dev_cluster.endpoints),
-        "WAITGRAPH_AGENT_TOKEN": creds.agents["b"],
-        "WAITGRAPH_TOKEN": creds.admin,
-        "WAITGRAPH_CREDENTIALS": str(dev_cluster.directory / "credentials.json"),
-    }
+    for name in ("WAITGRAPH_ENDPOINTS", "WAITGRAPH_AGENT_TOKEN", "WAITGRAPH_TOKEN", "WAITGRAPH_CREDENTIALS"):
+        assert f" {name}=" in dev_export, f"`waitgraph dev` does not export {name}: {dev_export}"
     ran = []
     for doc in DOCS:
         for i, example in enumerate(examples(doc)):
             program = tmp_path / f"{Path(doc).stem}_{i}.py"
             program.write_text(example.code)
+            # The export line exactly as `waitgraph dev` printed it, then the program.
+            command = f"{dev_export}\nexec {shlex.quote(sys.executable)} {shlex.quote(str(program))}"
             proc = subprocess.run(
-                [sys.executable, str(program)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+                ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
             )
             assert proc.returncode == 0, f"{example} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
             if example.expected is not None:

@@ -100,8 +100,15 @@ def dev(
             f"tokens: admin {lc.admin_token_file}, operator {lc.operator_token_file}; "
             f"agents {', '.join(sorted(lc.credentials.agents))} in {lc.directory / 'credentials.json'}"
         )
+        with lc.client() as ops:
+            click.echo(render.grpc_fronts([r.status for r in ops.status_all() if r.status is not None]))
         env = lc.env()
-        click.echo(f"export WAITGRAPH_ENDPOINTS={env['WAITGRAPH_ENDPOINTS']} WAITGRAPH_TOKEN={env['WAITGRAPH_TOKEN']}")
+        if "WAITGRAPH_AGENT_TOKEN" in env:
+            click.echo(
+                f"WAITGRAPH_AGENT_TOKEN is agent {lc.example_agent()}'s; WAITGRAPH_CREDENTIALS holds every agent's"
+            )
+        # One line a shell can run as printed (the docs' examples and tests/test_docs_examples.py do).
+        click.echo("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
         click.echo("Ctrl-C stops all nodes.")
         reported: set[str] = set()
         while True:

@@ -320,10 +320,27 @@ class LocalCluster:
         return self.directory / "operator.token"
 
     def env(self) -> dict[str, str]:
-        """What a shell needs for ``waitgraph status`` & co: the endpoints and the admin token."""
+        """What a shell needs for ``waitgraph status`` & co and for the docs' examples: the
+        endpoints, the admin token, the credentials file (every agent's token) and one agent's
+        token (:meth:`example_agent`'s, the agent docs/sdk.md's examples act as)."""
         self.prepare()
         assert self.credentials is not None
-        return {"WAITGRAPH_ENDPOINTS": ",".join(self.endpoints), "WAITGRAPH_TOKEN": self.credentials.admin}
+        env = {
+            "WAITGRAPH_ENDPOINTS": ",".join(self.endpoints),
+            "WAITGRAPH_TOKEN": self.credentials.admin,
+            "WAITGRAPH_CREDENTIALS": str(self.directory / "credentials.json"),
+        }
+        agent = self.example_agent()
+        if agent is not None:
+            env["WAITGRAPH_AGENT_TOKEN"] = self.credentials.agents[agent]
+        return env
+
+    def example_agent(self) -> str | None:
+        """The agent whose token is ``WAITGRAPH_AGENT_TOKEN``: ``b`` (the docs' examples act as
+        agent b) when there is one, else the first agent."""
+        assert self.credentials is not None
+        agents = sorted(self.credentials.agents)
+        return "b" if "b" in agents else (agents[0] if agents else None)
 
     def client(self, role: str = "admin", timeout_s: float = 10.0) -> SyncOperatorClient:
         self.prepare()

@@ -251,6 +251,7 @@ class NodeProcess:
             raise RuntimeError("the waitgraph.v1 messages do not match the core:\n" + "\n".join(problems))
         front_binary = self._front_binary()
         self._front_kind = "python" if front_binary is None else "native"
+        self.gateway.grpc_front = self._front_kind
         if self.cfg.metrics_address is not None:
             # Scrapes run on the metrics server's own thread, reading the replica under the
             # machine lock like the service's reads: never on this loop. Bound first, so a busy

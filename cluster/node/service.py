@@ -107,6 +107,9 @@ class Gateway:
         self.stamp = stamp if stamp is not None else (lambda: int(clock() * 1000))
         """``at_ms`` of what this node proposes (cluster/node/clock.py: the node's LogicalClock)."""
         self.limiter = RateLimiter(cfg.rate_limit_per_s, cfg.rate_limit_burst)
+        self.grpc_front = "python"
+        """What serves this node's gRPC port (``native`` or ``python``), set by the server once
+        it knows; Status reports it."""
 
     # -- the wrapper -------------------------------------------------------------------------------
 
@@ -594,6 +597,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             has_quorum=raft.has_quorum,
             ready=raft.ready,
             durable=raft.durable,
+            grpc_front=gw.grpc_front,
             mode=cast(Any, convert.enum_number(mode)),
             stale=stale,
             peers=peers,
@@ -686,6 +690,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
             bytes_total=total_bytes,
             max_bytes=store.max_bytes,
             max_age_days=int(store.max_age_s // 86_400),
+            retention_ms=self.gw.cfg.retention_ms,
         )
 
     async def _signaturehistory(

@@ -8,87 +8,19 @@ every process is killed at the end.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import queue
-import shlex
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.dev_process import Dev, parse_export
+
 from .harness import REPO
-
-
-class Dev:
-    def __init__(self, *args: str) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WAITGRAPH_")}
-        env["PYTHONPATH"] = str(REPO)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "waitgraph", "dev", *args],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-
-    def until(self, prefix: str, timeout_s: float) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.2)
-            except queue.Empty:
-                if self.proc.poll() is not None and self.lines.empty():
-                    break
-                continue
-            self.seen.append(line)
-            if line.startswith(prefix):
-                return line
-        raise AssertionError(f"no line starting with {prefix!r}; output so far:\n" + "\n".join(self.seen))
-
-    def rest(self) -> list[str]:
-        while True:
-            try:
-                self.seen.append(self.lines.get(timeout=1))
-            except queue.Empty:
-                return self.seen
-
-    def children(self) -> list[psutil.Process]:
-        return psutil.Process(self.proc.pid).children(recursive=True)
-
-    def nodes(self, procs: list[psutil.Process]) -> list[psutil.Process]:
-        """The node processes among ``procs``: the dev process's own children (a node's native
-        gRPC front is the node's child)."""
-        return [p for p in procs if p.ppid() == self.proc.pid]
-
-    def kill_all(self, pids: list[psutil.Process]) -> None:
-        for p in pids:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-
-def parse_export(line: str) -> dict[str, str]:
-    words = shlex.split(line)
-    assert words[0] == "export"
-    return dict(w.split("=", 1) for w in words[1:])
 
 
 @pytest.mark.timeout(90)
@@ -109,6 +41,11 @@ def test_dev_starts_three_nodes_and_stops_them_all_on_sigint(tmp_path: Path) -> 
         tokens_line = next(line for line in dev.seen if line.startswith("tokens: admin "))
         token_file = Path(tokens_line.split()[2].rstrip(","))
         assert token_file.read_text().strip() == env["WAITGRAPH_TOKEN"]
+        # Everything the docs' examples need, in the form docs/sdk.md uses: the credentials file
+        # and agent b's token; and which gRPC front serves.
+        credentials = json.loads(Path(env["WAITGRAPH_CREDENTIALS"]).read_text())
+        assert env["WAITGRAPH_AGENT_TOKEN"] == credentials["agents"]["b"]
+        assert any(line.startswith("gRPC front: ") and "n1" in line for line in dev.seen), dev.seen
         assert oct(token_file.stat().st_mode & 0o777) == "0o600"
         nodes = dev.children()  # the nodes and, where it is installed, each one's native gRPC front
         assert len(dev.nodes(nodes)) == 3 and len(nodes) in (3, 6)
@@ -128,6 +65,9 @@ def test_dev_starts_three_nodes_and_stops_them_all_on_sigint(tmp_path: Path) -> 
         assert sorted(n["node_id"] for n in doc["nodes"]) == ["n1", "n2", "n3"]
         assert [n["role"] for n in doc["nodes"]].count("leader") == 1
         assert all(n["mode"] == "auto" and n["recovery_configured"] for n in doc["nodes"])
+        fronts = {n["grpc_front"] for n in doc["nodes"]}
+        assert fronts <= {"native", "python"} and len(fronts) == 1, fronts
+        assert f"gRPC front: {fronts.pop()} on n1,n2,n3" in dev.seen
         # the token file works too
         out = subprocess.run(
             [sys.executable, "-m", "waitgraph", "--token-file", str(token_file), "health"],

@@ -93,7 +93,7 @@ class PeerStatus(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., connected: _Optional[bool] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("node_id", "raft_address", "grpc_address", "role", "leader_id", "leader_address", "term", "commit_index", "applied_index", "has_quorum", "ready", "epoch", "mode", "admission_frozen", "admission_frozen_reason", "frozen_runs", "recovery_configured", "voters", "quorum", "max_rollback", "now_ms", "state_digest", "stale", "peers", "open_proposals", "decisions", "event_head_cursor", "event_horizon_cursor", "counters", "orphaned_executions", "durable", "approver")
+    __slots__ = ("node_id", "raft_address", "grpc_address", "role", "leader_id", "leader_address", "term", "commit_index", "applied_index", "has_quorum", "ready", "epoch", "mode", "admission_frozen", "admission_frozen_reason", "frozen_runs", "recovery_configured", "voters", "quorum", "max_rollback", "now_ms", "state_digest", "stale", "peers", "open_proposals", "decisions", "event_head_cursor", "event_horizon_cursor", "counters", "orphaned_executions", "durable", "approver", "grpc_front")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,7 @@ class StatusResponse(_message.Message):
     ORPHANED_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
     DURABLE_FIELD_NUMBER: _ClassVar[int]
     APPROVER_FIELD_NUMBER: _ClassVar[int]
+    GRPC_FRONT_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     raft_address: str
     grpc_address: str
@@ -165,7 +166,8 @@ class StatusResponse(_message.Message):
     orphaned_executions: int
     durable: bool
     approver: str
-    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., ready: _Optional[bool] = ..., epoch: _Optional[int] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., admission_frozen: _Optional[bool] = ..., admission_frozen_reason: _Optional[str] = ..., frozen_runs: _Optional[int] = ..., recovery_configured: _Optional[bool] = ..., voters: _Optional[_Iterable[str]] = ..., quorum: _Optional[int] = ..., max_rollback: _Optional[int] = ..., now_ms: _Optional[int] = ..., state_digest: _Optional[str] = ..., stale: _Optional[bool] = ..., peers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., open_proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., event_head_cursor: _Optional[int] = ..., event_horizon_cursor: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., orphaned_executions: _Optional[int] = ..., durable: _Optional[bool] = ..., approver: _Optional[str] = ...) -> None: ...
+    grpc_front: str
+    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., ready: _Optional[bool] = ..., epoch: _Optional[int] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., admission_frozen: _Optional[bool] = ..., admission_frozen_reason: _Optional[str] = ..., frozen_runs: _Optional[int] = ..., recovery_configured: _Optional[bool] = ..., voters: _Optional[_Iterable[str]] = ..., quorum: _Optional[int] = ..., max_rollback: _Optional[int] = ..., now_ms: _Optional[int] = ..., state_digest: _Optional[str] = ..., stale: _Optional[bool] = ..., peers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., open_proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., event_head_cursor: _Optional[int] = ..., event_horizon_cursor: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., orphaned_executions: _Optional[int] = ..., durable: _Optional[bool] = ..., approver: _Optional[str] = ..., grpc_front: _Optional[str] = ...) -> None: ...
 
 class GraphRequest(_message.Message):
     __slots__ = ("run_id", "agent_id", "limit", "fresh", "statuses", "around", "hops")
@@ -851,17 +853,19 @@ class HistoryRecord(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., key: _Optional[str] = ..., run_id: _Optional[str] = ..., retired_at_ms: _Optional[int] = ..., record_json: _Optional[str] = ...) -> None: ...
 
 class HistoryResponse(_message.Message):
-    __slots__ = ("records", "node_id", "records_total", "bytes_total", "max_bytes", "max_age_days")
+    __slots__ = ("records", "node_id", "records_total", "bytes_total", "max_bytes", "max_age_days", "retention_ms")
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     RECORDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_AGE_DAYS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
     records: _containers.RepeatedCompositeFieldContainer[HistoryRecord]
     node_id: str
     records_total: int
     bytes_total: int
     max_bytes: int
     max_age_days: int
-    def __init__(self, records: _Optional[_Iterable[_Union[HistoryRecord, _Mapping]]] = ..., node_id: _Optional[str] = ..., records_total: _Optional[int] = ..., bytes_total: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_age_days: _Optional[int] = ...) -> None: ...
+    retention_ms: int
+    def __init__(self, records: _Optional[_Iterable[_Union[HistoryRecord, _Mapping]]] = ..., node_id: _Optional[str] = ..., records_total: _Optional[int] = ..., bytes_total: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_age_days: _Optional[int] = ..., retention_ms: _Optional[int] = ...) -> None: ...
