@@ -669,6 +669,13 @@ def explain(s: _Session, decision: str, fresh: bool | None) -> None:
     ops = s.client()
     if re.fullmatch(r"d\d+", decision):
         read = ops.read_explain(decision_id=decision, fresh=fresh)
+    elif not re.fullmatch(r"[0-9a-fA-F]{1,64}", decision.strip()):
+        # Not a hex prefix either: name both forms, as typed (a digest's rule would lowercase it).
+        raise click.BadParameter(
+            f"{decision!r} is neither a decision id (d and digits, such as d3: `waitgraph decisions` lists them) "
+            "nor a recovery digest (hex digits; a unique prefix is enough: `waitgraph cycles --all` lists them)",
+            param_hint="DECISION",
+        )
     else:
         read = ops.read_explain(digest=_resolve_digest(ops, decision, fresh), fresh=fresh)
     proposals = list(ops.read_cycles(include_closed=True, fresh=fresh).reply.proposals)

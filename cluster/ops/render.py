@@ -424,11 +424,22 @@ def status_blocks(reports: Sequence[Any], digest: bool = False) -> list[Block]:
             if not_durable
             else "durable: every node flushes its journal before acknowledging"
         )
+    if up:
+        facts.append(grpc_fronts(up))
     if digest:
         digests = {s.state_digest for s in up}
         facts.append("state digests: " + ("all equal" if len(digests) == 1 else f"{len(digests)} different"))
     blocks.append(Text("; ".join(facts)))
     return blocks
+
+
+def grpc_fronts(statuses: Sequence[Any]) -> str:
+    """Which gRPC front serves each node: ``native`` (cluster/front) or ``python`` (a node that fell
+    back, or was told to); a node too old to say is ``unknown``."""
+    by_front: dict[str, list[str]] = {}
+    for st in statuses:
+        by_front.setdefault(st.grpc_front or "unknown", []).append(st.node_id)
+    return "gRPC front: " + "; ".join(f"{front} on {','.join(nodes)}" for front, nodes in sorted(by_front.items()))
 
 
 @dataclass
@@ -784,10 +795,30 @@ def _graphviz(cmd: list[str], data: bytes, deadline: float, timeout_s: float, ok
 # -- cycles ------------------------------------------------------------------------------------------------
 
 
+_DID_NOTHING = frozenset({"SHADOW", "RECONCILIATION", "ESCALATION"})
+"""Decision kinds that cancel and release nothing (statemachine/recovery.py ``_NOT_ACTING``)."""
+
+
+def proposal_outcome(status: str | None, close_reason: str) -> str | None:
+    """A proposal's status as an operator reads it: a COMMITTED proposal is closed by its
+    decision (``close_reason`` is the decision's kind), and a SHADOW one (or a reconciliation,
+    an escalation) did nothing: saying only COMMITTED would read as a recovery that acted."""
+    if status == "COMMITTED" and close_reason in _DID_NOTHING:
+        return f"{close_reason}: nothing done"
+    if status == "COMMITTED" and close_reason:
+        return f"COMMITTED ({close_reason})"
+    return status
+
+
 def cycles_blocks(cycles: Any, quorum: int | None = None) -> list[Block]:
+    closed_as = {p.digest: p.close_reason for p in cycles.proposals}
     candidates = []
     for c in cycles.cycles:
-        status = _enum(c, "proposal_status") if c.HasField("proposal_status") else "not proposed"
+        status = (
+            proposal_outcome(_enum(c, "proposal_status"), closed_as.get(c.digest, ""))
+            if c.HasField("proposal_status")
+            else "not proposed"
+        )
         candidates.append(
             [short(c.digest), c.signature, [at(m.execution_id, m.generation) for m in c.members], len(c.edges), status]
         )
@@ -796,7 +827,7 @@ def cycles_blocks(cycles: Any, quorum: int | None = None) -> list[Block]:
         proposals.append(
             [
                 short(p.digest),
-                _enum(p, "status"),
+                proposal_outcome(_enum(p, "status"), p.close_reason),
                 [m.execution_id for m in p.members],
                 p.proposer,
                 p.epoch_proposed,
@@ -1269,11 +1300,23 @@ def explain_blocks(
     return blocks
 
 
+def chosen(d: Any) -> str | None:
+    """The execution a decision (or a signature's decision summary) chose, saying as what: the
+    ``victim`` rolled back by a VICTIM decision, the ``winner`` that proceeds after a livelock
+    TIE_BREAK, the ``would-be victim`` of a SHADOW decision (which did nothing). The wire calls
+    that execution ``winner_id`` whatever the kind; a column headed WINNER read as the survivor."""
+    if not d.HasField("winner_id"):
+        return None
+    kind = _enum(d, "kind") or ""
+    role = {"TIE_BREAK": "winner", "SHADOW": "would-be victim", "VICTIM": "victim"}.get(kind, kind.lower())
+    generation = getattr(d, "winner_generation", 0)
+    return f"{role} {at(d.winner_id, generation) if generation else d.winner_id}"
+
+
 def decisions_blocks(reply: Any) -> list[Block]:
     """``waitgraph decisions``: one row per recorded decision, newest first."""
     rows = []
     for d in reply.decisions:
-        winner = at(d.winner_id, d.winner_generation) if d.HasField("winner_id") else None
         rows.append(
             [
                 d.decision_id,
@@ -1281,7 +1324,7 @@ def decisions_blocks(reply: Any) -> list[Block]:
                 _enum(d, "mode"),
                 d.reason_code,
                 d.epoch if d.HasField("epoch") else None,
-                winner,
+                chosen(d),
                 [f"{r.execution_id}:{r.role}" for r in d.roles],
                 short(d.digest),
                 wall(d.at_ms),
@@ -1290,7 +1333,7 @@ def decisions_blocks(reply: Any) -> list[Block]:
     shown = f"{len(rows)} of {reply.retained} retained" + (", more match: raise --limit" if reply.truncated else "")
     return [
         Table(
-            ["decision", "kind", "mode", "reason", "epoch", "winner", "roles", "digest", "at"],
+            ["decision", "kind", "mode", "reason", "epoch", "chosen", "roles", "digest", "at"],
             rows,
             title=f"DECISIONS ({shown})",
             empty="(no decision matches)",
@@ -1320,7 +1363,7 @@ def signature_blocks(reply: Any) -> list[Block]:
             _enum(s, "kind"),
             s.reason_code,
             f"{s.epoch_before} -> {s.epoch}" if s.HasField("epoch") else f"{s.epoch_before} (kept)",
-            s.winner_id if s.HasField("winner_id") else None,
+            chosen(s),
             wall(s.at_ms),
         ]
         for s in t.decisions
@@ -1329,7 +1372,7 @@ def signature_blocks(reply: Any) -> list[Block]:
         head,
         Table(["epoch", "at"], obs, "LATEST SIGHTINGS (epoch when proposed; the guard's window)"),
         Table(["epoch", "at"], recs, "LATEST ROLLBACKS (epoch committed; the guard's window)"),
-        Table(["decision", "kind", "reason", "epoch", "winner", "at"], decisions, f"DECISIONS ({len(decisions)})"),
+        Table(["decision", "kind", "reason", "epoch", "chosen", "at"], decisions, f"DECISIONS ({len(decisions)})"),
     ]
     stuck = [
         (a.epoch, b.at_ms) for a, b in zip(t.observations, list(t.observations)[1:], strict=False) if b.epoch <= a.epoch
@@ -1439,6 +1482,16 @@ def _history_summary(kind: str, r: dict[str, Any]) -> str:
     return ""
 
 
+def _when_work_retires(retention_ms: int) -> str:
+    """What an empty history means on a young cluster: nothing has retired *yet*."""
+    after = f"{duration(retention_ms)} (--retention-ms)" if retention_ms > 0 else "the node's --retention-ms"
+    return (
+        f"settled work retires here once it has been settled for {after} and holds nothing: a run whose "
+        "executions all completed, failed or were cancelled, then its decisions, proposals and idle targets "
+        "(records older than the store's bounds are deleted)"
+    )
+
+
 def history_blocks(reply: Any) -> list[Block]:
     rows = []
     for rec in reply.records:
@@ -1450,7 +1503,7 @@ def history_blocks(reply: Any) -> list[Block]:
         f"{reply.bytes_total / 1e6:.1f} of {reply.max_bytes / 1e6:.0f} MB, at most {reply.max_age_days} days)"
     )
     if not rows:
-        return [Text(title), Text("nothing retired matches (retired records older than the bounds are deleted)")]
+        return [Text(title), Text(f"nothing retired matches; {_when_work_retires(reply.retention_ms)}")]
     return [Table(["retired", "kind", "id", "run", "what"], rows, title)]
 
 

@@ -382,6 +382,13 @@ def error_from_result(result: agent_pb2.WriteResult, endpoint: str | None, reque
     return _error(status, result.details, trailers, endpoint, request_id)
 
 
+_EXECUTION_EXAMPLE = "such as exec:review-1"
+_TARGET_EXAMPLE = "such as resource:browser-1 or artifact:review-1"
+"""The core's ``unresolvable_id`` message gives one example, an execution's id, for every field
+(statemachine/ids.py); for a target field (``target_id``...) the SDK shows targets' ids instead, so
+the hint names the kind of id that was asked for."""
+
+
 def _error(
     status: grpc.StatusCode,
     details: str,
@@ -398,6 +405,8 @@ def _error(
             outcome = convert.outcome_from_proto(types_pb2.Outcome.FromString(raw))
         except Exception:  # a garbled trailer must not hide the error itself
             outcome = None
+    if code == "unresolvable_id" and outcome is not None and "target" in str(outcome.fields.get("field", "")):
+        details = details.replace(_EXECUTION_EXAMPLE, _TARGET_EXAMPLE)
     cls = _BY_CODE.get(code) or _BY_STATUS.get(status, Internal)
     hint = _HINTS.get(code)
     message = details.strip() or "no details"

@@ -120,3 +120,94 @@ def test_shadow_reconciliation_escalation_narratives() -> None:
     assert "UNKNOWN side effect" in text(render.explain_blocks(recon, None, []))
     esc = decision(types_pb2.DECISION_KIND_ESCALATION, reason_code="exceeds_max_rollback")
     assert "escalated" in text(render.explain_blocks(esc, None, []))
+
+
+def test_decisions_say_what_the_chosen_execution_is() -> None:
+    victim = decision(types_pb2.DECISION_KIND_VICTIM, winner_id="exec:B", winner_generation=1, epoch=4)
+    shadow = decision(
+        types_pb2.DECISION_KIND_SHADOW,
+        decision_id="d8",
+        winner_id="exec:B",
+        winner_generation=1,
+        reason_code="shadow_mode",
+    )
+    tie = decision(
+        types_pb2.DECISION_KIND_TIE_BREAK, decision_id="d9", winner_id="exec:A", winner_generation=2, epoch=5
+    )
+    out = text(render.decisions_blocks(operator_pb2.ListDecisionsResponse(decisions=[victim, shadow, tie], retained=3)))
+    header = next(line for line in out.splitlines() if line.startswith("DECISION "))
+    assert "CHOSEN" in header and "WINNER" not in header
+    assert "victim exec:B@g1" in out
+    assert "would-be victim exec:B@g1" in out
+    assert "winner exec:A@g2" in out
+
+
+def test_a_shadow_proposal_says_it_did_nothing() -> None:
+    digest = "ef" * 32
+    reply = operator_pb2.CyclesResponse(
+        cycles=[
+            operator_pb2.Cycle(
+                digest=digest, signature="0123456789abcdef", proposal_status=types_pb2.PROPOSAL_STATUS_COMMITTED
+            )
+        ],
+        proposals=[
+            operator_pb2.ProposalView(
+                digest=digest, status=types_pb2.PROPOSAL_STATUS_COMMITTED, decision_id="d1", close_reason="SHADOW"
+            )
+        ],
+    )
+    out = text(render.cycles_blocks(reply))
+    assert out.count("SHADOW: nothing done") == 2, out
+    acted = operator_pb2.CyclesResponse(
+        proposals=[
+            operator_pb2.ProposalView(
+                digest=digest, status=types_pb2.PROPOSAL_STATUS_COMMITTED, decision_id="d2", close_reason="VICTIM"
+            )
+        ]
+    )
+    assert "COMMITTED (VICTIM)" in text(render.cycles_blocks(acted))
+
+
+def test_an_empty_history_says_when_settled_work_retires() -> None:
+    reply = operator_pb2.HistoryResponse(node_id="n1", max_bytes=10**9, max_age_days=30, retention_ms=300_000)
+    out = text(render.history_blocks(reply))
+    assert "nothing retired matches" in out
+    assert "once it has been settled for 5 min 00 s (--retention-ms)" in out, out
+
+
+def test_explain_names_both_forms_of_a_bad_decision_argument_as_typed() -> None:
+    from click.testing import CliRunner
+
+    from waitgraph.ops.cli import main
+
+    result = CliRunner().invoke(main, ["--endpoints", "127.0.0.1:1", "--token", "t", "explain", "dXYZ"])
+    assert result.exit_code == 2, result.output
+    assert "'dXYZ' is neither a decision id" in result.output and "nor a recovery digest" in result.output
+
+
+def test_a_bad_target_id_is_hinted_with_a_target_id() -> None:
+    from waitgraph.proto.v1 import agent_pb2
+    from waitgraph.sdk.errors import error_from_result
+    from waitgraph.statemachine.errors import invalid
+    from waitgraph.statemachine.outcome import rejected
+    from waitgraph.wire import convert
+
+    def refused(field: str) -> str:
+        rejection = invalid(
+            "unresolvable_id",
+            f"{field}='browser' is not a resolvable id; expected <kind>:<name> such as exec:review-1",
+            field=field,
+        )
+        result = agent_pb2.WriteResult(
+            status_code=3,
+            code="unresolvable_id",
+            details=rejection.message,
+            outcome=convert.outcome_to_proto(rejected(rejection)),
+        )
+        err = error_from_result(result, None, None)
+        assert err is not None
+        return str(err)
+
+    assert "such as resource:browser-1 or artifact:review-1" in refused("target_id")
+    assert "exec:review-1" not in refused("target_id")
+    assert "such as exec:review-1" in refused("execution_id")
