@@ -250,6 +250,28 @@ def _tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.glob("history.sqlite3*")) if path.exists() else 0
 
 
+def raft_ticks_and_leaders(logs: dict[str, str]) -> tuple[dict[str, list[int]], list[tuple[str, str]]]:
+    """From the nodes' logs: every tick stall each node logged (ms; a node logs a tick longer than
+    ``TICK_STALL_S``, cluster/node/raft/_liveness.py), and every (time, node) that became leader."""
+    import json
+
+    stalls: dict[str, list[int]] = {}
+    leaders: list[tuple[str, str]] = []
+    for node, text in logs.items():
+        stalls[node] = []
+        for line in text.splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            event = str(ev.get("event", ""))
+            if event.startswith("the Raft thread took "):
+                stalls[node].append(int(event.split()[4]))
+            elif event.startswith("raft role ") and event.endswith("-> leader"):
+                leaders.append((str(ev.get("timestamp", "")), node))
+    return stalls, sorted(leaders)
+
+
 def run_cluster(args: argparse.Namespace) -> int:
     import json
     import subprocess
@@ -300,6 +322,7 @@ def run_cluster(args: argparse.Namespace) -> int:
             assert p.stdout is not None
             results.append(json.loads(p.stdout.read()))
             p.wait(timeout=60)
+        stalls, leaders = raft_ticks_and_leaders({m.node_id: m.log_text() for m in cluster.members})
     lat = sorted((t, x) for r in results for t, x in r["lat"])
     refused: dict[str, int] = {}
     for r in results:
@@ -318,6 +341,14 @@ def run_cluster(args: argparse.Namespace) -> int:
         cells = " ".join(f"{rss / 1e6:>8.0f} /{snap / 1e6:>5.1f} /{hist / 1e6:>5.1f}" for _, rss, snap, hist in row)
         print(f"{minute:>4} {cells} {len(mine):>8,} {p50:>7.1f} {p99:>7.1f}")
     print(f"refusals by code: {dict(sorted(refused.items())) or 'none'}")
+    for node, ms in stalls.items():
+        longest = f"{max(ms):,} ms" if ms else "below the stall threshold (none logged)"
+        print(f"{node}: longest Raft tick {longest}; {len(ms)} stall(s) logged")
+    changes = leaders[1:]  # the first is the election at start
+    print(
+        f"leader changes during the run: {len(changes)}"
+        + "".join(f"\n  {at} {node} became leader" for at, node in changes)
+    )
     return 0
 
 

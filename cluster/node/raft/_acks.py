@@ -97,6 +97,7 @@ class DurabilityMixin(SyncObj):  # type: ignore[misc]
     _answering_entryless: bool
     _last_ack: dict[Any, tuple[int, int, float]]
     _dump_unsynced: bool
+    _tick_flush_s: float
     counters: dict[str, int]
 
     _SyncObj__raftLog: Any = JournalHook()
@@ -152,6 +153,7 @@ class DurabilityMixin(SyncObj):  # type: ignore[misc]
         cannot promise durability any more, and holding replies forever would only hide it.
         """
         journal = self._SyncObj__raftLog
+        started = time.monotonic()
         try:
             if isinstance(journal, ChecksummedJournal) and journal.sync():
                 self.counters["journal_flushes"] += 1
@@ -164,6 +166,8 @@ class DurabilityMixin(SyncObj):  # type: ignore[misc]
         except OSError as exc:
             self._on_fatal(f"cannot flush the Raft journal to disk: {exc!r}")
             raise
+        finally:
+            self._tick_flush_s += time.monotonic() - started
         held, self._held_replies = self._held_replies, []
         for node, reset, next_index, success in held:
             super()._SyncObj__sendNextNodeIdx(node, reset, next_index, success)

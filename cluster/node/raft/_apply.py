@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -64,6 +65,7 @@ class ApplyMixin(SyncObj):  # type: ignore[misc]
     writes: int
     _machine: StateMachine
     _machine_lock: threading.Lock
+    _tick_apply_s: float
 
     def _SyncObj__doApplyCommand(self, command: bytes) -> Any:
         # Decoding a log entry (a pickle: function id and arguments) happens before our method
@@ -83,6 +85,7 @@ class ApplyMixin(SyncObj):  # type: ignore[misc]
     # makes the call itself raise a TypeError before the body's try.
     @replicated  # type: ignore[untyped-decorator]
     def apply_commands(self, payload: Any = None, *args: Any, **kwargs: Any) -> tuple[Outcome, ...]:
+        started = time.monotonic()
         try:
             with self._machine_lock:
                 self.writes += 1
@@ -90,6 +93,7 @@ class ApplyMixin(SyncObj):  # type: ignore[misc]
                     outcomes = self._apply_payload(payload)
                 finally:
                     self.writes += 1
+                    self._tick_apply_s += time.monotonic() - started
             self.counters["entries_applied"] += 1
             self.counters["envelopes_applied"] += len(outcomes)
             return outcomes
