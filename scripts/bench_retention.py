@@ -279,12 +279,13 @@ def run_cluster(args: argparse.Namespace) -> int:
 
     import psutil
 
-    from waitgraph.dev.localcluster import LocalCluster
+    from waitgraph.dev.localcluster import CO_LOCATED_ELECTION_TIMEOUT_MS, LocalCluster
 
     names = [f"ag{i:02d}" for i in range(args.agents)]
     root = Path(tempfile.mkdtemp(prefix="wg-retention-"))
     serve = ["--retention-ms", str(args.retention_ms)]
-    with LocalCluster(root=root, agents=names, serve_args=serve) as cluster:
+    election_ms = args.election_timeout_ms or CO_LOCATED_ELECTION_TIMEOUT_MS
+    with LocalCluster(root=root, agents=names, serve_args=serve, election_timeout_ms=election_ms) as cluster:
         cluster.start()
         cluster.wait_for_leader()
         assert cluster.credentials is not None
@@ -330,7 +331,7 @@ def run_cluster(args: argparse.Namespace) -> int:
             refused[code] = refused.get(code, 0) + n
     print(
         f"3 nodes, {args.agents} SDK agents in {args.workers} processes, retention {args.retention_ms} ms, "
-        f"{args.minutes} min; per node: RSS MB / snapshot MB / history MB"
+        f"{args.minutes} min, election timeout {election_ms} ms; per node: RSS MB / snapshot MB / history MB"
     )
     head = " ".join(f"{m.node_id:>22}" for m in cluster.members)
     print(f"{'min':>4} {head} {'writes':>8} {'p50 ms':>7} {'p99 ms':>7}")
@@ -363,6 +364,12 @@ def main() -> int:
     ap.add_argument("--minutes", type=int, default=10, help="--cluster: how long")
     ap.add_argument("--agents", type=int, default=64, help="--cluster: SDK agents")
     ap.add_argument("--workers", type=int, default=4, help="--cluster: processes the agents run in")
+    ap.add_argument(
+        "--election-timeout-ms",
+        type=int,
+        default=None,
+        help="--cluster: the nodes' election timeout (default: the co-located rule's, cluster/dev/localcluster.py)",
+    )
     args = ap.parse_args()
     if args.cluster:
         if "--retention-ms" not in sys.argv:

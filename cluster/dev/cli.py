@@ -49,7 +49,7 @@ def dev(
     import signal
     import time
 
-    from waitgraph.dev.localcluster import RAFT_PORT_OFFSET, LocalCluster, ports_free
+    from waitgraph.dev.localcluster import CO_LOCATED_ELECTION_TIMEOUT_MS, RAFT_PORT_OFFSET, LocalCluster, ports_free
     from waitgraph.sdk import WaitgraphClientError
 
     def stop_signal(signum: int, frame: Any) -> None:
@@ -71,6 +71,7 @@ def dev(
         serve_args=shlex.split(serve_args),
         die_with_parent=True,
         http=live_view,
+        election_timeout_ms=CO_LOCATED_ELECTION_TIMEOUT_MS,  # its nodes share this machine's cores
     )
     code = 0
     try:

@@ -158,6 +158,20 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         pass
 
 
+CO_LOCATED_ELECTION_TIMEOUT_MS = 2_000
+"""The election timeout of nodes that share a small machine with each other and their agents.
+
+The rule: a node's election timeout must exceed the longest Raft tick its host allows, or one
+stalled tick of the leader (no heartbeat meanwhile) costs the cluster its leader. The node logs
+every tick over 300 ms with what it spent flushing and applying. Three nodes, 32 SDK agents and
+other work on 2 cores (load 10-21) gave ticks of up to 0.8-1.0 s, with one of 2.2 s, and
+whole-machine stalls in which all three nodes' ticks were 0.4-0.5 s while their flush and apply
+took 0 ms: no setting of the node removes those. 500 ms (the node's default, for a host of its
+own) lost the leader 2 times in 3 minutes there; this is four times that, and the leader's
+fallback (``leader_fallback_timeout_s``) follows it. The price: a failover takes 2-4 s instead
+of 0.5-1 s."""
+
+
 @dataclass
 class LocalCluster:
     root: Path | None = None
@@ -172,6 +186,9 @@ class LocalCluster:
     """Extra flags for every node's command (``--detect-interval-ms 50``...)."""
     log_level: str | None = "INFO"
     """``--log-level``; None leaves the node's default."""
+    election_timeout_ms: int | None = None
+    """``--election-timeout-ms``; None leaves the node's default (500). ``waitgraph dev`` and the
+    soak benchmark pass :data:`CO_LOCATED_ELECTION_TIMEOUT_MS`."""
     die_with_parent: bool = False
     """Linux: nodes get SIGTERM when the launching thread dies. Only for launchers that spawn from a
     thread that lives as long as the cluster (``waitgraph dev``)."""
@@ -364,6 +381,8 @@ class LocalCluster:
             argv += ["--initial-mode", self.mode]
         if m.http_address:
             argv += ["--http-addr", m.http_address]
+        if self.election_timeout_ms is not None:
+            argv += ["--election-timeout-ms", str(self.election_timeout_ms)]
         return [*argv, *self.serve_args, *m.extra_args]
 
     def serve_command(self, m: LocalNode) -> list[str]:

@@ -179,6 +179,9 @@ class NodeProcess:
                 submit_timeout_s=cfg.submit_timeout_s,
                 raft_min_timeout_s=cfg.election_timeout_ms / 1000,
                 raft_max_timeout_s=2 * cfg.election_timeout_ms / 1000,
+                # A leader steps down when no majority answered for this long: never sooner than a
+                # follower would stand (a raised election timeout covers longer stalls; localcluster).
+                leader_fallback_timeout_s=max(1.5, 2 * cfg.election_timeout_ms / 1000),
                 fsync=cfg.fsync,
                 log_compaction_min_entries=cfg.log_compaction_min_entries,
                 directory=tuple((p.raft_address, p.node_id, p.grpc_address or "") for p in cfg.peers),

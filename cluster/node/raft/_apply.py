@@ -66,6 +66,7 @@ class ApplyMixin(SyncObj):  # type: ignore[misc]
     _machine: StateMachine
     _machine_lock: threading.Lock
     _tick_apply_s: float
+    _tick_lock_wait_s: float
 
     def _SyncObj__doApplyCommand(self, command: bytes) -> Any:
         # Decoding a log entry (a pickle: function id and arguments) happens before our method
@@ -88,6 +89,7 @@ class ApplyMixin(SyncObj):  # type: ignore[misc]
         started = time.monotonic()
         try:
             with self._machine_lock:
+                self._tick_lock_wait_s += time.monotonic() - started
                 self.writes += 1
                 try:
                     outcomes = self._apply_payload(payload)

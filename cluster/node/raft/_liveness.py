@@ -72,6 +72,7 @@ class LivenessMixin(SyncObj):  # type: ignore[misc]
     _tick_started_at: float
     _tick_flush_s: float
     _tick_apply_s: float
+    _tick_lock_wait_s: float
     counters: dict[str, int]
 
     def _note_tick(self, started: float) -> None:
@@ -85,14 +86,16 @@ class LivenessMixin(SyncObj):  # type: ignore[misc]
             # What the tick spent flushing the journal and applying entries says where to look;
             # the rest is the poll, pysyncobj's own work, and waiting for the GIL or a core.
             logger.warning(
-                "the Raft thread took %.0f ms for one tick (journal flush %.0f ms, apply %.0f ms)",
+                "the Raft thread took %.0f ms for one tick (journal flush %.0f ms, apply %.0f ms of which "
+                "%.0f ms waiting for the machine lock)",
                 gap * 1000,
                 self._tick_flush_s * 1000,
                 self._tick_apply_s * 1000,
+                self._tick_lock_wait_s * 1000,
             )
         self.counters["tick_gap_ms_max"] = max(self.counters["tick_gap_ms_max"], int(gap * 1000))
         self._tick_started_at = started
-        self._tick_flush_s = self._tick_apply_s = 0.0
+        self._tick_flush_s = self._tick_apply_s = self._tick_lock_wait_s = 0.0
 
     def _restart_election_timer(self) -> None:
         """After a long pause of the tick thread (a dump written or loaded), as if a heartbeat had

@@ -145,6 +145,7 @@ class WaitgraphSyncObj(ApplyMixin, DurabilityMixin, LivenessMixin, GuardMixin, M
         self._tick_started_at = 0.0
         self._tick_flush_s = 0.0
         self._tick_apply_s = 0.0
+        self._tick_lock_wait_s = 0.0
         conf.serializer = self._write_dump
         conf.deserializer = self._read_dump
         self._fork_dumps = fork_dumps
