@@ -63,6 +63,8 @@ class Liveness:
         endpoints: Callable[[], list[str]],
         on_lost: Callable[[float, list[str]], None],
         on_state: Callable[[SessionState], object] | None = None,
+        *,
+        joined_at: float,
     ) -> None:
         self.timeout_s = timeout_s
         self.suspend_after_s = suspend_after_s
@@ -70,7 +72,8 @@ class Liveness:
         self._endpoints = endpoints
         self._on_lost = on_lost
         self._on_state = on_state
-        self._last_ok = asyncio.get_running_loop().time()
+        self._last_ok = joined_at
+        """When the last heartbeat (or the join) that succeeded was sent (the loop's clock)."""
 
     def _step(self, event: str) -> bool:
         nxt = _NEXT.get((self.state, event))
@@ -84,10 +87,12 @@ class Liveness:
                 logger.exception("on_state callback (%s)", nxt)
         return True
 
-    def ok(self) -> None:
-        """A heartbeat (or a join) succeeded: the cluster holds the session now."""
+    def ok(self, sent_at: float) -> None:
+        """A heartbeat sent at ``sent_at`` (the loop's clock) succeeded. The cluster renewed the
+        lease when it applied it, after the send: counting from the send, this process never
+        thinks its session lives longer than the cluster does."""
         if self.state is not SessionState.LOST:
-            self._last_ok = asyncio.get_running_loop().time()
+            self._last_ok = max(self._last_ok, sent_at)
         self._step("ok")
 
     def failed(self) -> None:
@@ -98,8 +103,8 @@ class Liveness:
         """The cluster said the session is gone (nothing more to tell: the session raises)."""
         self._step("lost")
 
-    def rejoined(self) -> None:
-        self._last_ok = asyncio.get_running_loop().time()
+    def rejoined(self, joined_at: float) -> None:
+        self._last_ok = joined_at
         self._step("rejoined")
 
     async def run(self) -> None:

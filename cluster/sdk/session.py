@@ -239,6 +239,7 @@ class Session:
         if self._watch_error is not None:
             await self._stop_watch()
             raise self._watch_error
+        joined_at = loop.time()
         try:
             await self._join()
         except BaseException:
@@ -246,7 +247,7 @@ class Session:
             raise
         self._open = True
         self._heartbeat_task = loop.create_task(self._heartbeats(), name=f"waitgraph-heartbeat-{self.agent_id}")
-        self._watch_liveness()
+        self._watch_liveness(joined_at)
 
     @property
     def state(self) -> SessionState:
@@ -256,7 +257,7 @@ class Session:
             return SessionState.LOST
         return self._liveness.state if self._liveness is not None else SessionState.CONNECTED
 
-    def _watch_liveness(self) -> None:
+    def _watch_liveness(self, joined_at: float) -> None:
         """(Re)start the watchdog that makes the session LOST once no heartbeat succeeded for the
         session timeout (the lease), even while every node is down."""
         if self._liveness is None:
@@ -266,9 +267,10 @@ class Session:
                 lambda: self.client.endpoints,
                 self._unreachable,
                 self.on_state,
+                joined_at=joined_at,
             )
         else:
-            self._liveness.rejoined()
+            self._liveness.rejoined(joined_at)
         if self._liveness_task is None or self._liveness_task.done():
             self._liveness_task = asyncio.get_running_loop().create_task(
                 self._liveness.run(), name=f"waitgraph-liveness-{self.agent_id}"
@@ -292,6 +294,7 @@ class Session:
         over meanwhile is refused as usual."""
         if self.lost is None and self._open:
             return
+        joined_at = asyncio.get_running_loop().time()
         await self._join()
         self.lost = None
         self._lost_event.clear()
@@ -300,7 +303,7 @@ class Session:
             self._heartbeat_task = asyncio.get_running_loop().create_task(
                 self._heartbeats(), name=f"waitgraph-heartbeat-{self.agent_id}"
             )
-        self._watch_liveness()
+        self._watch_liveness(joined_at)
 
     async def wait_lost(self, timeout_s: float | None = None) -> SessionLost:
         """Block until the session is lost; returns the :class:`SessionLost` (``TimeoutError``)."""
@@ -360,6 +363,7 @@ class Session:
             await asyncio.sleep(self.heartbeat_interval_s)
             if self.lost is not None:
                 return
+            sent_at = asyncio.get_running_loop().time()
             try:
                 await self.write(C.Heartbeat(agent_id=self.agent_id))
             except asyncio.CancelledError:
@@ -372,7 +376,7 @@ class Session:
                     self._liveness.failed()
             else:
                 if self._liveness is not None:
-                    self._liveness.ok()
+                    self._liveness.ok(sent_at)
 
     async def _watch(self) -> None:
         try:
