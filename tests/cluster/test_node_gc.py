@@ -1,4 +1,4 @@
-"""cluster/node/server.py's collector settings, in a fresh interpreter (they are process-wide): what
+"""cluster/node/collector.py's settings, in a fresh interpreter (they are process-wide): what
 survives a collection of generation 1 joins the permanent generation, so no later collection walks
 it again (issue #38: those walks were the long Raft ticks); garbage without cycles is still freed."""
 
@@ -11,7 +11,7 @@ from .harness import REPO
 
 PROGRAM = """
 import gc, weakref
-from waitgraph.node.server import GC_THRESHOLDS, tune_gc
+from waitgraph.node.collector import GC_THRESHOLDS, tune_gc
 
 tune_gc()
 assert gc.get_threshold() == GC_THRESHOLDS
