@@ -56,6 +56,7 @@ from waitgraph.statemachine.effects import (
     RecoveryProposed,
     SessionEnded,
     SessionJoined,
+    SessionRenewed,
     VictimChosen,
     WaitClosed,
     WaitRegistered,
@@ -204,6 +205,8 @@ class Session:
         self.on_state = on_state
         """Called (on the event loop) with every change of :attr:`state`."""
         self._liveness: Liveness | None = None
+        self._joins_unseen = 0
+        """Joins sent whose SessionJoined/SessionRenewed the event stream has not shown yet."""
         self._liveness_task: asyncio.Task[None] | None = None
         self.voter: Voter | None = self.confirms if voter is True else voter or None
         """Votes on every recovery proposal the session sees (a session of an agent in the voter
@@ -285,7 +288,17 @@ class Session:
 
     async def _join(self) -> None:
         self.incarnation = None
-        out = await self.client.submit(C.JoinSession(agent_id=self.agent_id, lease_ms=self.lease_ms), service="agent")
+        # Until the stream shows this join (events come in log order), a SessionEnded of this
+        # agent is about the session before it: one that expired while the cluster was down is
+        # told after a rejoin, and must not lose the new one.
+        self._joins_unseen += 1
+        try:
+            out = await self.client.submit(
+                C.JoinSession(agent_id=self.agent_id, lease_ms=self.lease_ms), service="agent"
+            )
+        except BaseException:
+            self._joins_unseen -= 1
+            raise
         self.incarnation = next((fx.incarnation for fx in out.effects if isinstance(fx, SessionJoined)), None)
 
     async def rejoin(self) -> None:
@@ -647,10 +660,12 @@ class Session:
                 self._proposals.append(fx)
                 if self.voter is not None:
                     self._spawn(self._cast_vote(fx))
-            case SessionEnded() if fx.agent_id == self.agent_id:
+            case SessionEnded() if fx.agent_id == self.agent_id and not self._joins_unseen:
                 # Not our own LeaveSession (close() sets _leaving first): expired, or another
                 # process of this agent left the session we shared.
                 self._lose(fx.reason, "the cluster ended the session")
+            case SessionJoined() | SessionRenewed() if fx.agent_id == self.agent_id and self._joins_unseen:
+                self._joins_unseen -= 1  # our join, or one before it: what follows is about ours
             case SessionJoined() if fx.agent_id == self.agent_id and self.incarnation is not None:
                 if fx.incarnation != self.incarnation:
                     self._lose("replaced", f"incarnation {fx.incarnation} replaced ours ({self.incarnation})")
