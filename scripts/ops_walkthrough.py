@@ -287,11 +287,12 @@ detect it, vote, and record a `SHADOW` decision: what recovery would have done.
     agents.wait("a", "exec:A-1", "artifact:review-1", "needs the review before merging")
     agents.wait("b", "exec:B-1", "resource:browser-1", "needs the browser to test the change")
     decision(ops, "d1")
-    g.run("waitgraph cycles --all", expect=("CANDIDATE DEADLOCKS (1)", "COMMITTED"))
+    g.run("waitgraph cycles --all", expect=("CANDIDATE DEADLOCKS (1)", "SHADOW: nothing done"))
     g.say(
         """
 The cycle is still there (`CANDIDATE DEADLOCKS (1)`): shadow mode only reported it. Its proposal
-was committed as decision `d1`; `explain` says why the policy would pick its victim, and shows
+was committed as decision `d1`, a SHADOW decision that cancelled and released nothing (`SHADOW:
+nothing done`); `explain` says why the policy would pick its victim, and shows
 the path, every wait's reason and age, the votes and the signature's history:
 """
     )
