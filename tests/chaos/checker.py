@@ -28,7 +28,7 @@ import itertools
 import json
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -1115,13 +1115,7 @@ class _Check:
                     lo.key,
                     expected="FAILED_PRECONDITION",
                 )
-        for f in self.finals:
-            st = f.state
-            if st is None:
-                continue
-            by_run: dict[str, list[Any]] = defaultdict(list)
-            for ex in st.executions.values():
-                by_run[ex.run_id].append(ex)
+        for f, st, by_run in self._cancelled_runs_by_replica():
             for run in st.runs.values():
                 if run.cancel_generation == 0:
                     continue
@@ -1140,6 +1134,18 @@ class _Check:
                             f"COMPLETED at {ex.status_at_ms} ms, "
                             f"after the cancel at {scope.requested_at_ms} ms",
                         )
+
+    def _cancelled_runs_by_replica(self) -> Iterator[tuple[Any, Any, dict[str, list[Any]]]]:
+        """Each replica's final state with its executions grouped by run (replicas whose state
+        could not be read are skipped)."""
+        for f in self.finals:
+            st = f.state
+            if st is None:
+                continue
+            by_run: dict[str, list[Any]] = defaultdict(list)
+            for ex in st.executions.values():
+                by_run[ex.run_id].append(ex)
+            yield f, st, by_run
 
     def edges(self) -> None:
         """A close or an update from an older generation never removes or changes an edge of a newer one.
@@ -1715,13 +1721,7 @@ class _Check:
                                 effects=[got[1], ob],
                                 at_ns=ob.time_ns,
                             )
-        for f in self.finals:
-            st = f.state
-            if st is None:
-                continue
-            by_run: dict[str, list[Any]] = defaultdict(list)
-            for ex in st.executions.values():
-                by_run[ex.run_id].append(ex)
+        for f, st, by_run in self._cancelled_runs_by_replica():
             for run_id, run in sorted(st.runs.items()):
                 scope = st.cancel.scopes.get(f"run:{run_id}")
                 if run.cancel_generation == 0 or scope is None:
