@@ -120,3 +120,15 @@ def test_a_read_is_fresh_when_a_node_can_pass_a_barrier_else_stale_and_says_why(
     assert refused.value.message == "no log barrier passed within 3s (no leader with a quorum?)"
     read, calls = read_with({("a:1", False): UNAVAILABLE, ("b:1", False): reply}, False)
     assert read.stale and read.fallback_reason == "UNAVAILABLE: no leader is known [a:1]" and len(calls) == 2
+
+
+def test_a_blocking_client_closed_twice_closes_once() -> None:
+    """The chaos monitor stops its client in its own stop and again from the run's exit stack: the
+    second close must not reach a loop that the first one closed ("Event loop is closed")."""
+    from waitgraph.sdk import SyncOperatorClient
+
+    client = SyncOperatorClient(["127.0.0.1:1"], "token")
+    client.close()
+    client.close()
+    with SyncOperatorClient(["127.0.0.1:1"], "token") as other:
+        other.close()

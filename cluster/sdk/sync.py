@@ -124,6 +124,9 @@ class _SyncConnection(_Proxy):
         self.close()
 
     def close(self) -> None:
+        """Close the connection and stop its loop; a second close does nothing (its loop is gone)."""
+        if self._runner.loop.is_closed():
+            return
         try:
             self._run(self._target.close())
         finally:
