@@ -9,7 +9,10 @@ Rules kept here:
   cluster, had it been running, would have expired the session), it is LOST, by the local clock
   alone: a process that cannot reach any node knows its session is gone without being told
   (kazoo's SUSPENDED, then LOST). The session then raises :class:`~.errors.SessionLost` in every
-  blocked call, saying for how long and which endpoints were tried.
+  blocked call, saying for how long and which endpoints were tried: ``unreachable`` when a
+  heartbeat failed in that time or heartbeats were due and none succeeded, ``expired`` when the
+  lease ran out before one was even due (a heartbeat interval longer than the lease, a process
+  paused past it): the cluster expires such a session too.
 - The cluster telling the session it is gone (expired, replaced: :meth:`Liveness.lost`) makes it
   LOST too. Transitions are a table: a miss (a late heartbeat result after LOST) changes
   nothing; only :meth:`Liveness.rejoined` leaves LOST.
@@ -51,8 +54,9 @@ _NEXT: dict[tuple[SessionState, str], SessionState] = {
 class Liveness:
     """The connectivity of one session, fed by its heartbeats' results.
 
-    ``on_state(state)`` is called on every change; ``on_lost(silent_s, endpoints)`` once when the
-    session timeout ran out without a successful heartbeat. :meth:`run` is the watchdog (a task
+    ``on_state(state)`` is called on every change; ``on_lost(silent_s, endpoints, unreachable)``
+    once when the session timeout ran out without a successful heartbeat (``unreachable``: one
+    failed meanwhile). :meth:`run` is the watchdog (a task
     of the session) that notices it even while a heartbeat call is still blocked in its retries.
     """
 
@@ -61,7 +65,7 @@ class Liveness:
         timeout_s: float,
         suspend_after_s: float,
         endpoints: Callable[[], list[str]],
-        on_lost: Callable[[float, list[str]], None],
+        on_lost: Callable[[float, list[str], bool], None],
         on_state: Callable[[SessionState], object] | None = None,
         *,
         joined_at: float,
@@ -74,6 +78,8 @@ class Liveness:
         self._on_state = on_state
         self._last_ok = joined_at
         """When the last heartbeat (or the join) that succeeded was sent (the loop's clock)."""
+        self._failed_since_ok = False
+        """Whether a heartbeat failed since then: the cluster could not be reached."""
 
     def _step(self, event: str) -> bool:
         nxt = _NEXT.get((self.state, event))
@@ -93,10 +99,12 @@ class Liveness:
         thinks its session lives longer than the cluster does."""
         if self.state is not SessionState.LOST:
             self._last_ok = max(self._last_ok, sent_at)
+            self._failed_since_ok = False
         self._step("ok")
 
     def failed(self) -> None:
         """A heartbeat failed to reach the cluster (nothing answered, no leader, no quorum)."""
+        self._failed_since_ok = True
         self._step("failed")
 
     def lost(self) -> None:
@@ -105,6 +113,7 @@ class Liveness:
 
     def rejoined(self, joined_at: float) -> None:
         self._last_ok = joined_at
+        self._failed_since_ok = False
         self._step("rejoined")
 
     async def run(self) -> None:
@@ -114,10 +123,10 @@ class Liveness:
             silent_s = loop.time() - self._last_ok
             if silent_s >= self.timeout_s:
                 if self._step("expired"):
-                    self._on_lost(silent_s, self._endpoints())
+                    self._on_lost(silent_s, self._endpoints(), self._failed_since_ok)
                 return
             if silent_s >= self.suspend_after_s:
-                self._step("failed")
+                self.failed()  # heartbeats were due and none succeeded: as good as a failure
                 await asyncio.sleep(self.timeout_s - silent_s)
             else:
                 await asyncio.sleep(min(self.suspend_after_s, self.timeout_s) - silent_s)

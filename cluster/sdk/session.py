@@ -279,15 +279,22 @@ class Session:
                 self._liveness.run(), name=f"waitgraph-liveness-{self.agent_id}"
             )
 
-    def _unreachable(self, silent_s: float, endpoints: list[str]) -> None:
-        self._lose(
-            "unreachable",
-            f"no heartbeat succeeded for {silent_s:.1f}s (the session timeout, lease_ms={self.lease_ms}); "
-            f"tried {', '.join(endpoints)}",
-        )
+    def _unreachable(self, silent_s: float, endpoints: list[str], unreachable: bool) -> None:
+        if unreachable:
+            self._lose(
+                "unreachable",
+                f"no heartbeat succeeded for {silent_s:.1f}s (the session timeout, lease_ms={self.lease_ms}); "
+                f"tried {', '.join(endpoints)}",
+            )
+        else:
+            self._lose(
+                "expired",
+                f"no heartbeat was sent for {silent_s:.1f}s, past the lease (lease_ms={self.lease_ms}, "
+                f"heartbeat_interval_s={self.heartbeat_interval_s:g}): the cluster expires it too",
+            )
 
     async def _join(self) -> None:
-        self.incarnation = None
+        previous, self.incarnation = self.incarnation, None
         # Until the stream shows this join (events come in log order), a SessionEnded of this
         # agent is about the session before it: one that expired while the cluster was down is
         # told after a rejoin, and must not lose the new one.
@@ -299,7 +306,11 @@ class Session:
         except BaseException:
             self._joins_unseen -= 1
             raise
-        self.incarnation = next((fx.incarnation for fx in out.effects if isinstance(fx, SessionJoined)), None)
+        joined = next((fx.incarnation for fx in out.effects if isinstance(fx, SessionJoined)), None)
+        # A join while the cluster still holds the session (this process gave it up by its own
+        # clock first: a pause past the lease) renews that incarnation instead of starting one.
+        renewed = any(isinstance(fx, SessionRenewed) for fx in out.effects)
+        self.incarnation = joined if joined is not None else previous if renewed else None
 
     async def rejoin(self) -> None:
         """Join again after :class:`SessionLost` (a new incarnation of the agent's session), and
