@@ -148,19 +148,16 @@ _warned_fallback = False
 def housekeeping_due(st: State, now: int) -> tuple[bool, bool]:
     """(Tick due, ReemitCancels due) at logical ``now``, so an idle cluster writes nothing.
 
-    Tick: the earliest session expiry, wait deadline or lease TTL has passed (the core's heaps; a stale top
-    entry makes one Tick that pops it). ReemitCancels: an unacknowledged cancel request is past
-    its re-emission interval or its SLO (linear in the pending requests, usually few). Should the
+    Tick: the earliest wait deadline or lease TTL has passed (the core's heaps; a stale top entry
+    makes one Tick that pops it); sessions expire by the lessor's ExpireSession
+    (cluster/node/lessor.py). ReemitCancels: an unacknowledged cancel request is past its
+    re-emission interval or its SLO (linear in the pending requests, usually few). Should the
     core's layout change under this function, both are reported due: a log entry per period
     instead of a silent stop of housekeeping.
     """
     global _warned_fallback
     try:
-        tick = bool(
-            (st.session_expiry and st.session_expiry[0][0] <= now)
-            or (st.deadlines and st.deadlines[0][0] <= now)
-            or (st.ttl_expiry and st.ttl_expiry[0][0] <= now)
-        )
+        tick = bool((st.deadlines and st.deadlines[0][0] <= now) or (st.ttl_expiry and st.ttl_expiry[0][0] <= now))
         book = st.cancel
         reemit = any(
             (req.quarantined_at_ms is None and req.requested_at_ms + book.slo_ms <= now)
