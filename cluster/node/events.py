@@ -344,6 +344,8 @@ class EventfulMachine(StateMachine):
     ) -> None:
         self._journal = journal
         self._on_applied = on_applied
+        self.applied_kinds: dict[str, int] = {}
+        """Commands applied by this node since it started, by kind (``waitgraph_commands_applied``)."""
         """Called after each applied envelope (cluster/node/logs.py ``DecisionLog.applied``)."""
         self._state: State
         super().__init__()
@@ -359,6 +361,8 @@ class EventfulMachine(StateMachine):
 
     def apply(self, env: Envelope) -> Outcome:
         out = super().apply(env)
+        kind = env.command.KIND
+        self.applied_kinds[kind] = self.applied_kinds.get(kind, 0) + 1
         if out.effects and not out.duplicate:
             if type(env.command) is RetireSettled:
                 # Retired records are for the history store (the on_applied hook), not for the

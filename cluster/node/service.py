@@ -35,6 +35,7 @@ from waitgraph.node.config import ServeConfig, recovery_refusal
 from waitgraph.node.errors import ClusterError, MembershipRefused, NotLeader
 from waitgraph.node.events import CursorExpired, EventJournal
 from waitgraph.node.history import HistoryStore
+from waitgraph.node.lessor import Lessor
 from waitgraph.node.membership import following_config
 from waitgraph.node.raft import Member, RaftNode, RaftStatus, Read
 from waitgraph.node.ratelimit import RateLimiter
@@ -50,6 +51,7 @@ from waitgraph.statemachine.cancel import (
     victim_scope_id,
 )
 from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES, CheckedEnvelope, check_envelope
+from waitgraph.statemachine.commands import Heartbeat, JoinSession
 from waitgraph.statemachine.detect import full_pass
 from waitgraph.statemachine.effects import EFFECTS
 from waitgraph.statemachine.enums import ExecStatus
@@ -96,6 +98,7 @@ class Gateway:
         clock: Callable[[], float] = time.time,
         stamp: Callable[[], int] | None = None,
         history: HistoryStore | None = None,
+        lessor: Lessor | None = None,
     ) -> None:
         self.cfg = cfg
         self.node = node
@@ -110,6 +113,8 @@ class Gateway:
         self.grpc_front = "python"
         """What serves this node's gRPC port (``native`` or ``python``), set by the server once
         it knows; Status reports it."""
+        self.lessor = lessor if lessor is not None else Lessor(self.stamp, lambda: node.read_blocking(_state_of))
+        """Session liveness (cluster/node/lessor.py): heartbeats are answered here, not proposed."""
 
     # -- the wrapper -------------------------------------------------------------------------------
 
@@ -174,8 +179,36 @@ class Gateway:
     async def write(self, principal: Principal, rpc: str, request: Any) -> types_pb2.Outcome:
         self.check_request(request)
         checked = self.checked_envelope(principal, rpc, request, self.stamp())
+        if rpc in _SESSION_RPCS and (answer := self.session_rpc(checked.envelope)) is not None:
+            return self.answer(answer)
         self.check_forwarding()
-        return self.answer(await self.node.submit(checked))
+        outcome = await self.node.submit(checked)
+        self.session_written(checked.envelope, outcome)
+        return self.answer(outcome)
+
+    def session_rpc(self, env: Envelope) -> Outcome | None:
+        """A Heartbeat is answered by the lessor, never proposed (cluster/node/lessor.py); a join
+        of one session more than the limits allow is refused before it is proposed. None: propose.
+        The checks the core would make of the actor come first, as a command's would."""
+        cmd = env.command
+        if not isinstance(cmd, (Heartbeat, JoinSession)):
+            return None
+        if env.actor.startswith("agent:") and env.actor != f"agent:{cmd.agent_id}":
+            raise Rejection(
+                Status.PERMISSION_DENIED, "not_owner", f"an agent may only manage its own session, not {cmd.agent_id}"
+            )
+        if isinstance(cmd, Heartbeat):
+            self.check_forwarding()
+            if not self.node.has_quorum():
+                # Liveness is the leader's: a heartbeat no leader will hear is not answered OK.
+                raise NotLeader("no leader with a quorum hears this heartbeat", leader=self.node.leader_address())
+            return self.lessor.heartbeat(cmd.agent_id)
+        self.lessor.admit(cmd.agent_id)
+        return None
+
+    def session_written(self, env: Envelope, outcome: Outcome) -> None:
+        if isinstance(env.command, JoinSession) and outcome.result is Result.APPLIED:
+            self.lessor.joined(env.command.agent_id, env.command.lease_ms)
 
     def checked_envelope(self, principal: Principal, rpc: str, request: Any, at_ms: int) -> CheckedEnvelope:
         """The Envelope of one write request, encoded and checked by the codec (WireError if
@@ -249,7 +282,11 @@ class Gateway:
                     principals[item.authorization] = principal
                 authorize(principal, f"/waitgraph.v1.AgentService/{rpc}")
                 self.limiter.take(principal.name, principal.actor)
-                proposed.append((i, self.checked_envelope(principal, rpc, req, at_ms)))
+                checked = self.checked_envelope(principal, rpc, req, at_ms)
+                if rpc in _SESSION_RPCS and (answer := self.session_rpc(checked.envelope)) is not None:
+                    results[i] = self.accepted(answer)
+                    continue
+                proposed.append((i, checked))
             except Exception as exc:
                 results[i] = self.item_error(exc, request_ids[i])
         if proposed:
@@ -258,10 +295,11 @@ class Gateway:
                 answers: list[Outcome | ClusterError] = await self.node.submit_many([d for _, d in proposed])
             except ClusterError as exc:
                 answers = [exc] * len(proposed)
-            for (i, _), got in zip(proposed, answers, strict=True):
+            for (i, checked), got in zip(proposed, answers, strict=True):
                 try:
                     if isinstance(got, BaseException):
                         raise got
+                    self.session_written(checked.envelope, got)
                     results[i] = self.accepted(got)
                 except Exception as exc:
                     results[i] = self.item_error(exc, request_ids[i])
@@ -314,6 +352,10 @@ class Gateway:
         """:meth:`read`, plus ``image`` (a serialization of the whole state) taken at the same
         applied index in a forked child, off the replica's lock (``RaftNode.read_image``)."""
         return await self.node.read_image(fn, image, fresh=fresh)
+
+
+def _state_of(m: StateMachine) -> State:
+    return m.state
 
 
 def _limit(requested: int) -> int:
