@@ -35,7 +35,7 @@ from waitgraph.node.config import ServeConfig, recovery_refusal
 from waitgraph.node.errors import ClusterError, MembershipRefused, NotLeader
 from waitgraph.node.events import CursorExpired, EventJournal
 from waitgraph.node.history import HistoryStore
-from waitgraph.node.lessor import Lessor
+from waitgraph.node.lessor import Lessor, SessionsView
 from waitgraph.node.membership import following_config
 from waitgraph.node.raft import Member, RaftNode, RaftStatus, Read
 from waitgraph.node.ratelimit import RateLimiter
@@ -354,6 +354,19 @@ class Gateway:
         return await self.node.read_image(fn, image, fresh=fresh)
 
 
+def sessions_status(v: SessionsView) -> operator_pb2.SessionsStatus:
+    return operator_pb2.SessionsStatus(
+        active=v.active,
+        here=v.here,
+        leading=v.leading,
+        oldest_heartbeat_age_ms=v.oldest_heartbeat_age_ms,
+        suspended=list(v.suspended),
+        suspended_count=v.suspended_count,
+        max_per_node=v.max_per_node,
+        max_per_cluster=v.max_per_cluster,
+    )
+
+
 def _state_of(m: StateMachine) -> State:
     return m.state
 
@@ -600,6 +613,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
                 decisions=len(rb.decisions),
                 counters=counters,
                 orphaned_executions=orphaned_count(st),
+                sessions=sessions_status(gw.lessor.view(st, gw.stamp())),
             )
 
         if include_digest:
