@@ -74,7 +74,6 @@ DEFAULT_LIMIT = 1000
 MAX_LIMIT = 10_000
 MAX_HOPS = 10
 """``GraphRequest.hops`` beyond this is taken as this: ten steps already reach most of a graph."""
-WATCH_BATCH = 512
 PROGRESS_INTERVAL_S = 1.0
 """A watcher whose filter matched nothing for this long gets a ``progress`` with its position."""
 _EFFECT_KINDS = frozenset(cls.KIND for cls in EFFECTS)
@@ -399,58 +398,60 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         try:
             principal = gw.principal(context, "/waitgraph.v1.AgentService/WatchEvents")
             gw.check_request(request)
-            agent = self._agent_filter(principal, request)
+            agents = self._agent_filter(principal, request)
             kinds = frozenset(request.kinds)
             unknown = sorted(kinds - _EFFECT_KINDS)
             if unknown:
                 raise convert.WireError(f"WatchEventsRequest.kinds: unknown effect kinds {unknown}")
             head, horizon = journal.position()
             after = request.after_cursor if request.HasField("after_cursor") else head
-            if after < horizon:
-                journal.read(after, 1)  # raises CursorExpired with the explanation
+            # Filed in the journal's index: recording an event queues it for the streams it
+            # concerns and wakes those alone (cluster/node/events.py, "Delivery").
+            sub = journal.subscribe(agents, kinds, after)
         except Exception as exc:
             failure = exc
         if failure is not None:
             await gw.abort(context, failure)
             return
-        yield agent_pb2.WatchEventsResponse(started=agent_pb2.WatchPosition(cursor=after, horizon=horizon))
-        reported, last_message = after, time.monotonic()
-        while not journal.closed:
-            try:
-                batch, reached = journal.read(after, WATCH_BATCH)
-            except CursorExpired as exc:
-                await gw.abort(context, exc)
-                return
-            for ev in batch:
-                if (agent is None or agent in ev.agent_ids) and (not kinds or ev.effect.KIND in kinds):
+        try:
+            yield agent_pb2.WatchEventsResponse(started=agent_pb2.WatchPosition(cursor=after, horizon=horizon))
+            reported, last_message = after, time.monotonic()
+            while not journal.closed:
+                try:
+                    batch, after = await sub.next(PROGRESS_INTERVAL_S)
+                except CursorExpired as exc:
+                    await gw.abort(context, exc)
+                    return
+                for ev in batch:
                     yield agent_pb2.WatchEventsResponse(
                         event=convert.event_to_proto(ev.cursor, ev.log_index, ev.agent_ids, ev.effect)
                     )
                     reported, last_message = ev.cursor, time.monotonic()
-            after = reached
-            if len(batch) == WATCH_BATCH:
-                continue
-            if after > reported and time.monotonic() - last_message >= PROGRESS_INTERVAL_S:
-                horizon = journal.position()[1]
-                yield agent_pb2.WatchEventsResponse(progress=agent_pb2.WatchPosition(cursor=after, horizon=horizon))
-                reported, last_message = after, time.monotonic()
-            await journal.wait(after, PROGRESS_INTERVAL_S)
+                if after > reported and time.monotonic() - last_message >= PROGRESS_INTERVAL_S:
+                    horizon = journal.position()[1]
+                    yield agent_pb2.WatchEventsResponse(progress=agent_pb2.WatchPosition(cursor=after, horizon=horizon))
+                    reported, last_message = after, time.monotonic()
+        finally:
+            journal.unsubscribe(sub)
         await context.abort(
             grpc.StatusCode.UNAVAILABLE,
             f"the node is stopping; watch again (on another node) after cursor {after}",
         )
 
     @staticmethod
-    def _agent_filter(principal: Principal, request: agent_pb2.WatchEventsRequest) -> str | None:
+    def _agent_filter(principal: Principal, request: agent_pb2.WatchEventsRequest) -> frozenset[str] | None:
+        """The agents whose events the stream carries; None: every agent's (operators only)."""
+        named = {a for a in (request.agent_id, *request.agent_ids) if a}
         if principal.role is Role.AGENT:
-            if request.agent_id and request.agent_id != principal.agent_id:
+            other = sorted(named - {principal.agent_id})
+            if other:
                 raise Rejection(
                     Status.PERMISSION_DENIED,
                     "not_owner",
-                    f"an agent token may only watch its own events, not {request.agent_id}",
+                    f"an agent token may only watch its own events, not {other[0]}",
                 )
-            return principal.agent_id
-        return request.agent_id or None
+            return frozenset({principal.agent_id})
+        return frozenset(named) or None
 
 
 def graph_response(

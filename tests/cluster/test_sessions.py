@@ -145,6 +145,7 @@ async def test_leases_survive_a_leader_failover_and_no_heartbeat_is_written(
     agents = Agents(nodes)
     lease_ms, beat_s, quiet_s = 3000, 1.0, 30.0
     try:
+        await _leader(lc)
         for i, a in enumerate(AGENTS):
             assert (await agents.do(nodes[i % 3], a, C.JoinSession(agent_id=a, lease_ms=lease_ms))).ok
         leader = await _leader(lc)
