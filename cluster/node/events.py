@@ -359,12 +359,7 @@ class EventJournal:
         with self._lock:
             start = self._head if after is None else after
             if start < self._horizon:
-                raise CursorExpired(
-                    f"cursor {start} is older than this node's event horizon {self._horizon} (it keeps the last "
-                    f"{self.capacity} events and none from before it started or installed a snapshot); re-read "
-                    "your state and watch again without a cursor",
-                    horizon=self._horizon,
-                )
+                raise self._expired(start)
             events = self._events
             i = bisect.bisect_right(events, start, lo=self._first, key=_cursor)
             sub._queue = [ev for ev in events[i:] if sub.matches(ev)]
@@ -374,6 +369,14 @@ class EventJournal:
                 for agent in agents:
                     self._subs_by_agent.setdefault(agent, set()).add(sub)
         return sub
+
+    def _expired(self, cursor: int) -> CursorExpired:
+        return CursorExpired(
+            f"cursor {cursor} is older than this node's event horizon {self._horizon} (it keeps the last "
+            f"{self.capacity} events and none from before it started or installed a snapshot); re-read "
+            "your state and watch again without a cursor",
+            horizon=self._horizon,
+        )
 
     def unsubscribe(self, sub: Subscription) -> None:
         with self._lock:
@@ -479,12 +482,7 @@ class EventJournal:
         self.position()  # settles a provisional horizon
         with self._lock:
             if after < self._horizon:
-                raise CursorExpired(
-                    f"cursor {after} is older than this node's event horizon {self._horizon} (it keeps the last "
-                    f"{self.capacity} events and none from before it started or installed a snapshot); re-read "
-                    "your state and watch again without a cursor",
-                    horizon=self._horizon,
-                )
+                raise self._expired(after)
             events = self._events
             i = bisect.bisect_right(events, after, lo=self._first, key=_cursor)
             batch = events[i : i + limit]

@@ -51,7 +51,7 @@ from waitgraph.statemachine.cancel import (
     victim_scope_id,
 )
 from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES, CheckedEnvelope, check_envelope
-from waitgraph.statemachine.commands import Heartbeat, JoinSession
+from waitgraph.statemachine.commands import JoinSession
 from waitgraph.statemachine.detect import full_pass
 from waitgraph.statemachine.effects import EFFECTS
 from waitgraph.statemachine.enums import ExecStatus
@@ -76,6 +76,10 @@ MAX_HOPS = 10
 """``GraphRequest.hops`` beyond this is taken as this: ten steps already reach most of a graph."""
 PROGRESS_INTERVAL_S = 1.0
 """A watcher whose filter matched nothing for this long gets a ``progress`` with its position."""
+IDLE_STREAM_WAIT_S = 30.0
+"""How long a stream with nothing to report sleeps before it looks at the journal's position
+again (an event for it wakes it at once): the progress of unmatched events then comes within
+this, not within a second."""
 _EFFECT_KINDS = frozenset(cls.KIND for cls in EFFECTS)
 _SIGNATURE = re.compile(r"[0-9a-f]{16}")
 _ADDRESS = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}")
@@ -177,33 +181,34 @@ class Gateway:
 
     async def write(self, principal: Principal, rpc: str, request: Any) -> types_pb2.Outcome:
         self.check_request(request)
+        if rpc == "Heartbeat":
+            return self.answer(self.heartbeat(principal, request))
         checked = self.checked_envelope(principal, rpc, request, self.stamp())
-        if rpc in _SESSION_RPCS and (answer := self.session_rpc(checked.envelope)) is not None:
-            return self.answer(answer)
+        if rpc == "JoinSession":
+            self.admit(checked.envelope)
         self.check_forwarding()
         outcome = await self.node.submit(checked)
         self.session_written(checked.envelope, outcome)
         return self.answer(outcome)
 
-    def session_rpc(self, env: Envelope) -> Outcome | None:
-        """A Heartbeat is answered by the lessor, never proposed (cluster/node/lessor.py); a join
-        of one session more than the limits allow is refused before it is proposed. None: propose.
-        The checks the core would make of the actor come first, as a command's would."""
+    def heartbeat(self, principal: Principal, request: Any) -> Outcome:
+        """A Heartbeat is answered by the lessor, never proposed nor even encoded
+        (cluster/node/lessor.py): the checks the core made of it come first."""
+        agent = request.agent_id if request.HasField("agent_id") else principal.agent_id
+        validate_name(agent, "agent_id")
+        _own_session(principal.actor, agent)
+        self.check_forwarding()
+        if not self.node.has_quorum():
+            # Liveness is the leader's: a heartbeat no leader will hear is not answered OK.
+            raise NotLeader("no leader with a quorum hears this heartbeat", leader=self.node.leader_address())
+        return self.lessor.heartbeat(agent)
+
+    def admit(self, env: Envelope) -> None:
+        """A join of one session more than the limits allow is refused before it is proposed."""
         cmd = env.command
-        if not isinstance(cmd, (Heartbeat, JoinSession)):
-            return None
-        if env.actor.startswith("agent:") and env.actor != f"agent:{cmd.agent_id}":
-            raise Rejection(
-                Status.PERMISSION_DENIED, "not_owner", f"an agent may only manage its own session, not {cmd.agent_id}"
-            )
-        if isinstance(cmd, Heartbeat):
-            self.check_forwarding()
-            if not self.node.has_quorum():
-                # Liveness is the leader's: a heartbeat no leader will hear is not answered OK.
-                raise NotLeader("no leader with a quorum hears this heartbeat", leader=self.node.leader_address())
-            return self.lessor.heartbeat(cmd.agent_id)
+        assert isinstance(cmd, JoinSession)
+        _own_session(env.actor, cmd.agent_id)
         self.lessor.admit(cmd.agent_id)
-        return None
 
     def session_written(self, env: Envelope, outcome: Outcome) -> None:
         if isinstance(env.command, JoinSession) and outcome.result is Result.APPLIED:
@@ -281,10 +286,12 @@ class Gateway:
                     principals[item.authorization] = principal
                 authorize(principal, f"/waitgraph.v1.AgentService/{rpc}")
                 self.limiter.take(principal.name, principal.actor)
-                checked = self.checked_envelope(principal, rpc, req, at_ms)
-                if rpc in _SESSION_RPCS and (answer := self.session_rpc(checked.envelope)) is not None:
-                    results[i] = self.accepted(answer)
+                if rpc == "Heartbeat":
+                    results[i] = self.accepted(self.heartbeat(principal, req))
                     continue
+                checked = self.checked_envelope(principal, rpc, req, at_ms)
+                if rpc == "JoinSession":
+                    self.admit(checked.envelope)
                 proposed.append((i, checked))
             except Exception as exc:
                 results[i] = self.item_error(exc, request_ids[i])
@@ -353,6 +360,14 @@ class Gateway:
         return await self.node.read_image(fn, image, fresh=fresh)
 
 
+def _own_session(actor: str, agent_id: str) -> None:
+    """The core's rule, checked before the lessor answers: an agent manages its own session only."""
+    if actor.startswith("agent:") and actor != f"agent:{agent_id}":
+        raise Rejection(
+            Status.PERMISSION_DENIED, "not_owner", f"an agent may only manage its own session, not {agent_id}"
+        )
+
+
 def sessions_status(v: SessionsView) -> operator_pb2.SessionsStatus:
     return operator_pb2.SessionsStatus(
         active=v.active,
@@ -418,7 +433,10 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             reported, last_message = after, time.monotonic()
             while not journal.closed:
                 try:
-                    batch, after = await sub.next(PROGRESS_INTERVAL_S)
+                    # Nothing to report: sleep until an event for this stream (or the node stops);
+                    # an idle stream costs nothing per second. Else a progress is due in a second.
+                    wait_s = PROGRESS_INTERVAL_S if after > reported else IDLE_STREAM_WAIT_S
+                    batch, after = await sub.next(wait_s)
                 except CursorExpired as exc:
                     await gw.abort(context, exc)
                     return

@@ -12,14 +12,12 @@ import re
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import grpc
 import pytest
 
-from tests.cluster.grpc_harness import SECRET, TOKEN_ENTRIES, TOKENS, until
+from tests.cluster.grpc_harness import until
 from waitgraph.dev.localcluster import LocalCluster, LocalNode
 from waitgraph.proto.v1 import agent_pb2_grpc, operator_pb2, operator_pb2_grpc
 from waitgraph.statemachine import commands as C
@@ -32,15 +30,12 @@ pytestmark = pytest.mark.asyncio
 AGENTS = [f"s{i:03d}" for i in range(100)]
 
 
-def _entries(agents: list[str]) -> list[dict[str, Any]]:
-    return [
-        *TOKEN_ENTRIES,
-        *({"name": f"agent-{a}", "role": "agent", "agent_id": a, "token": f"token-of-agent-{a}"} for a in agents),
-    ]
+_TOKENS: dict[str, str] = {}
+"""agent id (and ``ops``) -> its token in the cluster the test started."""
 
 
 def _md(agent: str) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer token-of-agent-{agent}"),)
+    return (("authorization", f"Bearer {_TOKENS[agent]}"),)
 
 
 def _applied(node: LocalNode) -> dict[str, int]:
@@ -88,7 +83,7 @@ class Agents:
 async def _status(node: LocalNode) -> operator_pb2.StatusResponse:
     async with grpc.aio.insecure_channel(node.grpc_address) as ch:
         stub = operator_pb2_grpc.OperatorServiceStub(ch)
-        md = (("authorization", f"Bearer {TOKENS['ops']}"),)
+        md = _md("ops")
         reply: operator_pb2.StatusResponse = await stub.Status(operator_pb2.StatusRequest(), metadata=md, timeout=5)
         return reply
 
@@ -108,32 +103,17 @@ async def _leader(lc: LocalCluster) -> LocalNode:
 
 
 @pytest.fixture
-def start(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., LocalCluster]]:
-    """A 3-node cluster with a token per agent (the launcher's own leader wait needs its own tokens:
-    the tests find the leader with the operator token); stopped at teardown, logs on failure."""
-    started: list[LocalCluster] = []
+def start(local_cluster: Callable[..., LocalCluster]) -> Callable[..., LocalCluster]:
+    """A 3-node cluster (conftest's ``local_cluster``) with a token per agent, its /metrics served."""
 
     def make(agents: list[str], *args: str) -> LocalCluster:
-        lc = LocalCluster(
-            root=tmp_path / "c",
-            nodes=3,
-            mode=None,
-            serve_args=["--detect-interval-ms", "50", *args],
-            secret=SECRET,
-            tokens=_entries(agents),
-            http=True,
-        )
-        started.append(lc)
-        return lc.start(30)
+        lc = local_cluster("c", mode=None, agents=agents, http=True, serve_args=["--detect-interval-ms", "50", *args])
+        assert lc.credentials is not None
+        _TOKENS.clear()
+        _TOKENS.update(lc.credentials.agents, ops=lc.credentials.operator)
+        return lc
 
-    try:
-        yield make
-    finally:
-        failed = getattr(request.node, "rep_call", None)
-        for lc in started:
-            if failed is not None and failed.failed:
-                print(lc.logs(4000))
-            lc.stop(graceful=False)
+    return make
 
 
 @pytest.mark.timeout(150)
@@ -235,7 +215,7 @@ async def test_a_killed_agents_session_expires_on_every_replica_and_releases_wha
         for n in nodes:
             async with grpc.aio.insecure_channel(n.grpc_address) as ch:
                 stub = operator_pb2_grpc.OperatorServiceStub(ch)
-                md = (("authorization", f"Bearer {TOKENS['ops']}"),)
+                md = _md("ops")
                 g = await stub.Graph(operator_pb2.GraphRequest(), metadata=md, timeout=5)
                 gpu = next(t for t in g.targets if t.target_id == "resource:gpu")
                 assert [h.execution_id for h in gpu.holders] == ["exec:d"], (n.node_id, gpu)
