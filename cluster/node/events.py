@@ -207,6 +207,10 @@ class Subscription:
         return self.take()
 
 
+_NO_SUBS: set[Subscription] = set()
+"""Never added to: what an agent nobody watches is filed under."""
+
+
 class EventJournal:
     """A bounded, cursor-ordered ring of applied effects, shared by every watcher of this node."""
 
@@ -325,10 +329,10 @@ class EventJournal:
 
     def _deliver(self, ev: Event) -> None:
         """Queue ``ev`` for the subscriptions interested in it (under the lock)."""
-        subs: set[Subscription] | list[Subscription]
+        subs: set[Subscription]
         by_agent = self._subs_by_agent
         if len(ev.agent_ids) == 1 and not self._subs_all:
-            subs = by_agent.get(ev.agent_ids[0], ())  # type: ignore[assignment]
+            subs = by_agent.get(ev.agent_ids[0], _NO_SUBS)
         else:
             subs = set(self._subs_all)
             for agent in ev.agent_ids:

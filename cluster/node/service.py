@@ -194,7 +194,7 @@ class Gateway:
     def heartbeat(self, principal: Principal, request: Any) -> Outcome:
         """A Heartbeat is answered by the lessor, never proposed nor even encoded
         (cluster/node/lessor.py): the checks the core made of it come first."""
-        agent = request.agent_id if request.HasField("agent_id") else principal.agent_id
+        agent: str = request.agent_id if request.HasField("agent_id") else (principal.agent_id or "")
         validate_name(agent, "agent_id")
         _own_session(principal.actor, agent)
         self.check_forwarding()
@@ -468,7 +468,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                     "not_owner",
                     f"an agent token may only watch its own events, not {other[0]}",
                 )
-            return frozenset({principal.agent_id})
+            return frozenset({principal.agent_id or ""})
         return frozenset(named) or None
 
 
