@@ -123,7 +123,7 @@ async def test_leases_survive_a_leader_failover_and_no_heartbeat_is_written(
     lc = start(AGENTS)
     nodes = list(lc.members)
     agents = Agents(nodes)
-    lease_ms, beat_s, quiet_s = 3000, 1.0, 30.0
+    lease_ms, beat_s, quiet_s, pause_s = 5000, 1.0, 30.0, 3.0
     try:
         await _leader(lc)
         for i, a in enumerate(AGENTS):
@@ -144,6 +144,9 @@ async def test_leases_survive_a_leader_failover_and_no_heartbeat_is_written(
 
         await beat_for(quiet_s / 2)
         lc.kill(leader.node_id)  # the lessor's memory dies with it
+        # No heartbeat for a while across the election: every join is far more than a lease ago, so
+        # only the new leader's full lease from its promotion keeps these sessions.
+        await asyncio.sleep(pause_s)
         await beat_for(quiet_s / 2)
         new_leader = await _leader(lc)
         after = [_applied(n) for n in survivors]
