@@ -31,7 +31,7 @@ import pytest
 from waitgraph.dev import showcase
 from waitgraph.dev.localcluster import LocalCluster
 from waitgraph.sdk import Client
-from waitgraph.statemachine.commands import Heartbeat
+from waitgraph.statemachine.commands import JoinSession
 
 from .harness import REPO
 
@@ -161,8 +161,9 @@ def test_ten_executions_the_cycle_on_screen_the_victim_marked_its_scores_a_click
 
 @needs_browser
 def test_a_tab_left_open_holds_one_graph_one_drawing_and_one_feed(ring: LocalCluster) -> None:
-    """The applied index moves every 0.25 s (heartbeats) for a dozen feed messages and as many
-    graph fetches: the page's DOM, its drawing and what it keeps stay the same size."""
+    """The applied index moves every 0.25 s (a join that renews the session: heartbeats no longer
+    go through the log) for a dozen feed messages and as many graph fetches: the page's DOM, its
+    drawing and what it keeps stay the same size."""
     assert BROWSER is not None and ring.credentials is not None
     stop = threading.Event()
 
@@ -170,7 +171,7 @@ def test_a_tab_left_open_holds_one_graph_one_drawing_and_one_feed(ring: LocalClu
         assert ring.credentials is not None
         async with Client(ring.endpoints, ring.credentials.agents["pipe-g"]) as client:
             while not stop.is_set():
-                await client.submit(Heartbeat(agent_id="pipe-g"))
+                await client.submit(JoinSession(agent_id="pipe-g", lease_ms=30_000))
                 await asyncio.sleep(0.25)
 
     sizes = (
