@@ -217,11 +217,16 @@ class RegisterWait:
     ``lease_ttl_ms``: when the wait is granted by a hand-off (resources and pools), the grant
     carries this TTL, as ``Acquire.ttl_ms`` does for an immediate grant; 0 by default (then never
     encoded); ignored for other kinds; a re-register keeps the TTL the queued wait has, as its place.
+
+    ``trace_context``: the W3C ``traceparent`` of the wait's span in the agent's trace
+    (``00-<trace id>-<span id>-<flags>``, docs/observability.md), stored with the edge so that the
+    recovery that breaks a cycle through it links to it on whichever node commits. Empty by default
+    (tracing off: never encoded, nothing stored); a re-register without one keeps the stored one.
     """
 
     KIND: ClassVar[str] = "RegisterWait"
     VERSION: ClassVar[int] = 1
-    ADDED: ClassVar[tuple[str, ...]] = ("refuse_deadlock", "priority", "lease_ttl_ms")
+    ADDED: ClassVar[tuple[str, ...]] = ("refuse_deadlock", "priority", "lease_ttl_ms", "trace_context")
     """Fields added after this version was released (see ``codec``): written only when set."""
     waiter_id: str
     waiter_generation: int
@@ -234,6 +239,7 @@ class RegisterWait:
     refuse_deadlock: bool = False
     priority: int = 0
     lease_ttl_ms: int = 0
+    trace_context: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -136,3 +136,21 @@ def validate_name(value: object, field: str) -> str:
     if type(value) is str:
         _remember(_NAMES, value, None)
     return value
+
+
+TRACE_CONTEXT_LEN = 55
+"""A W3C ``traceparent`` of version 00: ``00-`` 32 hex ``-`` 16 hex ``-`` 2 hex."""
+_TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}\Z")
+
+
+def check_trace_context(value: str) -> str:
+    """``value`` if it is empty or a well-formed W3C ``traceparent`` (version 00, lowercase hex,
+    ids not all zero), else ``bad_trace_context``: only that shape is stored with a wait, so a
+    replica never holds what no tracer could link to."""
+    if value and (len(value) != TRACE_CONTEXT_LEN or _TRACEPARENT.match(value) is None):
+        raise invalid(
+            "bad_trace_context",
+            "trace_context must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, ids not all zero)",
+            field="trace_context",
+        )
+    return value

@@ -9,7 +9,8 @@ Rules kept here:
   closes in the transition that resolves it); an empty list is the only healthy answer.
 
 The rules:
-- wait edges: both indexes (by waiter, by target) mirror each other and ``edge_count``; every
+- wait edges: both indexes (by waiter, by target) mirror each other and ``edge_count`` (and
+  ``traced_edges`` the edges with a trace context); every
   waiter exists, its attempt is open (not settled) and it waits at its current generation; the
   waiter's ``edge_hwm`` covers the edge's version; the deadline heap covers every deadline.
 - no dangling wait: a wait names a target that exists and whose resolving event has not happened
@@ -186,6 +187,9 @@ def _check_waits(st: State, out: list[str]) -> None:
         out.append(f"waits_by_target holds {target_count} edges; only {mirrored} mirror waits_by_waiter")
     if st.edge_count != count:
         out.append(f"edge_count is {st.edge_count}; {count} wait edges are open")
+    traced = sum(1 for waits in st.waits_by_waiter.values() for e in waits.values() if e.trace_context)
+    if st.traced_edges != traced:
+        out.append(f"traced_edges is {st.traced_edges}; {traced} open wait edges carry a trace context")
 
 
 def _check_edge(st: State, edge: WaitEdge, out: list[str]) -> None:

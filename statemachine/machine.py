@@ -100,6 +100,7 @@ from .ids import (
     TARGET_KINDS,
     Kind,
     actor_kind,
+    check_trace_context,
     id_kind,
     kind_of,
     validate_name,
@@ -627,6 +628,7 @@ def _register_wait(ctx: Ctx, cmd: RegisterWait) -> Outcome:
     if cmd.deadline_ms is not None and cmd.deadline_ms <= ctx.now:
         raise E.invalid("deadline_passed", f"deadline_ms {cmd.deadline_ms} is not after now ({ctx.now})")
     _check_ttl(cmd.lease_ttl_ms, "lease_ttl_ms")
+    check_trace_context(cmd.trace_context)
     check_current(ex, cmd.waiter_generation)
     existing = st.wait(ex.execution_id, cmd.target_id)
     hwm = ex.edge_hwm.get(cmd.target_id, 0)
@@ -662,6 +664,8 @@ def _register_wait(ctx: Ctx, cmd: RegisterWait) -> Outcome:
         cmd.cancel_mode,
         cmd.edge_version,
         ctx.now,
+        # the same wait registered again (a refresh, a re-plan) stays in the trace it began in
+        cmd.trace_context or (existing.trace_context if existing is not None else ""),
     )
     if cmd.refuse_deadlock:
         _refuse_deadlock(ctx, edge)

@@ -165,6 +165,8 @@ class WaitEdge:
     cancel_mode: CancelMode
     edge_version: int
     registered_at_ms: int
+    trace_context: str = ""
+    """The W3C ``traceparent`` of the wait's span (``RegisterWait.trace_context``); empty: untraced."""
 
     @property
     def edge_id(self) -> str:
@@ -200,6 +202,9 @@ class State:
         have a single waiter: a dict for each of them would cost ~200 B per edge and most of a
         restore's index rebuilding. Read it through :meth:`waits_on` and :meth:`target_wait`."""
         self.edge_count = 0
+        self.traced_edges = 0
+        """Open edges with a ``trace_context``: the snapshot writes the sparse column of them only
+        when there is one, so an untraced state snapshots to the bytes it had before tracing."""
         self.open_executions_by_agent: dict[str, int] = {}
         """agent id -> its unsettled executions (``Limits.max_open_executions_per_agent``); an
         agent with none has no entry."""
@@ -363,6 +368,8 @@ class State:
         self.waits_by_waiter.setdefault(edge.waiter_id, {})[edge.target_id] = edge
         _file_by_target(self.waits_by_target, edge)
         self.edge_count += 1
+        if edge.trace_context:
+            self.traced_edges += 1
         _count(self.open_edges_by_agent, self.executions[edge.waiter_id].agent_id, 1)
         if edge.deadline_ms is not None:
             heapq.heappush(self.deadlines, (edge.deadline_ms, edge.waiter_id, edge.target_id, edge.edge_version))
@@ -399,6 +406,8 @@ class State:
                 # Back to one waiter: the same shape a restore of this state builds.
                 [self.waits_by_target[edge.target_id]] = waits.values()
         self.edge_count -= 1
+        if edge.trace_context:
+            self.traced_edges -= 1
         _count(self.open_edges_by_agent, self.executions[edge.waiter_id].agent_id, -1)
 
     # -- snapshot ------------------------------------------------------------------------------
@@ -426,7 +435,7 @@ class State:
             ],
             "targets": _targets_table(self.targets),
             "v": SNAPSHOT_VERSION,
-            "waits": _waits_table(self.waits_by_waiter),
+            "waits": _waits_table(self.waits_by_waiter, traced=self.traced_edges > 0),
         }
         if self.lease_ttls:
             # Written only when some holding has a TTL, like a command's ``ADDED`` field: a state
@@ -470,7 +479,7 @@ class State:
             st.executions = _executions_from(raw["executions"])
             st.runs = _runs_from(raw["runs"])
             st.targets, st.satisfies = _targets_from(raw["targets"])
-            st.waits_by_waiter, st.waits_by_target, st.deadlines, st.edge_count = _waits_from(
+            st.waits_by_waiter, st.waits_by_target, st.deadlines, st.edge_count, st.traced_edges = _waits_from(
                 raw["waits"], st.shared_text
             )
             if raw["v"] >= 6:
@@ -650,6 +659,8 @@ _WAIT_COLUMNS = (
     "edge_version",
     "registered_at_ms",
 )
+_WAIT_TRACED = "trace_context"
+"""The optional sparse column of the waits table: [row, traceparent] for each traced edge."""
 _first, _second = itemgetter(0), itemgetter(1)
 _R = TypeVar("_R")
 _C = TypeVar("_C", dict[str, Any], list[str])
@@ -708,7 +719,7 @@ def _targets_table(targets: dict[str, Target]) -> dict[str, Any]:
     return dict(sorted(table.items()))
 
 
-def _waits_table(by_waiter: dict[str, dict[str, WaitEdge]]) -> dict[str, Any]:
+def _waits_table(by_waiter: dict[str, dict[str, WaitEdge]], traced: bool = False) -> dict[str, Any]:
     waiters = sorted(by_waiter)
     groups = list(map(by_waiter.__getitem__, waiters))
     rows = [waits[t] for waits in groups for t in sorted(waits)]
@@ -716,6 +727,10 @@ def _waits_table(by_waiter: dict[str, dict[str, WaitEdge]]) -> dict[str, Any]:
     table["waiter_id"] = [waiters, list(map(len, groups))]
     table["reason"] = _coded(list(map(attrgetter("reason"), rows)))
     table["cancel_mode"] = _coded(list(map(attrgetter("cancel_mode"), rows)))
+    if traced:
+        # Sparse, [row, traceparent] of the traced edges only, and written only when there is one
+        # (``State.traced_edges``): like a command's ``ADDED`` field, an untraced state keeps its bytes.
+        table[_WAIT_TRACED] = [[i, e.trace_context] for i, e in enumerate(rows) if e.trace_context]
     return dict(sorted(table.items()))
 
 
@@ -861,9 +876,9 @@ def _file_by_target(by_target: dict[str, WaitEdge | dict[str, WaitEdge]], edge: 
 
 def _waits_from(
     table: Mapping[str, Any], text: Callable[[str], str]
-) -> tuple[dict[str, dict[str, WaitEdge]], dict[str, WaitEdge | dict[str, WaitEdge]], list[Any], int]:
-    """The wait edges by waiter and by target, the deadline heap and the edge count, from the
-    waits table; ``text`` shares the reason strings (``State.shared_text``)."""
+) -> tuple[dict[str, dict[str, WaitEdge]], dict[str, WaitEdge | dict[str, WaitEdge]], list[Any], int, int]:
+    """The wait edges by waiter and by target, the deadline heap, the edge count and the traced
+    edge count, from the waits table; ``text`` shares the reason strings (``State.shared_text``)."""
     waiters, counts = table["waiter_id"]
     if type(waiters) is not list or type(counts) is not list or len(waiters) != len(counts):
         raise ValueError("column 'waiter_id' is not a list of waiters and their edge counts")
@@ -888,6 +903,13 @@ def _waits_from(
             registered,
         )
     )
+    traced = table.get(_WAIT_TRACED, ())
+    last = -1
+    for row, trace_context in traced:
+        if type(row) is not int or not last < row < n or type(trace_context) is not str or not trace_context:
+            raise ValueError("column 'trace_context' is not [row, context] pairs of its rows, in row order")
+        edges[row].trace_context = trace_context
+        last = row
     # Each waiter's edges are the next ``count`` of the list (it is sorted by waiter).
     by_waiter = dict(
         zip(waiters, map(dict, map(islice, repeat(zip(target_ids, edges, strict=True)), counts)), strict=True)
@@ -907,7 +929,7 @@ def _waits_from(
         compress(zip(deadlines, waiter_ids, target_ids, versions, strict=True), map(is_not, deadlines, repeat(None)))
     )
     heapq.heapify(heap)
-    return by_waiter, by_target, heap, n
+    return by_waiter, by_target, heap, n, len(traced)
 
 
 def is_orphaned(st: State, ex: Execution) -> bool:
