@@ -164,7 +164,7 @@ class ReleaseRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., target_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class RegisterWaitRequest(_message.Message):
-    __slots__ = ("request_id", "waiter_id", "waiter_generation", "target_id", "target_generation", "reason", "deadline_ms", "cancel_mode", "edge_version", "refuse_deadlock", "priority", "lease_ttl_ms")
+    __slots__ = ("request_id", "waiter_id", "waiter_generation", "target_id", "target_generation", "reason", "deadline_ms", "cancel_mode", "edge_version", "refuse_deadlock", "priority", "lease_ttl_ms", "trace_context")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     WAITER_ID_FIELD_NUMBER: _ClassVar[int]
     WAITER_GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +177,7 @@ class RegisterWaitRequest(_message.Message):
     REFUSE_DEADLOCK_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     waiter_id: str
     waiter_generation: int
@@ -189,7 +190,8 @@ class RegisterWaitRequest(_message.Message):
     refuse_deadlock: bool
     priority: int
     lease_ttl_ms: int
-    def __init__(self, request_id: _Optional[str] = ..., waiter_id: _Optional[str] = ..., waiter_generation: _Optional[int] = ..., target_id: _Optional[str] = ..., target_generation: _Optional[int] = ..., reason: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., cancel_mode: _Optional[_Union[_types_pb2.CancelMode, str]] = ..., edge_version: _Optional[int] = ..., refuse_deadlock: _Optional[bool] = ..., priority: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ...) -> None: ...
+    trace_context: str
+    def __init__(self, request_id: _Optional[str] = ..., waiter_id: _Optional[str] = ..., waiter_generation: _Optional[int] = ..., target_id: _Optional[str] = ..., target_generation: _Optional[int] = ..., reason: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., cancel_mode: _Optional[_Union[_types_pb2.CancelMode, str]] = ..., edge_version: _Optional[int] = ..., refuse_deadlock: _Optional[bool] = ..., priority: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., trace_context: _Optional[str] = ...) -> None: ...
 
 class CloseWaitRequest(_message.Message):
     __slots__ = ("request_id", "waiter_id", "waiter_generation", "target_id", "edge_version", "reason")
