@@ -44,6 +44,7 @@ from waitgraph.statemachine.effects import Effect
 from waitgraph.statemachine.outcome import Outcome
 from waitgraph.wire import convert
 
+from . import tracing
 from .errors import (
     CursorExpired,
     Internal,
@@ -63,6 +64,9 @@ __all__ = ["TLS", "Batching", "Connection", "Receipt", "StreamStats", "TokenSour
 
 _OPERATOR_RPC: dict[type[Command], str] = {cls: rpc for rpc, cls in convert.OPERATOR_WRITES.items()}
 _AGENT_RPC: dict[type[Command], str] = {cls: rpc for rpc, cls in convert.AGENT_WRITES.items()}
+_SERVICES = {"agent": tracing.AGENT_SERVICE, "operator": tracing.OPERATOR_SERVICE}
+"""A span's service name (``rpc.method`` is ``<service>/<method>``)."""
+_WRITE_BATCH = f"{tracing.AGENT_SERVICE}/WriteBatch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +198,8 @@ class WriteBatcher:
         self.address = address
         self._items: list[agent_pb2.WriteItem] = []
         self._futures: list[asyncio.Future[agent_pb2.WriteResult]] = []
+        self._contexts: list[Any] = []
+        """Each item's caller's trace context (None: untraced): the batch's span links to them."""
         self._bytes = 0
         self._handle: asyncio.Handle | asyncio.TimerHandle | None = None
         self._calls: set[asyncio.Task[None]] = set()
@@ -209,6 +215,7 @@ class WriteBatcher:
         fut: asyncio.Future[agent_pb2.WriteResult] = loop.create_future()
         self._items.append(item)
         self._futures.append(fut)
+        self._contexts.append(tracing.current_context())
         self._bytes += size
         if len(self._items) >= cfg.max_items:
             self.flush()
@@ -222,21 +229,33 @@ class WriteBatcher:
             self._handle = None
         if not self._items:
             return
-        items, futures = self._items, self._futures
-        self._items, self._futures, self._bytes = [], [], 0
-        task = asyncio.get_running_loop().create_task(self._send(items, futures))
+        items, futures, contexts = self._items, self._futures, self._contexts
+        self._items, self._futures, self._contexts, self._bytes = [], [], [], 0
+        task = asyncio.get_running_loop().create_task(self._send(items, futures, contexts))
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
 
     async def _send(
-        self, items: list[agent_pb2.WriteItem], futures: list[asyncio.Future[agent_pb2.WriteResult]]
+        self,
+        items: list[agent_pb2.WriteItem],
+        futures: list[asyncio.Future[agent_pb2.WriteResult]],
+        contexts: list[Any],
     ) -> None:
         transport = self.transport
         self.batches_sent += 1
         self.items_sent += len(items)
+        stub = transport.agent_stub(self.address)
+        request = agent_pb2.WriteBatchRequest(items=items)
+        # The batch's span is a child of its first traced write's caller and links to the others.
+        traced = [c for c in contexts if c is not None]
         try:
-            reply = await transport.agent_stub(self.address).WriteBatch(
-                agent_pb2.WriteBatchRequest(items=items), metadata=transport.metadata, timeout=transport.call_timeout_s
+            reply = await tracing.call(
+                lambda md: stub.WriteBatch(request, metadata=md, timeout=transport.call_timeout_s),
+                _WRITE_BATCH,
+                self.address,
+                transport.metadata,
+                [tracing.link_to(c) for c in traced[1:]] or None,
+                traced[0] if traced else None,
             )
             results = list(reply.results)
             if len(results) != len(items):
@@ -262,7 +281,7 @@ class WriteBatcher:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        futures, self._items, self._futures, self._bytes = self._futures, [], [], 0
+        futures, self._items, self._futures, self._contexts, self._bytes = self._futures, [], [], [], 0
         for fut in futures:
             if not fut.done():
                 fut.set_exception(exc)
@@ -380,9 +399,14 @@ class Transport:
     ) -> Any:
         """One unary call on the node at ``address``, no retry: its failure is the typed error."""
         stub = self.agent_stub(address) if service == "agent" else self.operator_stub(address)
+        invoke = getattr(stub, rpc)
+        timeout = timeout_s or self.call_timeout_s
         try:
-            return await getattr(stub, rpc)(
-                request, metadata=metadata or self.metadata, timeout=timeout_s or self.call_timeout_s
+            return await tracing.call(
+                lambda md: invoke(request, metadata=md, timeout=timeout),
+                f"{_SERVICES[service]}/{rpc}",
+                address,
+                metadata or self.metadata,
             )
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc, address, request_id) from None

@@ -84,6 +84,7 @@ from .errors import (
     Unavailable,
     WaitgraphClientError,
 )
+from .tracing import WaitSpan
 
 logger = logging.getLogger("waitgraph.sdk")
 
@@ -669,6 +670,9 @@ class Session:
                     self.observe_epoch(fx.epoch)
             case RecoveryProposed():
                 self._proposals.append(fx)
+                for member in fx.members:
+                    for w in self._attached.get(member, ()):
+                        w.proposal = fx
                 if self.voter is not None:
                     self._spawn(self._cast_vote(fx))
             case SessionEnded() if fx.agent_id == self.agent_id and not self._joins_unseen:
@@ -1251,6 +1255,10 @@ class Wait:
         self._lock: asyncio.Lock | None = None
         self._task: asyncio.Task[Any] | None = None
         self._timer: asyncio.Task[None] | None = None
+        self._span: WaitSpan | None = None
+        """The wait's span in the caller's trace, once registered with tracing on (sdk/tracing.py)."""
+        self.proposal: RecoveryProposed | None = None
+        """The last recovery proposal that named this wait's execution while the wait was open."""
 
     def __repr__(self) -> str:
         state = "registered" if self.registered else "closed" if self.closed_reason else "local"
@@ -1285,8 +1293,9 @@ class Wait:
                 self._task.uncancel()
                 raise self._error from None
             raise
-        except BaseException:
+        except BaseException as exc:
             self.session._detach(self)
+            self._end_span("register_failed", exc)
             raise
         return self
 
@@ -1300,25 +1309,30 @@ class Wait:
                 return
             ex = self.execution
             tg = self.target_generation if self.target_generation is not None else self._default_generation()
+            if self._span is None:
+                self._span = WaitSpan.start(self.session.agent_id, ex.execution_id, self.generation, self.target_id)
             for _ in range(_REGISTER_ATTEMPTS):
                 if self._error is not None:
                     raise self._error
                 self.version = ex._next_edge_version(self.target_id)
                 self.session._waits[self.edge_id] = self  # the close event may come before the reply
                 try:
-                    out = await self.session.write(
-                        C.RegisterWait(
-                            waiter_id=ex.execution_id,
-                            waiter_generation=self.generation,
-                            target_id=self.target_id,
-                            target_generation=tg,
-                            reason=self.reason,
-                            deadline_ms=self.deadline_ms,
-                            cancel_mode=self.cancel_mode,
-                            edge_version=self.version,
-                            refuse_deadlock=self.refuse_deadlock,
-                            priority=self.priority,
-                            lease_ttl_ms=self.lease_ttl_ms,
+                    out = await self._in_span(
+                        self.session.write(
+                            C.RegisterWait(
+                                waiter_id=ex.execution_id,
+                                waiter_generation=self.generation,
+                                target_id=self.target_id,
+                                target_generation=tg,
+                                reason=self.reason,
+                                deadline_ms=self.deadline_ms,
+                                cancel_mode=self.cancel_mode,
+                                edge_version=self.version,
+                                refuse_deadlock=self.refuse_deadlock,
+                                priority=self.priority,
+                                lease_ttl_ms=self.lease_ttl_ms,
+                                trace_context=self._span.traceparent if self._span is not None else "",
+                            )
                         )
                     )
                 except StaleGeneration as exc:
@@ -1349,6 +1363,8 @@ class Wait:
                     continue
                 self.target_generation = tg
                 self.registered = True
+                if self._span is not None:
+                    self._span.registered(self.version)
                 return
             self._forget()
             raise FailedPrecondition(
@@ -1411,12 +1427,36 @@ class Wait:
             self.registered = False
             if self._wake is not None:
                 self._wake.set()
+        span, p = self._span, self.proposal
+        if span is not None and p is not None and not reason.startswith("waiter_"):
+            # A recovery named this execution and the wait closed without it being rolled back:
+            # another member was (the decision's id is known when this agent also owns the victim).
+            vc = next((d for d in self.session._decisions.values() if d.digest == p.digest), None)
+            span.decision("kept", vc.decision_id if vc else None, p.epoch_proposed, p.digest)
+        self._end_span(reason)
 
     def _fail(self, err: WaitgraphClientError) -> None:
         if self._error is None:
             self._error = err
         if self._wake is not None:
             self._wake.set()
+        if self._span is not None and isinstance(err, DeadlockVictim):
+            d = err.decision
+            self._span.decision(d.role, d.decision_id, d.epoch, d.digest, d.winner_id)
+            self._end_span(f"deadlock_{d.role}")
+        else:
+            self._end_span(getattr(err, "code", "") or type(err).__name__, err)
+
+    async def _in_span(self, aw: Awaitable[T]) -> T:
+        """``aw`` with the wait's span as the current one: its RPCs are the wait's children."""
+        if self._span is None:
+            return await aw
+        with self._span.current():
+            return await aw
+
+    def _end_span(self, reason: str, error: BaseException | None = None) -> None:
+        if self._span is not None:
+            self._span.end(reason, None if error is None else type(error).__name__)
 
     async def resolved(self, timeout_s: float | None = None) -> str:
         """Block until the cluster closes the wait; returns its reason. A local wait registers now
@@ -1459,6 +1499,7 @@ class Wait:
                     raise
             except WaitgraphClientError as cleanup:
                 logger.warning("closing %s: %s", self.edge_id, cleanup)
+        self._end_span(self.closed_reason or "waiter_done", exc)
         self._forget()
         err = self._error
         if ours:
@@ -1470,13 +1511,15 @@ class Wait:
             raise err from exc
 
     async def _close(self, why: str) -> None:
-        await self.session.write(
-            C.CloseWait(
-                waiter_id=self.execution.execution_id,
-                waiter_generation=self.generation,
-                target_id=self.target_id,
-                edge_version=self.version,
-                reason=why,
+        await self._in_span(
+            self.session.write(
+                C.CloseWait(
+                    waiter_id=self.execution.execution_id,
+                    waiter_generation=self.generation,
+                    target_id=self.target_id,
+                    edge_version=self.version,
+                    reason=why,
+                )
             )
         )
         self._on_closed(why)
