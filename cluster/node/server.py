@@ -32,6 +32,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from waitgraph.node import logs
+from waitgraph.node import tracing as node_tracing
 from waitgraph.node.clock import LogicalClock
 from waitgraph.node.collector import tune_gc
 from waitgraph.node.config import INSECURE_SECRET, ServeConfig
@@ -169,6 +170,9 @@ class NodeProcess:
             max_age_s=cfg.history_max_age_days * 86_400.0,
         )
         self.decision_log = logs.DecisionLog(self._term, self._last_applied)
+        self.recovery_spans = node_tracing.RecoverySpans(lambda: self.node.is_leader(), cfg.node_id)
+        self._traced = False
+        """Spans are recorded (the OTEL_* variables configured tracing at start)."""
         self.machine = EventfulMachine(self.journal, self._on_applied)
         self.node = RaftNode(
             RaftConfig(
@@ -229,6 +233,10 @@ class NodeProcess:
             self.decision_log.applied(env, out, state)
         except Exception:  # a failing log line must not keep the records from the history store
             logger.exception("the decision log failed")
+        try:
+            self.recovery_spans.applied(env, out, state)
+        except Exception:
+            logger.exception("the recovery span failed")
         self.history.applied(env, out, state)
 
     def _term(self) -> int | None:
@@ -252,6 +260,7 @@ class NodeProcess:
         problems = convert.check_schema()
         if problems:
             raise RuntimeError("the waitgraph.v1 messages do not match the core:\n" + "\n".join(problems))
+        self._traced = self.recovery_spans.enabled = node_tracing.configure(self.cfg.node_id)
         front_binary = self._front_binary()
         self._front_kind = "python" if front_binary is None else "native"
         self.gateway.grpc_front = self._front_kind
@@ -271,7 +280,8 @@ class NodeProcess:
         self.node.start()
         logs.add_context(self._log_context)
         self.journal.bind(self._last_applied, asyncio.get_running_loop())
-        server = grpc.aio.server(options=grpc_options(), interceptors=[self.grpc_metrics])
+        interceptors = [self.grpc_metrics, node_tracing.ServerSpans()] if self._traced else [self.grpc_metrics]
+        server = grpc.aio.server(options=grpc_options(), interceptors=interceptors)
         health_handlers = _Recorder()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, health_handlers)
         handlers = (
@@ -335,7 +345,9 @@ class NodeProcess:
             listen=self.cfg.grpc_address,
             upstream=upstream,
             methods=[f"/{m}" for m in relayed],  # as gRPC names the method of a call
-            handlers=[self.grpc_metrics.wrap(m, h) for m, h in relayed.items()],
+            handlers=[
+                self.grpc_metrics.wrap(m, node_tracing.wrap(m, h) if self._traced else h) for m, h in relayed.items()
+            ],
             on_burst=self.node.hold_lone_proposals,
             tls=tls,
             max_recv_bytes=MAX_RECEIVE_BYTES,
@@ -429,6 +441,8 @@ class NodeProcess:
         self.history.close()
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.stop)
+        if self._traced:
+            await asyncio.to_thread(node_tracing.shutdown)  # the last spans leave before the process
         logger.info("stopped")
 
     async def run(self) -> None:

@@ -86,7 +86,10 @@ class GrpcNode(NodeHandle):
 
 
 class GrpcCluster:
-    def __init__(self, root: Path, size: int = 3, extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self, root: Path, size: int = 3, extra_args: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        """``env``: variables every node gets (the tracing tests' ``OTEL_*``)."""
         self.launcher = LocalCluster(
             root=root,
             nodes=size,
@@ -94,6 +97,7 @@ class GrpcCluster:
             serve_args=["--detect-interval-ms", "50", *(extra_args or [])],
             secret=SECRET,
             tokens=TOKEN_ENTRIES,
+            extra_env=(lambda _m: env) if env else None,
         )
         self.launcher.prepare()
         self.nodes = [GrpcNode(self.launcher, m, 20, 10) for m in self.launcher.members]
