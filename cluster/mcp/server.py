@@ -11,7 +11,10 @@ Rules kept here:
 - A victim's blocked call returns a result (not an error): rolled back, by which decision, what
   it released, retry. The server has acknowledged the cancellation already.
 - ``_meta.traceparent`` of a call is written into the reason of every wait the call registers,
-  so an operator reading the graph can link the wait to the caller's trace.
+  so an operator reading the graph can link the wait to the caller's trace. With the ``[otel]``
+  extra the call also runs in that trace context (``_meta.traceparent`` and ``tracestate``,
+  read by OpenTelemetry's W3C propagator): the SDK's spans are its children, its RPCs carry it to
+  the nodes, and its waits store it (docs/observability.md).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from waitgraph.sdk import (
     WaitgraphClientError,
     WouldDeadlock,
 )
+from waitgraph.sdk.tracing import attached
 
 from .agent import AgentState, Task
 
@@ -226,7 +230,8 @@ def build_server(agent_of: AgentLookup) -> MCPServer:
         try:
             await agent.lapse()
             current = await agent.current()
-            return await body(agent, current)
+            with attached(ctx.request_context.meta):
+                return await body(agent, current)
         except DeadlockVictim as victim:
             assert current is not None
             return _result(await agent.rolled_back(current, victim))

@@ -77,14 +77,17 @@ def _code_name(context: Any) -> str:
     return "UNKNOWN" if code else "OK"
 
 
-def server_unary(full: str, behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def server_unary(
+    full: str, behavior: Callable[..., Awaitable[Any]], tracer_of: Callable[[], Any] = tracing.tracer
+) -> Callable[..., Awaitable[Any]]:
     """``behavior`` (a unary handler of ``full``, ``waitgraph.v1.Service/Method``) in a SERVER
-    span that is the child of the caller's span named in the call's metadata."""
+    span that is the child of the caller's span named in the call's metadata; ``tracer_of`` gives
+    the tracer (None: off)."""
     method = full.lstrip("/")
     attributes = tracing.rpc_attributes(method)
 
     async def traced(request: Any, context: Any) -> Any:
-        tracer = tracing.tracer()
+        tracer = tracer_of()
         parent = tracing.extract(context.invocation_metadata() or ()) if tracer is not None else None
         if tracer is None or parent is None:
             return await behavior(request, context)
@@ -177,10 +180,17 @@ def member_trace_contexts(state: State, edge_ids: tuple[str, ...] | list[str]) -
 class RecoverySpans:
     """Notes every recovery as it applies and makes its span where it ends (module rules)."""
 
-    def __init__(self, is_leader: Callable[[], bool], node_id: str, clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self,
+        is_leader: Callable[[], bool],
+        node_id: str,
+        clock: Callable[[], int] = time.time_ns,
+        tracer_of: Callable[[], Any] = tracing.tracer,
+    ) -> None:
         self.is_leader = is_leader
         self.node_id = node_id
         self.clock = clock
+        self.tracer_of = tracer_of
         self._notes: dict[str, _Note] = {}
         self._lock = threading.Lock()
         self.enabled = False
@@ -191,7 +201,7 @@ class RecoverySpans:
         """The ``on_applied`` hook (the Raft tick thread, after each applied envelope)."""
         if not self.enabled or out.duplicate or not out.effects:
             return
-        tracer = tracing.tracer()
+        tracer = self.tracer_of()
         if tracer is None:
             return
         now = self.clock()

@@ -84,7 +84,7 @@ from .errors import (
     Unavailable,
     WaitgraphClientError,
 )
-from .tracing import WaitSpan
+from .tracing import WaitSpan, caller_traceparent
 
 logger = logging.getLogger("waitgraph.sdk")
 
@@ -1331,7 +1331,9 @@ class Wait:
                                 refuse_deadlock=self.refuse_deadlock,
                                 priority=self.priority,
                                 lease_ttl_ms=self.lease_ttl_ms,
-                                trace_context=self._span.traceparent if self._span is not None else "",
+                                trace_context=self._span.traceparent
+                                if self._span is not None
+                                else caller_traceparent(),
                             )
                         )
                     )

@@ -24,7 +24,16 @@ from waitgraph.wire import tracing
 
 T = TypeVar("T")
 
-__all__ = ["WaitSpan", "attached", "call", "client_span", "current_context", "end_client_span", "with_context"]
+__all__ = [
+    "WaitSpan",
+    "attached",
+    "call",
+    "caller_traceparent",
+    "client_span",
+    "current_context",
+    "end_client_span",
+    "with_context",
+]
 
 Metadata = tuple[tuple[str, str], ...]
 
@@ -103,6 +112,16 @@ def current_context() -> Any | None:
     return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
 
 
+def caller_traceparent() -> str:
+    """The caller's current span's traceparent when it is sampled, else ``""``: what a wait stores
+    when this process records no span of its own but its caller traces (an MCP request's context)."""
+    if not tracing.available():
+        return ""
+    from opentelemetry import trace
+
+    return tracing.traceparent(trace.get_current_span())
+
+
 def link_to(ctx: Any) -> Any:
     from opentelemetry import trace
     from opentelemetry.trace import Link
@@ -145,8 +164,12 @@ class WaitSpan:
         self._ended = False
 
     @classmethod
-    def start(cls, agent_id: str, execution_id: str, generation: int, target_id: str) -> WaitSpan | None:
-        tracer = tracing.tracer()
+    def start(
+        cls, agent_id: str, execution_id: str, generation: int, target_id: str, tracer: Any = None
+    ) -> WaitSpan | None:
+        """The wait's span, child of the current span; None when tracing is off (``tracer``:
+        this one instead of waitgraph's)."""
+        tracer = tracer if tracer is not None else tracing.tracer()
         if tracer is None:
             return None
         span = tracer.start_span(
