@@ -11,20 +11,20 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk.trace", reason="the [otel] extra")
 
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState  # noqa: E402
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
 
-from waitgraph.node import tracing as node_tracing  # noqa: E402
-from waitgraph.sdk import tracing as sdk_tracing  # noqa: E402
-from waitgraph.statemachine import Envelope, Outcome, StateMachine  # noqa: E402
-from waitgraph.statemachine.commands import CloseWait  # noqa: E402
-from waitgraph.statemachine.effects import RecoveryRetracted  # noqa: E402
-from waitgraph.wire import tracing  # noqa: E402
+from waitgraph.node import tracing as node_tracing
+from waitgraph.sdk import tracing as sdk_tracing
+from waitgraph.statemachine import Envelope, Outcome, StateMachine
+from waitgraph.statemachine.commands import CloseWait
+from waitgraph.statemachine.effects import RecoveryRetracted
+from waitgraph.wire import tracing
 
-from .world import World  # noqa: E402
+from .world import World
 
 TRACE_ID, SPAN_ID = 0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
