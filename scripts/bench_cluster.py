@@ -128,6 +128,7 @@ import asyncio
 import atexit
 import collections
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -168,6 +169,7 @@ from waitgraph.proto.v1 import (  # noqa: E402
     operator_pb2_grpc,
     types_pb2,
 )
+from waitgraph.statemachine import Envelope, StateMachine  # noqa: E402
 from waitgraph.statemachine import commands as C  # noqa: E402
 from waitgraph.statemachine.enums import EffectOutcome  # noqa: E402
 from waitgraph.wire import convert  # noqa: E402
@@ -400,7 +402,9 @@ class BenchAgent:
 
 
 class Cluster:
-    def __init__(self, root: Path, agent_names: list[str], extra_args: list[str]) -> None:
+    def __init__(
+        self, root: Path, agent_names: list[str], extra_args: list[str], env: dict[str, str] | None = None
+    ) -> None:
         self.root = root
         self.launcher = LocalCluster(
             root=root,
@@ -410,6 +414,7 @@ class Cluster:
             serve_args=extra_args,
             log_level=None,
             node_command=node_command,
+            extra_env=(lambda _m: env) if env else None,
         )
         self.launcher.prepare()
         creds = self.launcher.credentials
@@ -717,13 +722,15 @@ async def drive_sdk(
     timeline: str | None = None,
     batching: bool = True,
     on_started: Callable[[list[int]], None] | None = None,
+    otel_endpoint: str | None = None,
 ) -> DriveResult:
     """The workload of :func:`drive` as an agent runtime runs it: ``procs`` processes
     (``--sdk-worker``), each hosting ``len(agents) / procs`` agents that share one
     :class:`waitgraph.sdk.Client` (default batching: writes issued in the same loop iteration go as
     one WriteBatch; ``batching=False``: every write is its own unary RPC, as a client without the
     SDK sends it). Every write acts as its own agent's token and has its own request id.
-    ``on_started``: as :func:`run_workers`'."""
+    ``on_started``: as :func:`run_workers`'. ``otel_endpoint``: the workers trace (figure 10): each
+    write in its agent's sampled span, exported there over OTLP/gRPC."""
     res = DriveResult(seconds, 0, 0)
     leader = await cluster.leader()
     before = (await cluster.status(leader)).commit_index
@@ -738,6 +745,7 @@ async def drive_sdk(
             "close": close,
             "timeline": timeline,
             "batching": batching,
+            "otel_endpoint": otel_endpoint,
             "agents": [{"name": a.name, "token": a.token, "W": a.W, "wait_on": a.wait_on, "v": a.v} for a in group],
         }
         for group in groups
@@ -783,6 +791,16 @@ def sdk_worker() -> int:
         return 0
     if spec.get("timeline"):
         bench_timeline.install_sdk(spec["timeline"])
+    tracer = None
+    if spec.get("otel_endpoint"):
+        # An agent process that traces: OTEL_EXPORTER_OTLP_ENDPOINT and nothing else of ours.
+        from waitgraph.sdk.tracing import caller_traceparent
+        from waitgraph.wire import tracing
+
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = spec["otel_endpoint"]
+        if not tracing.configure("bench-agents"):
+            raise RuntimeError("tracing was asked for but is not configured")
+        tracer = tracing.tracer()
 
     def register(a: dict[str, Any], v: int) -> C.RegisterWait:
         return C.RegisterWait(
@@ -792,6 +810,8 @@ def sdk_worker() -> int:
             target_generation=1,
             reason="bench",
             edge_version=v,
+            # traced: the wait stores its caller's context, as the SDK's Wait does
+            trace_context=caller_traceparent() if tracer is not None else "",
         )
 
     def close(a: dict[str, Any], v: int) -> C.CloseWait:
@@ -830,15 +850,20 @@ def sdk_worker() -> int:
                     versions[name] += 1
                     v = versions[name]
                     n += 1
-                    t = time.perf_counter()
-                    if not await write(a, register(a, v), n):
-                        continue
-                    lat.append(time.perf_counter() - t)
-                    counts["registrations"] += 1
-                    if spec["close"]:
-                        n += 1
-                        closed = await write(a, close(a, v), n)  # (not `+= await`: other tasks add meanwhile)
-                        counts["closes"] += closed
+                    with (
+                        tracer.start_as_current_span("invoke_agent", attributes={"gen_ai.agent.id": name})
+                        if tracer is not None
+                        else contextlib.nullcontext()
+                    ):
+                        t = time.perf_counter()
+                        if not await write(a, register(a, v), n):
+                            continue
+                        lat.append(time.perf_counter() - t)
+                        counts["registrations"] += 1
+                        if spec["close"]:
+                            n += 1
+                            closed = await write(a, close(a, v), n)  # (not `+= await`: other tasks add meanwhile)
+                            counts["closes"] += closed
 
             await asyncio.gather(*(loop(a) for a in agents))
             elapsed, cpu_s, waited_s = (
@@ -851,6 +876,10 @@ def sdk_worker() -> int:
                     with contextlib.suppress(RpcError):
                         await client.submit(close(a, versions[a["name"]]), token=a["token"])
             batchers = list(client.transport._batchers.values())
+        if tracer is not None:
+            from waitgraph.wire import tracing
+
+            tracing.shutdown()  # the spans still queued leave before the figures are handed back
         return {
             **counts,
             "other": dict(other),
@@ -1736,6 +1765,138 @@ async def run(st: Settings, hs: HandoffSettings, root: Path, results: dict[str, 
             print(f"--- {n.name} log tail\n{n.log_tail(3000)}", file=sys.stderr)
     finally:
         await cluster.close()
+
+
+# -- tracing on beside off, same run, alternating (issue #42) ---------------------------------------
+
+
+@dataclass
+class TracingSettings:
+    mode: str
+    """auto: after the other figures; only: this alone; off: skipped."""
+    seconds: float
+    rounds: int
+    procs: int
+
+
+def trace_bytes(edges: int = 1000) -> dict[str, float]:
+    """What a stored trace context costs (no timing): the snapshot with ``edges`` open waits, every
+    one traced against none, and one RegisterWait's encoded command with and without it."""
+    from waitgraph.statemachine.codec import encode_command
+
+    def state(traced: bool) -> bytes:
+        m = StateMachine()
+
+        def do(actor: str, cmd: C.Command) -> None:
+            out = m.apply(Envelope(actor=actor, at_ms=1, request_id=None, command=cmd))
+            if out.result.value == "REJECTED":
+                raise RuntimeError(f"{cmd.KIND}: {out.code}")
+
+        do("agent:a", C.JoinSession(agent_id="a", lease_ms=LEASE_MS))
+        for i in range(edges):
+            w, t = f"exec:w{i:05d}", f"exec:t{i:05d}"
+            for ex in (w, t):
+                do("agent:a", C.CreateExecution(execution_id=ex, run_id=f"run-{ex[5:]}", observed_cancel_generation=0))
+                do("agent:a", C.StartExecution(execution_id=ex, generation=1, observed_cancel_generation=0))
+            tp = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01" if traced else ""
+            do("agent:a", C.RegisterWait(waiter_id=w, waiter_generation=1, target_id=t, target_generation=1,
+                                         reason="bench", trace_context=tp))  # fmt: skip
+        return m.snapshot()
+
+    plain, traced = state(False), state(True)
+    cmd = C.RegisterWait(waiter_id="exec:w", waiter_generation=1, target_id="exec:t", target_generation=1, reason="r")
+    with_tp = dataclasses.replace(cmd, trace_context="00-" + "1" * 32 + "-" + "2" * 16 + "-01")
+    return {
+        "edges": edges,
+        "snapshot_b_per_edge": (len(traced) - len(plain)) / edges,
+        "command_b": len(encode_command(with_tp)) - len(encode_command(cmd)),
+    }
+
+
+async def run_tracing(ts: TracingSettings, root: Path, results: dict[str, Any], errors: dict[str, str]) -> None:
+    """Figure 10: the same cluster shape twice per round, tracing off and on (order alternating),
+    each a fresh cluster: SDK writes/s (64 agents in ``ts.procs`` processes) and the unary p50
+    (one agent, one write at a time through the SDK, no batching). On: the nodes and the workers
+    export over OTLP/gRPC (``OTEL_EXPORTER_OTLP_ENDPOINT``, the SDK's default batch processor and
+    always-on sampler) to a receiver in this process, and every write is in its agent's sampled
+    span, its RegisterWait storing the context."""
+    from waitgraph.dev.otlp import Receiver
+
+    names = [f"t{i:02d}" for i in range(AGENTS)] + ["lat"]
+    node_args = ["--initial-mode", "auto", "--rate-limit-per-s", "0"]
+    runs: list[dict[str, Any]] = []
+    results["tracing"] = {"runs": runs, "bytes": trace_bytes()}
+    with Receiver() as receiver:
+        for r in range(ts.rounds):
+            for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                endpoint = receiver.endpoint if mode == "on" else None
+                env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint} if endpoint else None
+                print(f"... tracing {mode}, round {r + 1}", file=sys.stderr, flush=True)
+                cluster = Cluster(root / f"tracing-{mode}-{r}", names, node_args, env)
+                before = len(receiver.spans())
+                try:
+                    await cluster.start()
+                    leader = await cluster.leader()
+                    await _recovery_bootstrapped(cluster, leader)
+                    agents = [cluster.agents[f"t{i:02d}"] for i in range(AGENTS)]
+                    lat = cluster.agents["lat"]
+                    await setup_ring(cluster, leader, [*agents, lat])
+                    lat.wait_on = lat.own
+                    one = await drive_sdk(cluster, [lat], leader, ts.seconds, 1, batching=False, otel_endpoint=endpoint)
+                    many = await drive_sdk(cluster, agents, leader, ts.seconds, ts.procs, otel_endpoint=endpoint)
+                    await asyncio.sleep(6 if endpoint else 0)  # the nodes' batch processor exports every 5 s
+                    runs.append(
+                        {
+                            "mode": mode,
+                            "round": r + 1,
+                            "writes_per_s": (many.registrations + many.closes) / many.seconds,
+                            "registrations_per_s": many.registrations / many.seconds,
+                            "unary_p50": statistics.median(one.latencies) if one.latencies else float("nan"),
+                            "unary_n": len(one.latencies),
+                            "failed": sum(one.other.values()) + sum(many.other.values()),
+                            "spans": len(receiver.spans()) - before,
+                        }
+                    )
+                except Exception as exc:
+                    errors[f"tracing_{mode}_{r}"] = f"{type(exc).__name__}: {exc}"
+                    traceback.print_exc(file=sys.stderr)
+                    for n in cluster.nodes:
+                        print(f"--- {n.name} log tail\n{n.log_tail(1500)}", file=sys.stderr)
+                finally:
+                    await cluster.close()
+
+
+def report_tracing(ts: TracingSettings, results: dict[str, Any]) -> None:
+    got = results.get("tracing")
+    if not got:
+        return
+    runs = got["runs"]
+    b = got["bytes"]
+    print(
+        f"\n### 10. Tracing on beside off (issue #42; {ts.rounds} round(s), each mode a fresh cluster, alternating)\n"
+    )
+    print("| | tracing off | tracing on (sampled, exported) | on / off |")
+    print("|---|---|---|---|")
+
+    def med(mode: str, key: str) -> float:
+        xs = [x[key] for x in runs if x["mode"] == mode]
+        return statistics.median(xs) if xs else float("nan")
+
+    w_off, w_on = med("off", "writes_per_s"), med("on", "writes_per_s")
+    p_off, p_on = med("off", "unary_p50"), med("on", "unary_p50")
+    print(
+        f"| SDK writes/s, {AGENTS} agents in {ts.procs} processes | {rate(w_off)} | {rate(w_on)} | {w_on / w_off:.2f} |"
+    )
+    print(f"| unary p50, one agent, SDK without batching | {ms(p_off)} | {ms(p_on)} | {p_on / p_off:.2f} |")
+    spans = sum(x["spans"] for x in runs if x["mode"] == "on")
+    failed = sum(x["failed"] for x in runs)
+    spans_off = sum(x["spans"] for x in runs if x["mode"] == "off")
+    print(f"\nSpans received on: {spans} (off: {spans_off}); failed writes: {failed}.")
+    print(
+        f"Stored per traced wait: {b['snapshot_b_per_edge']:.1f} B in the snapshot ({b['edges']} edges), "
+        f"{b['command_b']} B more in its RegisterWait command; an untraced wait: 0 B."
+    )
+    print("Per round: " + "; ".join(f"{x['mode']} {rate(x['writes_per_s'])}/s {ms(x['unary_p50'])}" for x in runs))
 
 
 # -- waitgraph beside etcd, same run, alternating (issue #20; #15's durable vs --no-fsync) ----------
@@ -2682,6 +2843,14 @@ def main() -> int:
         "only = these alone on the cluster, off = skip them",
     )
     p.add_argument("--handoff-rounds", type=int, help="figure 8 rounds (default 200; --quick 50; 0 skips)")
+    p.add_argument(
+        "--tracing",
+        choices=["auto", "off", "only"],
+        default="auto",
+        help="figure 10, tracing on beside off (issue #42): auto = after the other figures, only = alone, off = skip",
+    )
+    p.add_argument("--tracing-s", type=float, help="figure 10 duration per measurement (default 10; --quick 3)")
+    p.add_argument("--tracing-rounds", type=int, help="figure 10 alternating rounds (default 2; --quick 1)")
     p.add_argument("--pool-s", type=float, help="figure 9 duration per measurement (default 10; --quick 3; 0 skips)")
     p.add_argument("--pool-rounds", type=int, help="figure 9 alternating rounds (default 2; --quick 1)")
     p.add_argument("--pool-agents", type=int, default=AGENTS, help=f"figure 9 agents (default {AGENTS})")
@@ -2754,6 +2923,12 @@ def main() -> int:
         failover_trials=1 if tiny else 2 if q else 3,
         procs=st.sdk_procs,
     )
+    ts = TracingSettings(
+        mode=args.tracing,
+        seconds=args.tracing_s or (1.0 if tiny else 3.0 if q else 10.0),
+        rounds=args.tracing_rounds or (1 if q else 2),
+        procs=max(1, st.sdk_procs),
+    )
     etcd_missing = None if args.etcd == "off" else _load_script("etcd_bench").available()
     if args.etcd == "only" and etcd_missing:
         print(f"--etcd only: {etcd_missing}", file=sys.stderr)
@@ -2771,12 +2946,14 @@ def main() -> int:
     results["loadavg_before"] = f"{os.getloadavg()[0]:.2f}"
     try:
         results["fsync"] = fsync_probe(root) | {"fs": fs_type(root)}
-        if args.etcd != "only":
+        if args.etcd != "only" and ts.mode != "only":
             if not args.no_raw and hs.mode != "only":
                 print("... raw pysyncobj and RaftNode wrapper (scripts/bench_raw_raft.py)", file=sys.stderr, flush=True)
                 results["raw"] = run_raw(st.samples, st.seconds)
             asyncio.run(run(st, hs, root, results, errors))
-        if args.etcd != "off" and not etcd_missing:
+        if ts.mode != "off" and args.etcd != "only" and hs.mode != "only":
+            asyncio.run(run_tracing(ts, root, results, errors))
+        if args.etcd != "off" and not etcd_missing and ts.mode != "only":
             # --timeline times figures 1 and 2 only: the etcd section's clusters reuse the agents'
             # names, so their request ids would join with the first cluster's calls.
             timeline, TIMELINE_DIR = TIMELINE_DIR, None
@@ -2794,13 +2971,14 @@ def main() -> int:
             print(f"kept {root}", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
-    if args.etcd != "only" and hs.mode != "only":
+    if args.etcd != "only" and hs.mode != "only" and ts.mode != "only":
         report(st, args, results, errors)
     else:
         print_errors(errors)
-    if args.etcd != "only":
+    if args.etcd != "only" and ts.mode != "only":
         report_handoff(hs, results)
-    if args.etcd != "off":
+    report_tracing(ts, results)
+    if args.etcd != "off" and ts.mode != "only":
         report_versus(vs, results, etcd_missing)
     if args.json_out is not None:
         handoff = {k: v for k, v in results.items() if k == "handoff" or k.startswith("pool_")}

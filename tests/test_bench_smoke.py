@@ -221,6 +221,28 @@ def test_cluster_benchmark_handoff_runs(tmp_path: Path) -> None:
     assert race["handed_over"] == 0, race  # the anchor never queues
 
 
+@pytest.mark.timeout(240)
+def test_cluster_benchmark_tracing_runs() -> None:
+    """``scripts/bench cluster --tracing only --smoke``: figure 10 ran both modes on real clusters and
+    printed its rows; tracing on exported spans to the benchmark's receiver, off exported none, and
+    no write failed (no timing is asserted)."""
+    pytest.importorskip("opentelemetry.sdk.trace", reason="the [otel] extra")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_cluster.py"), "--tracing", "only", "--etcd", "off", "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=230,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    for row in ("| SDK writes/s, 64 agents in", "| unary p50, one agent, SDK without batching |"):
+        assert row in done.stdout, (row, done.stdout[-3000:])
+    spans = re.search(r"Spans received on: (\d+) \(off: (\d+)\); failed writes: (\d+)\.", done.stdout)
+    assert spans is not None, done.stdout[-3000:]
+    on, off, failed = map(int, spans.groups())
+    assert on > 0 and off == 0 and failed == 0, spans.group(0)
+
+
 def _bench_timeline() -> object:
     spec = importlib.util.spec_from_file_location("bench_timeline_probe", ROOT / "scripts" / "bench_timeline.py")
     assert spec is not None and spec.loader is not None
