@@ -1,5 +1,5 @@
-"""Every ```python block of README.md, docs/sdk.md, docs/mcp.md and docs/langgraph.md runs as
-written against a local cluster.
+"""Every ```python block of README.md, docs/sdk.md, docs/mcp.md, docs/langgraph.md and
+docs/observability.md runs as written against a local cluster.
 
 The blocks are whole programs. Each runs in its own process, in document order (README first), on
 one ``waitgraph dev`` (three real ``waitgraph serve`` processes on loopback, auto mode, agents a, b
@@ -26,7 +26,7 @@ import pytest
 from tests.dev_process import Dev
 
 REPO = Path(__file__).resolve().parent.parent
-DOCS = ("README.md", "docs/sdk.md", "docs/mcp.md", "docs/langgraph.md")
+DOCS = ("README.md", "docs/sdk.md", "docs/mcp.md", "docs/langgraph.md", "docs/observability.md")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
 
 pytestmark = pytest.mark.timeout(600)
