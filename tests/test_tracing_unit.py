@@ -235,3 +235,30 @@ def test_a_retracted_proposal_is_a_span_too(spans: tuple[Any, InMemorySpanExport
     [span] = exporter.get_finished_spans()
     assert dict(span.attributes or {})["waitgraph.recovery.outcome"] == "retracted"
     assert len(span.links) == 2, "the links were noted at the proposal, while both waits were open"
+
+
+def test_the_trace_page_draws_the_wait_its_decision_and_the_linked_recovery() -> None:
+    from waitgraph.dev.otlp import Event, Link, Span
+    from waitgraph.dev.tracepage import render
+
+    def span(name: str, trace_id: str, span_id: str, parent: str, start: int, end: int, **kw: Any) -> Span:
+        attrs = kw.pop("attributes", {})
+        return Span("svc", name, kw.pop("kind", "INTERNAL"), trace_id, span_id, parent, start, end, attrs,
+                    kw.pop("events", ()), kw.pop("links", ()), "UNSET")  # fmt: skip
+
+    agent = span("invoke_agent planner", "t1", "s1", "", 0, 10_000_000, attributes={"gen_ai.agent.id": "planner"})
+    wait = span(
+        "waitgraph.wait", "t1", "s2", "s1", 1_000_000, 9_000_000,
+        attributes={"gen_ai.agent.id": "planner", "waitgraph.wait.close_reason": "deadlock_victim"},
+        events=(Event("waitgraph.decision", 9_000_000, {"waitgraph.decision.id": "d1",
+                                                        "waitgraph.decision.role": "victim",
+                                                        "waitgraph.decision.epoch": 1}),),
+    )  # fmt: skip
+    rec = span("waitgraph.recovery", "t9", "s9", "", 2_000_000, 8_500_000,
+               links=(Link("t1", "s2"), Link("t2", "x")), attributes={"waitgraph.decision.id": "d1"})  # fmt: skip
+    elsewhere = span("unrelated", "t3", "s3", "", 0, 1)
+    page = render([agent, wait, rec, elsewhere], "t1", "planner")
+    assert page.index("invoke_agent planner") < page.index("waitgraph.wait") < page.index("linked from another trace")
+    assert "decision d1: victim, epoch 1" in page
+    assert "linked: planner&#x27;s wait + 1 other" in page
+    assert "unrelated" not in page
