@@ -1813,6 +1813,36 @@ def trace_bytes(edges: int = 1000) -> dict[str, float]:
     }
 
 
+def off_path_ns(n: int = 100_000, repeats: int = 5) -> dict[str, float]:
+    """What tracing's hooks add to an SDK call when tracing is off (this process configures none):
+    ``sdk.tracing.call`` around a call that does nothing, beside the bare call, alternating; the
+    best of ``repeats`` per side, in ns per call."""
+    from waitgraph.sdk import tracing as sdk_tracing
+    from waitgraph.wire import tracing
+
+    assert tracing.tracer() is None, "the benchmark process must not trace"
+    md = (("authorization", "Bearer x"),)
+
+    async def invoke(metadata: tuple[tuple[str, str], ...]) -> int:
+        return len(metadata)
+
+    async def bare() -> None:
+        for _ in range(n):
+            await invoke(md)
+
+    async def hooked() -> None:
+        for _ in range(n):
+            await sdk_tracing.call(invoke, "waitgraph.v1.AgentService/RegisterWait", "127.0.0.1:1", md)
+
+    best = {"bare": float("inf"), "hooked": float("inf")}
+    for _ in range(repeats):
+        for name, fn in (("bare", bare), ("hooked", hooked)):
+            t = time.perf_counter()
+            asyncio.run(fn())
+            best[name] = min(best[name], (time.perf_counter() - t) / n * 1e9)
+    return best | {"added": best["hooked"] - best["bare"]}
+
+
 async def run_tracing(ts: TracingSettings, root: Path, results: dict[str, Any], errors: dict[str, str]) -> None:
     """Figure 10: the same cluster shape twice per round, tracing off and on (order alternating),
     each a fresh cluster: SDK writes/s (64 agents in ``ts.procs`` processes) and the unary p50
@@ -1825,7 +1855,7 @@ async def run_tracing(ts: TracingSettings, root: Path, results: dict[str, Any], 
     names = [f"t{i:02d}" for i in range(AGENTS)] + ["lat"]
     node_args = ["--initial-mode", "auto", "--rate-limit-per-s", "0"]
     runs: list[dict[str, Any]] = []
-    results["tracing"] = {"runs": runs, "bytes": trace_bytes()}
+    results["tracing"] = {"runs": runs, "bytes": trace_bytes(), "off_path": off_path_ns()}
     with Receiver() as receiver:
         for r in range(ts.rounds):
             for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
@@ -1895,6 +1925,11 @@ def report_tracing(ts: TracingSettings, results: dict[str, Any]) -> None:
     print(
         f"Stored per traced wait: {b['snapshot_b_per_edge']:.1f} B in the snapshot ({b['edges']} edges), "
         f"{b['command_b']} B more in its RegisterWait command; an untraced wait: 0 B."
+    )
+    off = got["off_path"]
+    print(
+        f"Tracing off, the SDK's hook per call: {off['added']:.0f} ns ({off['hooked']:.0f} ns with it, "
+        f"{off['bare']:.0f} ns without, around a call that does nothing); the node installs none."
     )
     print("Per round: " + "; ".join(f"{x['mode']} {rate(x['writes_per_s'])}/s {ms(x['unary_p50'])}" for x in runs))
 

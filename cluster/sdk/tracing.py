@@ -72,23 +72,27 @@ def with_context(metadata: Metadata, span: Any | None) -> Metadata:
     return metadata + extra if extra else metadata
 
 
-async def call(
+def call(
     invoke: Callable[[Metadata], Awaitable[T]],
     method: str,
     address: str,
     metadata: Metadata,
     links: list[Any] | None = None,
     parent: Any = None,
-) -> T:
+) -> Awaitable[T]:
     """``invoke(metadata)`` (one gRPC call of ``method`` to ``address``) inside its client span,
-    with the trace context added to ``metadata``; when off, the metadata as the caller's context
-    makes it and no span."""
+    with the trace context added to ``metadata``; when off, the call itself (no frame of ours),
+    with the caller's context in the metadata if it has one."""
     span = client_span(method, address, links, parent)
     md = with_context(metadata, span)
     if span is None:
-        return await invoke(md)
+        return invoke(md)
+    return _spanned(invoke(md), span)
+
+
+async def _spanned(call: Awaitable[T], span: Any) -> T:
     try:
-        reply = await invoke(md)
+        reply = await call
     except grpc.aio.AioRpcError as exc:
         end_client_span(span, exc.code().name)
         raise
@@ -104,9 +108,10 @@ async def call(
 
 def current_context() -> Any | None:
     """The caller's OpenTelemetry context when it has a valid span (a batch links to it)."""
-    if not tracing.available():
+    trace = tracing.trace_api()
+    if trace is None:
         return None
-    from opentelemetry import context, trace
+    from opentelemetry import context
 
     ctx = context.get_current()
     return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
@@ -115,11 +120,8 @@ def current_context() -> Any | None:
 def caller_traceparent() -> str:
     """The caller's current span's traceparent when it is sampled, else ``""``: what a wait stores
     when this process records no span of its own but its caller traces (an MCP request's context)."""
-    if not tracing.available():
-        return ""
-    from opentelemetry import trace
-
-    return tracing.traceparent(trace.get_current_span())
+    trace = tracing.trace_api()
+    return "" if trace is None else tracing.traceparent(trace.get_current_span())
 
 
 def link_to(ctx: Any) -> Any:

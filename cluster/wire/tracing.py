@@ -15,15 +15,25 @@ Rules kept here:
   OpenTelemetry's ``TraceContextTextMapPropagator``: as gRPC metadata on every call, and the
   wait's ``traceparent`` inside ``RegisterWait`` (stored with the edge in the replicated state).
 - Spans follow the OpenTelemetry RPC conventions (:data:`RPC_SYSTEM`, :func:`rpc_attributes`).
+- Off costs next to nothing (figure 10 of BENCHMARKS.md measures it): :func:`tracer` answers None
+  from a flag, looking for an application's provider again at most every :data:`RECHECK_S`, and
+  :func:`inject` returns at once while nothing in the process has imported OpenTelemetry's API
+  (no span can be current then).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import os
+import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any
+
+logger = logging.getLogger("waitgraph.tracing")
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -40,24 +50,33 @@ _installed: Any = None
 """The provider :func:`configure` installed from the environment, once."""
 _tried_env = False
 _propagator: Any = None
-_tracers: dict[int, Any] = {}
-
-
-def available() -> bool:
-    """OpenTelemetry's API and SDK are installed (``waitgraph[otel]``) and not disabled."""
-    return _AVAILABLE and os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() != "true"
+_tracer: Any = None
+"""waitgraph's tracer once a provider was found: OpenTelemetry's global provider is set once."""
+_off_until = 0.0
+RECHECK_S = 1.0
+"""While off, how often :func:`tracer` looks again for a provider the application installed."""
 
 
 def _probe() -> bool:
+    """``waitgraph[otel]`` is installed (found, not imported: importing waits for first use)."""
     try:
-        import opentelemetry.sdk.trace
-        import opentelemetry.trace  # noqa: F401
-    except ImportError:
+        return importlib.util.find_spec("opentelemetry.sdk.trace") is not None
+    except (ImportError, ValueError):
         return False
-    return True
 
 
-_AVAILABLE = _probe()
+_AVAILABLE = _probe() and os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() != "true"
+
+
+def available() -> bool:
+    """OpenTelemetry's API and SDK are installed (``waitgraph[otel]``) and not disabled
+    (``OTEL_SDK_DISABLED``, read when this module is imported)."""
+    return _AVAILABLE
+
+
+def trace_api() -> Any | None:
+    """``opentelemetry.trace`` if something in this process imported it (else no span exists)."""
+    return sys.modules.get("opentelemetry.trace") if _AVAILABLE else None
 
 
 def env_configured(environ: Mapping[str, str] | None = None) -> bool:
@@ -75,7 +94,7 @@ def configure(service_name: str, attributes: Mapping[str, str] | None = None) ->
     application installed one already or the variables ask for nothing. True when spans are
     recorded from now on. ``service_name`` applies when ``OTEL_SERVICE_NAME`` is not set;
     ``attributes`` are added to the resource (``OTEL_RESOURCE_ATTRIBUTES`` wins over them)."""
-    global _installed, _tried_env
+    global _installed, _tried_env, _off_until
     if not available():
         return False
     from opentelemetry import trace
@@ -100,6 +119,7 @@ def configure(service_name: str, attributes: Mapping[str, str] | None = None) ->
             provider.add_span_processor(BatchSpanProcessor(exporter))
         trace.set_tracer_provider(provider)
         _installed = provider
+        _off_until = 0.0  # found by the next tracer() call, not a recheck later
         return True
 
 
@@ -127,22 +147,38 @@ def shutdown() -> None:
 
 
 def tracer() -> Any | None:
-    """waitgraph's tracer when spans may be recorded, else None (the fast path when tracing is
-    off: one call, no import). The application's provider is used as soon as it installs one; the
-    ``OTEL_*`` variables are read once."""
-    if not _AVAILABLE:
+    """waitgraph's tracer when spans may be recorded, else None. The ``OTEL_*`` variables are read
+    on the first call (an agent's process exports as ``waitgraph-agent`` unless
+    ``OTEL_SERVICE_NAME`` says otherwise); an application's own provider is found within
+    :data:`RECHECK_S` of its installing it. While nothing in the process has imported
+    OpenTelemetry's API there is no provider to find: None at once."""
+    global _tracer, _off_until
+    if _tracer is not None or not _AVAILABLE:
+        return _tracer
+    if not _tried_env:
+        if env_configured():
+            try:
+                configure("waitgraph-agent")
+            except Exception:  # a bad OTEL_* setting must not fail the agent's calls
+                logger.exception("tracing is not configured")
+        _mark_tried()
+    api = trace_api()
+    if api is None:
         return None
-    from opentelemetry import trace
+    now = time.monotonic()
+    if now < _off_until:
+        return None
+    provider = api.get_tracer_provider()
+    if isinstance(provider, api.ProxyTracerProvider):
+        _off_until = now + RECHECK_S
+        return None
+    _tracer = provider.get_tracer(SCOPE, _version())
+    return _tracer
 
-    provider = trace.get_tracer_provider()
-    if isinstance(provider, trace.ProxyTracerProvider):
-        if _tried_env or not configure("waitgraph"):
-            return None
-        provider = trace.get_tracer_provider()
-    found = _tracers.get(id(provider))
-    if found is None:
-        found = _tracers[id(provider)] = provider.get_tracer(SCOPE, _version())
-    return found
+
+def _mark_tried() -> None:
+    global _tried_env
+    _tried_env = True
 
 
 def _version() -> str:
@@ -164,11 +200,8 @@ def propagator() -> Any:
 def inject(context: Any = None) -> tuple[tuple[str, str], ...]:
     """The ``traceparent`` (and ``tracestate``) of ``context``'s span (default: the current one),
     as gRPC metadata; empty when there is no valid span."""
-    if not _AVAILABLE:
-        return ()
-    from opentelemetry import trace
-
-    if not trace.get_current_span(context).get_span_context().is_valid:
+    trace = trace_api()
+    if trace is None or not trace.get_current_span(context).get_span_context().is_valid:
         return ()  # the common case when nothing traces: no carrier built
     carrier: dict[str, str] = {}
     propagator().inject(carrier, context=context)
