@@ -1813,7 +1813,7 @@ def trace_bytes(edges: int = 1000) -> dict[str, float]:
     }
 
 
-def off_path_ns(n: int = 100_000, repeats: int = 5) -> dict[str, float]:
+async def off_path_ns(n: int = 100_000, repeats: int = 5) -> dict[str, float]:
     """What tracing's hooks add to an SDK call when tracing is off (this process configures none):
     ``sdk.tracing.call`` around a call that does nothing, beside the bare call, alternating; the
     best of ``repeats`` per side, in ns per call."""
@@ -1838,7 +1838,7 @@ def off_path_ns(n: int = 100_000, repeats: int = 5) -> dict[str, float]:
     for _ in range(repeats):
         for name, fn in (("bare", bare), ("hooked", hooked)):
             t = time.perf_counter()
-            asyncio.run(fn())
+            await fn()
             best[name] = min(best[name], (time.perf_counter() - t) / n * 1e9)
     return best | {"added": best["hooked"] - best["bare"]}
 
@@ -1855,7 +1855,7 @@ async def run_tracing(ts: TracingSettings, root: Path, results: dict[str, Any], 
     names = [f"t{i:02d}" for i in range(AGENTS)] + ["lat"]
     node_args = ["--initial-mode", "auto", "--rate-limit-per-s", "0"]
     runs: list[dict[str, Any]] = []
-    results["tracing"] = {"runs": runs, "bytes": trace_bytes(), "off_path": off_path_ns()}
+    results["tracing"] = {"runs": runs, "bytes": trace_bytes(), "off_path": await off_path_ns()}
     with Receiver() as receiver:
         for r in range(ts.rounds):
             for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
