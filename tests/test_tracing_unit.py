@@ -262,3 +262,22 @@ def test_the_trace_page_draws_the_wait_its_decision_and_the_linked_recovery() ->
     assert "decision d1: victim, epoch 1" in page
     assert "linked: planner&#x27;s wait + 1 other" in page
     assert "unrelated" not in page
+
+
+def test_the_sync_client_runs_its_calls_in_the_callers_trace_context(spans: tuple[Any, InMemorySpanExporter]) -> None:
+    """A SyncClient's calls run on its own loop thread: they must still see the caller's span (the
+    waits and RPCs they make are its children)."""
+    from waitgraph.sdk.sync import _LoopThread
+
+    tracer, _ = spans
+    loop = _LoopThread()
+
+    async def current_span_id() -> int:
+        return int(trace.get_current_span().get_span_context().span_id)
+
+    try:
+        with tracer.start_as_current_span("invoke_agent sync") as caller:
+            assert loop.run(current_span_id()) == caller.get_span_context().span_id
+        assert loop.run(current_span_id()) == 0
+    finally:
+        loop.stop()
