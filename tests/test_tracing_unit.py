@@ -205,13 +205,14 @@ def test_the_recovery_span_links_every_member_wait(spans: tuple[Any, InMemorySpa
     assert span.start_time is not None and span.end_time is not None and span.start_time < span.end_time
 
 
-def test_only_the_leader_ends_a_recovery_span_and_nothing_is_noted_when_off(
+def test_only_the_node_that_ended_it_makes_a_recovery_span_and_nothing_is_noted_when_off(
     spans: tuple[Any, InMemorySpanExporter],
 ) -> None:
     tracer, exporter = spans
-    follower = node_tracing.RecoverySpans(lambda: False, "n2", tracer_of=lambda: tracer)
-    follower.enabled = True
-    w, _ = _traced_cycle(follower)
+    # n1 proposes and commits in World.recover; n2 is told it leads, but did not end it
+    other = node_tracing.RecoverySpans(lambda: True, "n2", tracer_of=lambda: tracer)
+    other.enabled = True
+    w, _ = _traced_cycle(other)
     assert w.recover()[0].ok
     assert exporter.get_finished_spans() == ()
     off = node_tracing.RecoverySpans(lambda: True, "n3", tracer_of=lambda: tracer)

@@ -8,10 +8,12 @@ Rules kept here:
   for a caller that sent a ``traceparent``: an untraced caller's calls start no trace here, and a
   traced one's sampled flag decides (the SDK's parent-based sampler).
 - A recovery is one span, ``waitgraph.recovery``, from the proposal's apply to the commit, rejection
-  or retraction, made when it ends on the node that is leader then (the others only keep notes):
-  its start, votes and links are noted on every replica as it applies the proposal, so a new leader
-  after a failover ends the span the old one began. The links are the trace contexts stored with
-  the member waits (``WaitEdge.trace_context``), read from this replica's state.
+  or retraction, made when it ends by the node that proposed the command that ended it (its
+  envelope's actor is ``node:<id>``; for a command of an operator or an agent, the node that is
+  leader then): exactly one node, whatever happened to leadership meanwhile. Its start, votes and
+  links are noted on every replica as it applies the proposal, so a new leader after a failover
+  ends the span the old one began. The links are the trace contexts stored with the member waits
+  (``WaitEdge.trace_context``), read from this replica's state.
 - Notes are kept on the Raft tick thread inside apply (``on_applied``): plain appends, bounded; the
   span is built and handed to the batch processor there too (it exports from its own thread).
 """
@@ -189,6 +191,7 @@ class RecoverySpans:
     ) -> None:
         self.is_leader = is_leader
         self.node_id = node_id
+        self.actor = f"node:{node_id}"
         self.clock = clock
         self.tracer_of = tracer_of
         self._notes: dict[str, _Note] = {}
@@ -243,8 +246,11 @@ class RecoverySpans:
                         pass
             for digest, _, _ in ended:
                 self._notes.pop(digest, None)
-        if not ended or not self.is_leader():
+        if not ended:
             return
+        mine = env.actor == self.actor if env.actor.startswith("node:") else self.is_leader()
+        if not mine:
+            return  # another node ends it (module rules)
         for digest, note, outcome in ended:
             self._span(tracer, digest, note, outcome, now)
 
