@@ -31,7 +31,7 @@ only cannot acquire or register anything new, which ``apply`` refuses.
   waiters, lists each of them exactly once and nobody else; a pass-over count is never negative.
   (The order itself is history, a priority newcomer and a reorder's doing: primary data, in the
   snapshot, not derivable.)
-- sessions: every ACTIVE session's current expiry is on the expiry heap.
+- sessions: filed under their own id, incarnation from 1.
 - lease TTLs: every TTL record names a current holding (holder at that generation; a later grant
   would have dropped it) at a lease the target has reached, and is on the TTL heap.
 - per-agent counts: ``open_executions_by_agent`` and ``open_edges_by_agent`` (kept incrementally
@@ -44,7 +44,7 @@ only cannot acquire or register anything new, which ``apply`` refuses.
 
 from __future__ import annotations
 
-from .enums import SETTLED, ExecStatus, SessionStatus
+from .enums import SETTLED, ExecStatus
 from .ids import DECLARED_KINDS, HELD_KINDS, OUTSIDE_KINDS, TARGET_KINDS, Kind
 from .queues import QUEUED_KINDS
 from .recovery_state import ProposalStatus
@@ -365,14 +365,11 @@ def _check_lease_ttls(st: State, out: list[str]) -> None:
 
 
 def _check_sessions(st: State, out: list[str]) -> None:
-    heap = set(st.session_expiry)
     for agent_id in sorted(st.sessions):
         s = st.sessions[agent_id]
         if s.agent_id != agent_id:
             out.append(f"session {agent_id} is filed under another id ({s.agent_id})")
         if s.incarnation < 1:
             out.append(f"session {agent_id} has incarnation {s.incarnation}")
-        if s.status is SessionStatus.ACTIVE and (s.expires_at_ms, agent_id) not in heap:
-            out.append(f"session {agent_id} is ACTIVE but its expiry {s.expires_at_ms} is not on the expiry heap")
     if len(st.idempotency) > st.limits.idempotency_capacity:
         out.append(f"idempotency table holds {len(st.idempotency)} > {st.limits.idempotency_capacity} entries")

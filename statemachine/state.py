@@ -210,8 +210,6 @@ class State:
         """execution id -> targets it produces, provides or holds."""
         self.deadlines: list[tuple[int, str, str, int]] = []
         """heap of (deadline_ms, waiter, target, edge_version); stale entries are skipped."""
-        self.session_expiry: list[tuple[int, str]] = []
-        """heap of (expires_at_ms, agent_id); stale entries are skipped."""
         self.lease_ttls: dict[str, dict[str, tuple[int, int, int]]] = {}
         """target id -> holder id -> (expires_at_ms, generation, lease) of a holding granted with a
         TTL (``Acquire.ttl_ms``): primary data, in the snapshot. Written by :meth:`set_lease_ttl`
@@ -463,10 +461,6 @@ class State:
             st.cancel = CancelBook.from_plain(raw["cancel"])
             for a, inc, lease, exp, status in raw["sessions"]:
                 st.sessions[a] = Session(a, inc, lease, exp, _SESSION_STATUS[status])
-            st.session_expiry = [
-                (s.expires_at_ms, s.agent_id) for s in st.sessions.values() if s.status is SessionStatus.ACTIVE
-            ]
-            heapq.heapify(st.session_expiry)
             st.executions = _executions_from(raw["executions"])
             st.runs = _runs_from(raw["runs"])
             st.targets, st.satisfies = _targets_from(raw["targets"])

@@ -503,7 +503,7 @@ CORRUPTIONS: dict[str, tuple[Callable[[State], object], str]] = {
     ),
     "WAITING without waits": (lambda s: setattr(s.executions["exec:e4"], "status", ExecStatus.WAITING), "no open wait"),
     "deadline missing from the heap": (lambda s: s.deadlines.clear(), "deadline heap"),
-    "session expiry missing from the heap": (lambda s: s.session_expiry.clear(), "expiry heap"),
+    "session with incarnation 0": (lambda s: setattr(s.sessions["a1"], "incarnation", 0), "incarnation 0"),
     "run root broken": (lambda s: setattr(s.runs["r1"], "root_id", "exec:e3"), "root"),
     "agent's open executions off": (
         lambda s: s.open_executions_by_agent.update(a1=5),

@@ -408,6 +408,13 @@ def status_blocks(reports: Sequence[Any], digest: bool = False) -> list[Block]:
             f"max rollback {leader.max_rollback}"
         )
         facts.append(f"open proposals {leader.open_proposals}, decisions {leader.decisions}")
+        if leader.HasField("sessions"):  # issue #37: the leader's view of the sessions
+            ss = leader.sessions
+            named = f": {', '.join(ss.suspended)}" if ss.suspended else ""
+            facts.append(
+                f"sessions {ss.active} active (limits {ss.max_per_node}/node, {ss.max_per_cluster}/cluster), "
+                f"oldest heartbeat {ss.oldest_heartbeat_age_ms / 1000:.1f}s ago, {ss.suspended_count} suspended{named}"
+            )
         if leader.admission_frozen:
             facts.append(f"admission frozen: {leader.admission_frozen_reason}")
         if leader.orphaned_executions:

@@ -21,7 +21,7 @@ from tests.world import World
 from waitgraph.node.auth import TokenStore
 from waitgraph.node.service import graph_response
 from waitgraph.ops import liveview, liveweb, render
-from waitgraph.statemachine.commands import DeclareSatisfier, JoinSession, RecordSideEffect, Tick
+from waitgraph.statemachine.commands import DeclareSatisfier, ExpireSession, JoinSession, RecordSideEffect
 from waitgraph.statemachine.enums import EffectOutcome
 from waitgraph.statemachine.recovery_state import RolloutMode
 
@@ -240,9 +240,9 @@ async def test_the_summary_strip() -> None:
     assert s["cycles"] == {"candidate": 0, "confirmed": 1}
     assert s["unconverged_cancellations"] == 0 and s["quarantined"] == 0
     assert s["orphaned"] == [] and s["orphaned_total"] == 0
-    # the owner of exec:lone stops heartbeating: its session expires, the execution is orphaned
+    # the owner of exec:lone stops heartbeating: the leader expires its session, the execution is orphaned
     w.ok("agent:gone", JoinSession(agent_id="gone", lease_ms=1000))
-    w.ok("operator:op", Tick(), dt=2000)
+    w.ok("node:n1", ExpireSession(agent_id="gone", incarnation=w.st.sessions["gone"].incarnation), dt=2000)
     s = liveview.summary(w.st, liveview.snapshot(w.m).cycles, 0, 0)
     assert s["orphaned"] == ["exec:lone"] and s["orphaned_total"] == 1
 
