@@ -473,8 +473,11 @@ function drawGraph() {
   if (!document.body.dataset.currentRenderMs && ids.size && live.doc && live.doc.graph_version <= g.version) {
     document.body.dataset.currentRenderMs = now;
   }
-  // and the first drawing of a state at least as new as the node's when the page opened
-  if (!document.body.dataset.freshRenderMs && ids.size && live.openedAt !== null && live.openedAt <= g.version) {
+  // and the first drawing of a state at least as new as the node's when the page opened, with the
+  // panels (the summary, the cycles: the feed's document) as new too: the graph can be fetched new
+  // while the feed's first document is the build the node kept ready before (render() calls again)
+  if (!document.body.dataset.freshRenderMs && ids.size && live.openedAt !== null && live.openedAt <= g.version &&
+    live.doc && live.openedAt <= live.doc.graph_version) {
     document.body.dataset.freshRenderMs = now;
   }
 }
