@@ -360,6 +360,10 @@ def _expire_session(ctx: Ctx, cmd: ExpireSession) -> Outcome:
     s = ctx.state.sessions.get(cmd.agent_id)
     if s is None or s.status is not SessionStatus.ACTIVE or s.incarnation != cmd.incarnation:
         return noop("not_active", f"agent {cmd.agent_id} has no active session of the incarnation named")
+    if s.expires_at_ms > ctx.now:
+        # Renewed through the log after the leader found it due (a rejoin, which keeps the
+        # incarnation; an old log's Heartbeat): that join was acknowledged, so this expiry is late.
+        return noop("renewed", f"agent {cmd.agent_id}'s session was renewed until {s.expires_at_ms}")
     _end_expired(ctx, s)
     return applied(ctx.fx)
 
