@@ -331,6 +331,7 @@ def _join(ctx: Ctx, cmd: JoinSession) -> Outcome:
         return applied([SessionRenewed(agent_id=agent, expires_at_ms=expires)])
     incarnation = s.incarnation + 1 if s else 1
     st.sessions[agent] = Session(agent, incarnation, cmd.lease_ms, expires, SessionStatus.ACTIVE)
+    st.active_sessions += 1
     return applied([SessionJoined(agent_id=agent, incarnation=incarnation, expires_at_ms=expires)])
 
 
@@ -350,6 +351,7 @@ def _leave(ctx: Ctx, cmd: LeaveSession) -> Outcome:
     if s is None or s.status is not SessionStatus.ACTIVE:
         return noop("no_session", f"agent {agent} has no active session")
     s.status = SessionStatus.LEFT
+    ctx.state.active_sessions -= 1
     return applied([SessionEnded(agent_id=agent, reason="left")])
 
 
@@ -371,6 +373,7 @@ def _expire_session(ctx: Ctx, cmd: ExpireSession) -> Outcome:
 def _end_expired(ctx: Ctx, s: Session) -> None:
     # The lease ended now: retirement counts its retention from here (statemachine/retire.py).
     s.status, s.expires_at_ms = SessionStatus.EXPIRED, min(s.expires_at_ms, ctx.now)
+    ctx.state.active_sessions -= 1
     ctx.fx.append(SessionEnded(agent_id=s.agent_id, reason="expired"))
     _cancel.on_session_expired(ctx, s.agent_id)
 

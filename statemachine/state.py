@@ -200,6 +200,9 @@ class State:
         have a single waiter: a dict for each of them would cost ~200 B per edge and most of a
         restore's index rebuilding. Read it through :meth:`waits_on` and :meth:`target_wait`."""
         self.edge_count = 0
+        self.active_sessions = 0
+        """ACTIVE sessions (the cluster's admission limit reads it on every join: a count kept as
+        sessions start and end, not a scan); written only by the machine's session transitions."""
         self.open_executions_by_agent: dict[str, int] = {}
         """agent id -> its unsettled executions (``Limits.max_open_executions_per_agent``); an
         agent with none has no entry."""
@@ -461,6 +464,7 @@ class State:
             st.cancel = CancelBook.from_plain(raw["cancel"])
             for a, inc, lease, exp, status in raw["sessions"]:
                 st.sessions[a] = Session(a, inc, lease, exp, _SESSION_STATUS[status])
+            st.active_sessions = count_active_sessions(st.sessions)
             st.executions = _executions_from(raw["executions"])
             st.runs = _runs_from(raw["runs"])
             st.targets, st.satisfies = _targets_from(raw["targets"])
@@ -504,6 +508,11 @@ class State:
             # methods on them, indexing a table with them): a corrupt snapshot, not a crash.
             raise CodecError(f"corrupt snapshot: {exc}") from exc
         return st
+
+
+def count_active_sessions(sessions: dict[str, Session]) -> int:
+    """The ACTIVE sessions, recounted from the records (restore; the invariants' check)."""
+    return sum(1 for s in sessions.values() if s.status is SessionStatus.ACTIVE)
 
 
 def _count(counts: dict[str, int], agent_id: str, by: int) -> None:

@@ -28,6 +28,7 @@ Thread use: :meth:`heard` runs on the asyncio loop, :meth:`heard_relayed` on the
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -89,6 +90,10 @@ class Lessor:
         self._heard: dict[str, int] = {}
         """Leader: agent -> logical ms its last heartbeat (here or relayed) arrived."""
         self._here: dict[str, tuple[int, int]] = {}
+        self._here_ends: list[tuple[int, str]] = []
+        """Heap of (end of lease, agent), one entry per heartbeat or join through this node; an entry
+        that no longer matches ``_here`` is stale. :meth:`_live_here` pops what ended instead of
+        scanning every session on every join."""
         """agent -> (logical ms of its last heartbeat or join through this node, its lease_ms)."""
         self._outbox: set[str] = set()
         """Follower: agents heard since the last relay."""
@@ -129,7 +134,7 @@ class Lessor:
             )
         now = self._clock_ms()
         with self._lock:
-            self._here[agent_id] = (now, s.lease_ms)
+            self._served(agent_id, now, s.lease_ms)
             if self._leading_since is not None:
                 self._heard[agent_id] = now
             else:
@@ -172,21 +177,30 @@ class Lessor:
             if agent_id not in self._here and self._live_here(now) >= self.max_sessions_per_node:
                 self.refused["max_sessions_per_node"] += 1
                 raise _too_many("max_sessions_per_node", self.max_sessions_per_node, "this node serves")
-        active = sum(1 for x in st.sessions.values() if x.status is SessionStatus.ACTIVE)
-        if active >= self.max_sessions:
+        if st.active_sessions >= self.max_sessions:  # kept by the core as sessions start and end
             self.refused["max_sessions"] += 1
             raise _too_many("max_sessions", self.max_sessions, "the cluster holds")
 
     def joined(self, agent_id: str, lease_ms: int) -> None:
         with self._lock:
-            self._here[agent_id] = (self._clock_ms(), lease_ms)
+            self._served(agent_id, self._clock_ms(), lease_ms)
+
+    def _served(self, agent_id: str, now: int, lease_ms: int) -> None:
+        """A join or heartbeat through this node (under the lock)."""
+        self._here[agent_id] = (now, lease_ms)
+        heapq.heappush(self._here_ends, (now + lease_ms, agent_id))
+        self._live_here(now)  # pops as much as it pushes, over time: the heap stays ~ the sessions
 
     def _live_here(self, now: int) -> int:
-        """Sessions heard through this node within their lease (prunes the rest; under the lock)."""
-        gone = [a for a, (at, lease) in self._here.items() if at + lease < now]
-        for a in gone:
-            del self._here[a]
-        return len(self._here)
+        """Sessions heard through this node within their lease (forgets the rest; under the lock).
+        Amortized O(log n): each heap entry is popped once."""
+        ends, here = self._here_ends, self._here
+        while ends and ends[0][0] < now:
+            end, agent = heapq.heappop(ends)
+            at_lease = here.get(agent)
+            if at_lease is not None and at_lease[0] + at_lease[1] == end:
+                del here[agent]
+        return len(here)
 
     # -- expiry and the view (under the machine lock) ------------------------------------------------
 
@@ -230,10 +244,9 @@ class Lessor:
                 oldest = max(oldest, age)
                 if since is not None and age * SUSPENDED_FRACTION > s.lease_ms:
                     suspended.append(agent)
-            active = sum(1 for s in st.sessions.values() if s.status is SessionStatus.ACTIVE)
         suspended.sort()
         return SessionsView(
-            active=active,
+            active=st.active_sessions,
             here=here,
             leading=since is not None,
             oldest_heartbeat_age_ms=oldest,
