@@ -28,7 +28,9 @@ Thread use: :meth:`heard` runs on the asyncio loop, :meth:`heard_relayed` on the
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import math
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -44,6 +46,10 @@ RELAY_INTERVAL_S = 0.2
 RELAY_BATCH = 2000
 """Agents per relay message (a few tens of KiB: far below the Raft frame's limit)."""
 SUSPENDED_FRACTION = 2
+AGE_BUCKETS_S = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+"""Upper bounds of the heartbeat-age histogram (the SDK's default lease is 30 s, a heartbeat every 10 s)."""
+MAX_NAMED = 100
+"""Suspended agents named by the view (the count is always whole)."""
 """A session is *suspended* when nothing was heard from it for over 1/2 of its lease (the SDK
 heartbeats every third): it has missed a heartbeat and will expire unless one arrives."""
 
@@ -61,8 +67,19 @@ class SessionsView:
     names no suspended session (ask the leader)."""
     oldest_heartbeat_age_ms: int
     suspended: tuple[str, ...]
-    """Agents not heard from for more than half their lease (sorted; at most 100 named)."""
+    """Agents not heard from for more than half their lease (sorted by name; the
+    :data:`MAX_NAMED` longest silent)."""
     suspended_count: int
+    suspended_ages_ms: tuple[tuple[str, int], ...]
+    """The suspended agents the longest silent first, with the time since each was last heard
+    (at most 100)."""
+    heartbeat_ages: int
+    """Sessions whose heartbeat age this node knows (the leader: every ACTIVE one)."""
+    heartbeat_age_p99_ms: int
+    heartbeat_age_sum_ms: int
+    heartbeat_age_buckets: tuple[tuple[float, int], ...]
+    """(upper bound in seconds, sessions whose age is at most that): cumulative, as a Prometheus
+    histogram's buckets, over :data:`AGE_BUCKETS_S`."""
     max_per_node: int
     max_per_cluster: int
     refused: dict[str, int]
@@ -230,7 +247,8 @@ class Lessor:
         with self._lock:
             since = self._leading_since
             here = self._live_here(now_ms)
-            oldest, suspended = 0, []
+            ages: list[int] = []
+            suspended: list[tuple[int, str]] = []
             for agent, s in st.sessions.items():
                 if s.status is not SessionStatus.ACTIVE:
                     continue
@@ -241,23 +259,37 @@ class Lessor:
                 else:
                     continue
                 age = max(0, now_ms - last)
-                oldest = max(oldest, age)
+                ages.append(age)
                 if since is not None and age * SUSPENDED_FRACTION > s.lease_ms:
-                    suspended.append(agent)
-        suspended.sort()
+                    suspended.append((-age, agent))
+        ages.sort()
+        suspended.sort()  # the longest silent first, then by name
+        named = [(agent, -neg) for neg, agent in suspended[:MAX_NAMED]]
         return SessionsView(
             active=st.active_sessions,
             here=here,
             leading=since is not None,
-            oldest_heartbeat_age_ms=oldest,
-            suspended=tuple(suspended[:100]),
+            oldest_heartbeat_age_ms=ages[-1] if ages else 0,
+            suspended=tuple(sorted(agent for agent, _ in named)),
             suspended_count=len(suspended),
+            suspended_ages_ms=tuple(named),
+            heartbeat_ages=len(ages),
+            heartbeat_age_p99_ms=_quantile(ages, 0.99),
+            heartbeat_age_sum_ms=sum(ages),
+            heartbeat_age_buckets=tuple((b, bisect.bisect_right(ages, int(b * 1000))) for b in AGE_BUCKETS_S),
             max_per_node=self.max_sessions_per_node,
             max_per_cluster=self.max_sessions,
             refused=dict(self.refused),
             relayed_out=self.relayed_out,
             relayed_in=self.relayed_in,
         )
+
+
+def _quantile(ascending: list[int], q: float) -> int:
+    """The nearest-rank ``q`` quantile of sorted values (0 for none)."""
+    if not ascending:
+        return 0
+    return ascending[max(0, math.ceil(q * len(ascending)) - 1)]
 
 
 def _too_many(name: str, limit: int, who: str) -> Rejection:

@@ -46,7 +46,13 @@ from prometheus_client import (
     disable_created_metrics,
     start_http_server,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -811,6 +817,19 @@ class SessionsCollector(Collector):
             "waitgraph_session_heartbeat_age_max_seconds",
             "The longest time since a session's last heartbeat (the leader's view; a follower's: its own).",
             v.oldest_heartbeat_age_ms / 1000,
+        )
+        yield _gauge(
+            "waitgraph_session_heartbeat_age_p99_seconds",
+            "The 99th percentile of the time since each session's last heartbeat (the leader's view).",
+            v.heartbeat_age_p99_ms / 1000,
+        )
+        # A distribution of the sessions as they are now, not of past observations: a gauge histogram.
+        buckets = [(floatToGoString(bound), float(n)) for bound, n in v.heartbeat_age_buckets]  # type: ignore[no-untyped-call]
+        yield GaugeHistogramMetricFamily(
+            "waitgraph_session_heartbeat_age_seconds",
+            "Sessions by the time since their last heartbeat (the leader's view; a follower's: its own).",
+            buckets=[*buckets, ("+Inf", float(v.heartbeat_ages))],
+            gsum_value=v.heartbeat_age_sum_ms / 1000,
         )
         limits = GaugeMetricFamily(
             "waitgraph_sessions_limit", "Admission limits of sessions, by scope.", labels=["scope"]

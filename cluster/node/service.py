@@ -377,6 +377,10 @@ def sessions_status(v: SessionsView) -> operator_pb2.SessionsStatus:
         suspended_count=v.suspended_count,
         max_per_node=v.max_per_node,
         max_per_cluster=v.max_per_cluster,
+        heartbeat_age_p99_ms=v.heartbeat_age_p99_ms,
+        suspended_sessions=[
+            operator_pb2.SuspendedSession(agent_id=agent, heartbeat_age_ms=age) for agent, age in v.suspended_ages_ms
+        ],
     )
 
 

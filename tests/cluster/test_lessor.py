@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from waitgraph.node.lessor import Lessor
+from waitgraph.node.lessor import AGE_BUCKETS_S, Lessor
 from waitgraph.statemachine import Envelope, StateMachine
 from waitgraph.statemachine.commands import Command, ExpireSession, JoinSession, LeaveSession
 from waitgraph.statemachine.enums import SessionStatus
@@ -124,3 +124,54 @@ def test_the_count_equals_a_recount_through_random_joins_leaves_expiries_and_lea
         check(node)
         assert node.machine.state.active_sessions <= 8
     assert refused and expired  # the walk reached the limit and expired sessions
+
+
+def test_the_view_shows_heartbeat_ages_and_who_is_suspended_in_status_and_metrics() -> None:
+    """The leader's view, as ``status`` and /metrics show it: the ages' p99, oldest and histogram,
+    and the suspended agents (silent for over half their lease) the longest silent first."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from waitgraph.node.metrics import SessionsCollector
+    from waitgraph.node.service import sessions_status
+    from waitgraph.ops.render import sessions_fact
+
+    node = Node(StateMachine(), max_sessions=100)
+    node.lessor.promote()
+    lease_ms = 30_000
+    for agent in ("a", "b", "c", "d", "e"):
+        node.lessor.admit(agent)
+        assert node.apply(f"agent:{agent}", JoinSession(agent_id=agent, lease_ms=lease_ms)) is Result.APPLIED
+    for at_ms, agent in ((5_000, "e"), (13_000, "d"), (22_000, "c"), (27_000, "b"), (29_500, "a")):
+        node.now_ms = at_ms
+        node.lessor.heartbeat(agent)
+    node.now_ms = 30_000
+    assert node.apply("agent:e", LeaveSession(agent_id="e")) is Result.APPLIED  # not ACTIVE: not shown
+    view = node.lessor.view(node.machine.state, node.now_ms)
+    # ages: a 0.5 s, b 3 s, c 8 s, d 17 s (e left)
+    assert (view.active, view.heartbeat_ages, view.oldest_heartbeat_age_ms) == (4, 4, 17_000)
+    assert view.heartbeat_age_p99_ms == 17_000 and view.heartbeat_age_sum_ms == 28_500
+    counts = [1, 1, 2, 3, 3, 4, 4, 4, 4, 4]  # at most 1, 2, 5, 10, 15, 20, 30, 60, 120, 300 s
+    assert view.heartbeat_age_buckets == tuple(zip(AGE_BUCKETS_S, counts, strict=True))
+    assert view.suspended_ages_ms == (("d", 17_000),) and view.suspended == ("d",) and view.suspended_count == 1
+    node.now_ms = 40_000  # c silent for 18 s now too
+    view = node.lessor.view(node.machine.state, node.now_ms)
+    assert view.suspended_ages_ms == (("d", 27_000), ("c", 18_000)) and view.suspended == ("c", "d")
+    line = sessions_fact(sessions_status(view))
+    assert "4 active" in line and "heartbeat age p99 27.0s, oldest 27.0s" in line, line
+    assert line.endswith("2 suspended: d (27s), c (18s)"), line
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SessionsCollector(lambda fn: fn(node.machine), lambda m: view, lambda: {}))
+    text = generate_latest(registry).decode()
+    for sample in (
+        # ages now: a 10.5 s, b 13 s, c 18 s, d 27 s
+        'waitgraph_session_heartbeat_age_seconds_bucket{le="10.0"} 0.0',
+        'waitgraph_session_heartbeat_age_seconds_bucket{le="15.0"} 2.0',
+        'waitgraph_session_heartbeat_age_seconds_bucket{le="20.0"} 3.0',
+        'waitgraph_session_heartbeat_age_seconds_bucket{le="+Inf"} 4.0',
+        "waitgraph_session_heartbeat_age_seconds_gcount 4.0",
+        "waitgraph_session_heartbeat_age_p99_seconds 27.0",
+        "waitgraph_session_heartbeat_age_max_seconds 27.0",
+        "waitgraph_sessions_suspended 2.0",
+    ):
+        assert sample in text, (sample, text)
