@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -227,6 +228,43 @@ def test_the_page_is_fresh_only_once_its_panels_are(ring: LocalCluster) -> None:
         page.wait_for_selector("body[data-fresh-render-ms]", timeout=30_000)
         assert page.evaluate("liveview.doc.graph_version >= liveview.openedAt")
         assert f"Open waits ({waits})" in page.inner_text("#sum-waits")
+
+
+@needs_browser
+def test_the_sessions_panel_counts_the_sessions_and_the_leaders_page_names_a_silent_agent(ring: LocalCluster) -> None:
+    """An agent joins with a 20 s lease and goes silent: after 10 s (half its lease) the leader's page
+    names it among the suspended, with the time since it was last heard; a follower's page counts
+    the sessions and says the leader's page has the ages and names. (It expires at 20 s: the page is
+    read within that window.)"""
+    assert BROWSER is not None and ring.credentials is not None
+    agent, lease_s = showcase.crowd_agents()[0], 20
+
+    async def join() -> None:
+        assert ring.credentials is not None
+        async with Client(ring.endpoints, ring.credentials.agents[agent]) as client:
+            await client.submit(JoinSession(agent_id=agent, lease_ms=lease_s * 1000))
+
+    asyncio.run(join())
+    joined = time.monotonic()
+    with ring.client("operator") as ops:
+        leader_id = ops.wait_for_leader(10).node_id
+        active = ops.status(fresh=True).sessions.active
+    leader = next(m for m in ring.members if m.node_id == leader_id)
+    with showcase.browser_page(BROWSER) as page:
+        showcase.open_view(page, follower_url(ring))
+        assert page.inner_text("#sessions-count") == f"({active})"
+        assert "the leader's page names the suspended agents" in page.inner_text("#sessions")
+        time.sleep(max(0.0, lease_s / 2 + 1 - (time.monotonic() - joined)))  # silent for over half its lease
+        showcase.open_view(page, f"http://{leader.http_address}/?token={ring.credentials.operator}")
+        page.wait_for_function(
+            "agent => [...document.querySelectorAll('#sessions td.mono')].some(td => td.textContent === agent)",
+            arg=agent,
+            timeout=8_000,
+        )
+        panel = page.inner_text("#sessions")
+    assert re.search(r"suspended: [1-9]", panel), panel
+    assert re.search(rf"{agent}\s+1[0-9]s ago", panel), panel
+    assert re.search(r"p99 \d+s, oldest \d+s", panel), panel
 
 
 @needs_browser
