@@ -22,6 +22,14 @@ Rules kept here (docs/api.md, "Sessions"):
   proposed: a refused join changes nothing. (The core's ``Limits.max_sessions`` stays the replicated
   backstop; two joins on two nodes at the same instant may pass this edge check together.)
 
+**Mixed releases** (a rolling upgrade, docs/deploy.md section 7): a node uses the lessor only when
+every member announced it runs this release (:func:`sessions_mode`, from the members' hellos,
+cluster/node/raft/_relay.py). While one runs an older release, every node writes heartbeats
+through the log as that release does, and the leader expires sessions by ``Tick`` version 1 (the
+replicated lease), so every member decodes every entry and no session kept alive in one leader's
+memory is expired by another's ``Tick``. While a member is not known yet (just started, not heard
+from), heartbeats go through the log and the leader proposes no expiry and no ``Tick``.
+
 Thread use: :meth:`heard` runs on the asyncio loop, :meth:`heard_relayed` on the Raft tick thread,
 :meth:`due` and :meth:`view` under the machine lock (a read): one lock guards the few dicts.
 """
@@ -29,12 +37,14 @@ Thread use: :meth:`heard` runs on the asyncio loop, :meth:`heard_relayed` on the
 from __future__ import annotations
 
 import bisect
+import enum
 import heapq
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from waitgraph.node.raft import SESSIONS_LESSOR
 from waitgraph.statemachine.effects import SessionRenewed
 from waitgraph.statemachine.enums import SessionStatus
 from waitgraph.statemachine.errors import Rejection, Status
@@ -52,6 +62,24 @@ MAX_NAMED = 100
 """Suspended agents named by the view (the count is always whole)."""
 """A session is *suspended* when nothing was heard from it for over 1/2 of its lease (the SDK
 heartbeats every third): it has missed a heartbeat and will expire unless one arrives."""
+
+
+class SessionsMode(enum.Enum):
+    LESSOR = "lessor"
+    """Every member runs this release: heartbeats at the leader, in memory; ExpireSession; Tick v2."""
+    LEGACY = "legacy"
+    """A member runs an older release: heartbeats through the log, expiry by Tick version 1."""
+    HOLD = "hold"
+    """A member is not known yet: heartbeats through the log; no expiry, no Tick."""
+
+
+def sessions_mode(features: Mapping[str, int | None]) -> SessionsMode:
+    """The mode for the other members' announced features (``RaftNode.member_features``)."""
+    if any(f is not None and not f & SESSIONS_LESSOR for f in features.values()):
+        return SessionsMode.LEGACY
+    if any(f is None for f in features.values()):
+        return SessionsMode.HOLD
+    return SessionsMode.LESSOR
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +114,8 @@ class SessionsView:
     """Joins refused, by the limit that refused them."""
     relayed_out: int
     relayed_in: int
+    mode: str = SessionsMode.LESSOR.value
+    """:class:`SessionsMode` of this node now (set by its caller, which knows the members)."""
 
 
 class Lessor:
@@ -95,7 +125,10 @@ class Lessor:
         state: Callable[[], State],
         max_sessions_per_node: int = 20_000,
         max_sessions: int = 50_000,
+        mode: Callable[[], SessionsMode] = lambda: SessionsMode.LESSOR,
     ) -> None:
+        self.mode = mode
+        """This node's :class:`SessionsMode` now (the server's: from the members' hellos)."""
         self._clock_ms = clock_ms
         """The node's logical clock (cluster/node/clock.py): the time ExpireSession is stamped in."""
         self._state = state
@@ -282,6 +315,7 @@ class Lessor:
             refused=dict(self.refused),
             relayed_out=self.relayed_out,
             relayed_in=self.relayed_in,
+            mode=self.mode().value,
         )
 
 

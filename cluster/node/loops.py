@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from waitgraph.node.errors import ClusterError
-from waitgraph.node.lessor import RELAY_INTERVAL_S, Lessor
+from waitgraph.node.lessor import RELAY_INTERVAL_S, Lessor, SessionsMode, sessions_mode
 from waitgraph.node.raft import RaftNode
 from waitgraph.statemachine import Envelope, StateMachine, encode_envelope
 from waitgraph.statemachine.commands import (
@@ -54,10 +54,12 @@ from waitgraph.statemachine.commands import (
     RetireSettled,
     SetMode,
     Tick,
+    TickV1,
     VoteRecovery,
 )
 from waitgraph.statemachine.detect import Candidate, IncrementalDetector
 from waitgraph.statemachine.effects import RetirementPassed
+from waitgraph.statemachine.enums import SessionStatus
 from waitgraph.statemachine.outcome import Outcome, Result
 from waitgraph.statemachine.recovery import propose_command, reproposable, soft_proposals, stands
 from waitgraph.statemachine.recovery_state import ProposalStatus, RolloutMode
@@ -105,6 +107,8 @@ class Survey:
     retire_due: bool = False
     expiries: list[tuple[str, int]] = field(default_factory=list)
     """(agent, incarnation) of the sessions whose lease ran out at this leader (cluster/node/lessor.py)."""
+    replicated_lease_due: bool = False
+    """A mixed cluster (lessor.py, "Mixed releases"): an ACTIVE session's replicated lease ran out."""
 
 
 def survey(
@@ -115,6 +119,7 @@ def survey(
     detector: IncrementalDetector | None,
     retention_ms: int | None = None,
     lessor: Lessor | None = None,
+    legacy: bool = False,
 ) -> Survey:
     """Pure read of the state (run under the machine lock); ``detector`` only on the leader."""
     st = m.state
@@ -150,6 +155,10 @@ def survey(
     out.retire_due = retention_ms is not None and retire_due(st, now, retention_ms)
     if lessor is not None:
         out.expiries = lessor.due(st, now)
+    if legacy:  # a scan, as the older release's Tick did: only while a member runs it
+        out.replicated_lease_due = any(
+            s.status is SessionStatus.ACTIVE and s.expires_at_ms <= now for s in st.sessions.values()
+        )
     return out
 
 
@@ -197,6 +206,8 @@ class Loops:
         self.lessor = lessor
         """Session liveness (cluster/node/lessor.py): promoted with this node, its expiries proposed."""
         self._last_relay = 0.0
+        self.mode = SessionsMode.LESSOR
+        """:class:`SessionsMode` at the last step (lessor.py, "Mixed releases")."""
         self._task: asyncio.Task[None] | None = None
         self._detector: IncrementalDetector | None = None
         self._was_leader = False
@@ -239,6 +250,14 @@ class Loops:
     async def step(self) -> None:
         leader = self.node.is_leader() and self.node.has_quorum()
         lessor = self.lessor
+        mode = self.mode
+        if lessor is not None:
+            mode = sessions_mode(self.node.member_features())
+            if mode is not self.mode:
+                logger.info("sessions mode: %s (was %s)", mode.value, self.mode.value)
+                if leader and self._was_leader and mode is SessionsMode.LESSOR:
+                    lessor.promote()  # heartbeats were written to the log until now: a full lease first
+        self.mode = mode
         if leader and not self._was_leader:
             self._detector = IncrementalDetector()  # a full pass first: it may have missed changes
             self._bootstrapped = False
@@ -258,8 +277,11 @@ class Loops:
         detector = self._detector
         actor, now, retention = self.cfg.actor, self.now_ms(), self.cfg.retention_ms
         housekeeping = leader and mono - self._last_housekeeping >= self.cfg.housekeeping_s
-        expiring = lessor if housekeeping else None
-        read = await self.node.read_local(lambda m: survey(m, actor, leader, now, detector, retention, expiring))
+        expiring = lessor if housekeeping and mode is SessionsMode.LESSOR else None
+        legacy = housekeeping and mode is SessionsMode.LEGACY
+        read = await self.node.read_local(
+            lambda m: survey(m, actor, leader, now, detector, retention, expiring, legacy)
+        )
         s: Survey = read.value
         for digest, approve, instance in s.votes:
             self._propose(f"vote:{instance}", VoteRecovery(digest=digest, approve=approve))
@@ -279,8 +301,11 @@ class Loops:
                 self._propose(
                     f"expire:{agent}", ExpireSession(agent_id=agent, incarnation=incarnation), idempotent=False
                 )
-            if s.tick_due:
+            # Only what every member decodes and applies alike (lessor.py, "Mixed releases"):
+            if mode is SessionsMode.LESSOR and s.tick_due:
                 self._propose("tick", Tick(), idempotent=False)
+            elif mode is SessionsMode.LEGACY and (s.tick_due or s.replicated_lease_due):
+                self._propose("tick", TickV1(), idempotent=False)
             if s.reemit_due:
                 self._propose("reemit", ReemitCancels(), idempotent=False)
         self._maybe_retire(s.retire_due, mono)

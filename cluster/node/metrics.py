@@ -831,6 +831,14 @@ class SessionsCollector(Collector):
             buckets=[*buckets, ("+Inf", float(v.heartbeat_ages))],
             gsum_value=v.heartbeat_age_sum_ms / 1000,
         )
+        mode = GaugeMetricFamily(
+            "waitgraph_sessions_mode",
+            "1 for this node's sessions mode: lessor, legacy (a member runs an older release), hold (one unknown).",
+            labels=["mode"],
+        )
+        for name in ("lessor", "legacy", "hold"):
+            mode.add_metric([name], float(v.mode == name))
+        yield mode
         limits = GaugeMetricFamily(
             "waitgraph_sessions_limit", "Admission limits of sessions, by scope.", labels=["scope"]
         )

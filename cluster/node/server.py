@@ -40,7 +40,7 @@ from waitgraph.node.errors import Stopped
 from waitgraph.node.events import EventfulMachine, EventJournal
 from waitgraph.node.front import Front, FrontError, find_binary, remove_upstream_socket, upstream_socket
 from waitgraph.node.history import FILE_NAME, HistoryStore
-from waitgraph.node.lessor import Lessor
+from waitgraph.node.lessor import Lessor, sessions_mode
 from waitgraph.node.loops import LoopConfig, Loops
 from waitgraph.node.metrics import GrpcMetrics, MetricsServer, SessionsCollector, node_collectors
 from waitgraph.node.metrics import serve as serve_metrics
@@ -196,6 +196,7 @@ class NodeProcess:
             lambda: self.machine.state,
             max_sessions_per_node=cfg.max_sessions_per_node,
             max_sessions=cfg.max_sessions,
+            mode=lambda: sessions_mode(self.node.member_features()),
         )
         self.node.on_relay(self.lessor.heard_relayed)
         self.gateway = Gateway(

@@ -35,7 +35,7 @@ from waitgraph.node.config import ServeConfig, recovery_refusal
 from waitgraph.node.errors import ClusterError, MembershipRefused, NotLeader
 from waitgraph.node.events import CursorExpired, EventJournal
 from waitgraph.node.history import HistoryStore
-from waitgraph.node.lessor import Lessor, SessionsView
+from waitgraph.node.lessor import Lessor, SessionsMode, SessionsView, sessions_mode
 from waitgraph.node.membership import following_config
 from waitgraph.node.raft import Member, RaftNode, RaftStatus, Read
 from waitgraph.node.ratelimit import RateLimiter
@@ -179,9 +179,14 @@ class Gateway:
 
         return self.unary(f"/waitgraph.v1.{service}/{rpc}", write)
 
+    def lessor_on(self) -> bool:
+        """Heartbeats are the lessor's only while every member runs this release (lessor.py,
+        "Mixed releases"); else they go through the log, as an older release expects."""
+        return sessions_mode(self.node.member_features()) is SessionsMode.LESSOR
+
     async def write(self, principal: Principal, rpc: str, request: Any) -> types_pb2.Outcome:
         self.check_request(request)
-        if rpc == "Heartbeat":
+        if rpc == "Heartbeat" and self.lessor_on():
             return self.answer(self.heartbeat(principal, request))
         checked = self.checked_envelope(principal, rpc, request, self.stamp())
         if rpc == "JoinSession":
@@ -275,6 +280,7 @@ class Gateway:
         proposed: list[tuple[int, CheckedEnvelope]] = []
         at_ms = self.stamp()  # one reading for the whole batch, like a group
         principals: dict[str, Principal] = {}
+        lessor_on = self.lessor_on()
         for i, item in enumerate(request.items):
             try:
                 rpc, req = convert.write_item_request(item)
@@ -285,7 +291,7 @@ class Gateway:
                     principals[item.authorization] = principal
                 authorize(principal, f"/waitgraph.v1.AgentService/{rpc}")
                 self.limiter.take(principal.name, principal.actor)
-                if rpc == "Heartbeat":
+                if rpc == "Heartbeat" and lessor_on:
                     results[i] = self.accepted(self.heartbeat(principal, req))
                     continue
                 checked = self.checked_envelope(principal, rpc, req, at_ms)
@@ -378,6 +384,7 @@ def sessions_status(v: SessionsView) -> operator_pb2.SessionsStatus:
         max_per_node=v.max_per_node,
         max_per_cluster=v.max_per_cluster,
         heartbeat_age_p99_ms=v.heartbeat_age_p99_ms,
+        mode=v.mode,
         suspended_sessions=[
             operator_pb2.SuspendedSession(agent_id=agent, heartbeat_age_ms=age) for agent, age in v.suspended_ages_ms
         ],

@@ -1536,8 +1536,15 @@ def sessions_fact(ss: operator_pb2.SessionsStatus) -> str:
     named = ", ".join(f"{s.agent_id} ({s.heartbeat_age_ms / 1000:.0f}s)" for s in shown)
     if ss.suspended_count > len(shown):
         named += f", ... {ss.suspended_count - len(shown)} more"
+    mixed = _MIXED.get(ss.mode, "")
     return (
         f"sessions {ss.active} active (limits {ss.max_per_node}/node, {ss.max_per_cluster}/cluster), "
         f"heartbeat age p99 {ss.heartbeat_age_p99_ms / 1000:.1f}s, oldest {ss.oldest_heartbeat_age_ms / 1000:.1f}s, "
-        f"{ss.suspended_count} suspended" + (f": {named}" if named else "")
+        f"{ss.suspended_count} suspended" + (f": {named}" if named else "") + (f"; {mixed}" if mixed else "")
     )
+
+
+_MIXED = {
+    "legacy": "mode legacy: a member runs an older release, heartbeats go through the log",
+    "hold": "mode hold: a member is not known yet, no session expires",
+}

@@ -138,6 +138,9 @@ class RecordingNode:
     def has_quorum(self) -> bool:
         return True
 
+    def member_features(self) -> dict[str, int | None]:
+        return {}  # no other member: the lessor answers heartbeats
+
     async def submit(self, checked: CheckedEnvelope) -> Outcome:
         self.submitted.append(checked.data)
         return self.machine.apply_bytes(checked.data)  # as every other replica: from the bytes

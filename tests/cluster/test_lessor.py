@@ -6,12 +6,17 @@ of sessions served through the node (its own limit), kept on a heap of lease end
 
 from __future__ import annotations
 
+import asyncio
 import random
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from waitgraph.node.lessor import AGE_BUCKETS_S, Lessor
-from waitgraph.statemachine import Envelope, StateMachine
+from waitgraph.node.lessor import AGE_BUCKETS_S, Lessor, SessionsMode, sessions_mode
+from waitgraph.node.loops import LoopConfig, Loops
+from waitgraph.node.raft import SESSIONS_LESSOR, _relay
+from waitgraph.statemachine import Envelope, StateMachine, decode_envelope
 from waitgraph.statemachine.commands import Command, ExpireSession, JoinSession, LeaveSession
 from waitgraph.statemachine.enums import SessionStatus
 from waitgraph.statemachine.errors import Rejection
@@ -175,3 +180,142 @@ def test_the_view_shows_heartbeat_ages_and_who_is_suspended_in_status_and_metric
         "waitgraph_sessions_suspended 2.0",
     ):
         assert sample in text, (sample, text)
+
+
+# -- mixed releases: the rolling-upgrade guard --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("features", "mode"),
+    [
+        ({}, SessionsMode.LESSOR),  # a single node
+        ({"b": SESSIONS_LESSOR, "c": SESSIONS_LESSOR | 4}, SessionsMode.LESSOR),  # a later bit too
+        ({"b": SESSIONS_LESSOR, "c": None}, SessionsMode.HOLD),  # c not heard from yet
+        ({"b": 0, "c": None}, SessionsMode.LEGACY),  # b runs a release from before the hellos
+        ({"b": SESSIONS_LESSOR, "c": 4}, SessionsMode.LEGACY),  # c announces something else only
+    ],
+)
+def test_the_sessions_mode_follows_the_members_features(features: dict[str, int | None], mode: SessionsMode) -> None:
+    assert sessions_mode(features) is mode
+
+
+class Members:
+    """What RelayMixin keeps of the other members, without a SyncObj (its methods run on this)."""
+
+    def __init__(self, others: list[str]) -> None:
+        self._SyncObj__otherNodes = [SimpleNamespace(address=a) for a in others]
+        self._features: dict[str, int] | None = None
+        self._first_heard: dict[str, float] | None = None
+        self._last_hello = 0.0
+        self._hello_since: float | None = None
+        self.sent: list[tuple[str, Any]] = []
+        self._SyncObj__transport = SimpleNamespace(send=lambda node, msg: self.sent.append((node.address, msg)))
+
+
+def test_members_are_known_by_their_hello_old_by_its_absence_and_left_out_when_down(monkeypatch: Any) -> None:
+    now = [100.0]
+    monkeypatch.setattr(_relay.time, "monotonic", lambda: now[0])
+    m = Members(["b", "c", "d"])
+    _relay.RelayMixin.say_hello(m, now[0])  # type: ignore[arg-type]
+    assert sorted(a for a, _ in m.sent) == ["b", "c", "d"]
+    assert all(msg == {"type": _relay.HELLO, "features": SESSIONS_LESSOR} for _, msg in m.sent)
+    features = _relay.RelayMixin.member_features
+    assert features(m, now[0]) == {"b": None, "c": None, "d": None}  # type: ignore[arg-type]
+    hello = {"type": _relay.HELLO, "features": SESSIONS_LESSOR}
+    assert _relay.RelayMixin._note_member(m, SimpleNamespace(address="b"), hello)  # type: ignore[arg-type]
+    assert not _relay.RelayMixin._note_member(m, SimpleNamespace(address="c"), {"type": "append_entries"})  # type: ignore[arg-type]
+    assert features(m, now[0]) == {"b": SESSIONS_LESSOR, "c": None, "d": None}  # type: ignore[arg-type]
+    now[0] += _relay.OLDER_AFTER_S  # c kept talking Raft without a hello: an older release
+    assert features(m, now[0]) == {"b": SESSIONS_LESSOR, "c": 0, "d": None}  # type: ignore[arg-type]
+    now[0] += _relay.ABSENT_AFTER_S  # d never said anything: down, left out
+    assert features(m, now[0]) == {"b": SESSIONS_LESSOR, "c": 0}  # type: ignore[arg-type]
+    assert sessions_mode(features(m, now[0])) is SessionsMode.LEGACY  # type: ignore[arg-type]
+
+
+class LoopNode:
+    """The node as the loops see it: a leader over a real machine whose members' features the test sets."""
+
+    def __init__(self, machine: StateMachine) -> None:
+        self.machine = machine
+        self.features: dict[str, int | None] = {}
+        self.proposed: list[Command] = []
+
+    def is_leader(self) -> bool:
+        return True
+
+    def has_quorum(self) -> bool:
+        return True
+
+    def member_features(self) -> dict[str, int | None]:
+        return self.features
+
+    async def read_local(self, fn: Any) -> Any:
+        return SimpleNamespace(value=fn(self.machine), applied_index=0)
+
+    async def submit(self, data: bytes) -> Any:
+        out = self.machine.apply_bytes(data)
+        self.proposed.append(decode_envelope(data).command)
+        return out
+
+
+async def test_the_leader_proposes_only_what_every_member_decodes() -> None:
+    """A member on an older release: no ExpireSession and no Tick version 2 (it would skip them and
+    its replica would part from the others); the replicated lease expires by Tick version 1, as
+    that release does. A member not known yet: no expiry at all. Every member on this release: the
+    lessor's ExpireSession, after a full lease from the moment it took over."""
+    machine = StateMachine()
+    node = LoopNode(machine)
+    now = [1000]
+    lessor = Lessor(lambda: now[0], lambda: machine.state)
+    loops = Loops(node, LoopConfig(node_id="n1", housekeeping_s=0.0), clock=lambda: now[0], lessor=lessor)  # type: ignore[arg-type]
+
+    async def step() -> list[str]:
+        node.proposed.clear()
+        await loops.step()
+        await asyncio.gather(*loops._in_flight.values())
+        return sorted(c.KIND if c.VERSION == 1 or c.KIND != "Tick" else "Tick2" for c in node.proposed)
+
+    env = Envelope(actor="agent:a", at_ms=now[0], request_id=None, command=JoinSession(agent_id="a", lease_ms=1000))
+    assert machine.apply(env).result is Result.APPLIED
+    node.features = {"b": None}
+    await step()
+    now[0] += 5000  # a's lease ran out long ago
+    assert await step() == [] and loops.mode is SessionsMode.HOLD
+    node.features = {"b": 0}
+    assert await step() == ["Tick"] and loops.mode is SessionsMode.LEGACY  # Tick v1: it expires a
+    assert machine.state.sessions["a"].status is SessionStatus.EXPIRED
+    env = Envelope(actor="agent:a", at_ms=now[0], request_id=None, command=JoinSession(agent_id="a", lease_ms=1000))
+    assert machine.apply(env).result is Result.APPLIED
+    node.features = {"b": SESSIONS_LESSOR}
+    now[0] += 1100  # past a's replicated lease: only the full lease from the switch keeps it
+    assert await step() == [] and loops.mode is SessionsMode.LESSOR
+    now[0] += 1000
+    assert await step() == ["ExpireSession"]
+    assert machine.state.sessions["a"].status is SessionStatus.EXPIRED
+
+
+@pytest.mark.parametrize(
+    ("features", "logged"), [({"b": SESSIONS_LESSOR}, False), ({"b": 0}, True), ({"b": None}, True)]
+)
+def test_a_heartbeat_goes_through_the_log_unless_every_member_runs_the_lessor(
+    features: dict[str, int | None], logged: bool
+) -> None:
+    """While a member runs an older release (or is not known yet), a heartbeat is a log entry, as
+    that release expects: its Tick version 1 expires by the replicated lease, which only a logged
+    heartbeat renews. Once every member announced the lessor, no heartbeat is written."""
+    from tests.cluster.test_grpc_fuzz import AGENT, RecordingNode, config
+    from waitgraph.node.service import Gateway
+    from waitgraph.proto.v1 import commands_pb2
+
+    machine = StateMachine()
+    env = Envelope(actor="agent:a", at_ms=1000, request_id=None, command=JoinSession(agent_id="a", lease_ms=1000))
+    assert machine.apply(env).result is Result.APPLIED
+    node = RecordingNode(machine)
+    node.member_features = lambda: features  # type: ignore[method-assign]
+    gateway = Gateway(
+        config(), node, journal=None, clock=lambda: 1.5, lessor=Lessor(lambda: 1500, lambda: machine.state)
+    )  # type: ignore[arg-type]
+    reply = asyncio.run(gateway.write(AGENT, "Heartbeat", commands_pb2.HeartbeatRequest(agent_id="a")))
+    assert [fx.WhichOneof("effect") for fx in reply.effects] == ["session_renewed"], reply
+    assert bool(node.submitted) is logged
+    assert machine.state.sessions["a"].expires_at_ms == (2500 if logged else 2000)

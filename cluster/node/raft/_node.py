@@ -606,6 +606,12 @@ class RaftNode:
         if obj is not None and agents:
             obj.call_on_tick(lambda: obj.relay_to_leader(agents))
 
+    def member_features(self) -> dict[str, int | None]:
+        """Every other member's announced features (``_relay.py``): its bits, 0 for a release from
+        before the hellos, None while unknown. Any thread."""
+        obj = self._obj
+        return {} if obj is None else obj.member_features(time.monotonic())
+
     # -- role and status --------------------------------------------------------------------------
 
     def is_leader(self) -> bool:

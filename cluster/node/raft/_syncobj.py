@@ -174,6 +174,8 @@ class WaitgraphSyncObj(
     _SyncObj__encryptor: Any = EncryptorHook()
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        if self._note_member(node, message):
+            return  # a hello: the sender's features (``_relay.py``)
         if type(message) is dict and message.get("type") == RELAY:
             self._relay_received(message)  # heartbeats relayed to the leader (``_relay.py``)
             return
@@ -198,6 +200,7 @@ class WaitgraphSyncObj(
             self.sync_journal()
         self._run_tick_calls()
         self._keep_connections_alive(started)
+        self.say_hello(started)
         self._read_before_standing()
         super()._onTick(timeToWait)
 
