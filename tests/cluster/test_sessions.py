@@ -102,6 +102,17 @@ async def _leader(lc: LocalCluster) -> LocalNode:
     return await until(find, 30, "a leader")
 
 
+async def _lessor_everywhere(lc: LocalCluster) -> None:
+    """Every node knows every member runs the lessor (their hellos, docs/deploy.md section 7):
+    until then a heartbeat is written to the log, as a release before the lessor expects."""
+
+    async def known() -> bool:
+        modes = [(await _status(n)).sessions.mode for n in lc.members if n.alive]
+        return all(mode == "lessor" for mode in modes)
+
+    await until(known, 30, "every node in the lessor's mode")
+
+
 @pytest.fixture
 def start(local_cluster: Callable[..., LocalCluster]) -> Callable[..., LocalCluster]:
     """A 3-node cluster (conftest's ``local_cluster``) with a token per agent, its /metrics served."""
@@ -126,6 +137,7 @@ async def test_leases_survive_a_leader_failover_and_no_heartbeat_is_written(
     lease_ms, beat_s, quiet_s, pause_s = 5000, 1.0, 30.0, 3.0
     try:
         await _leader(lc)
+        await _lessor_everywhere(lc)
         for i, a in enumerate(AGENTS):
             assert (await agents.do(nodes[i % 3], a, C.JoinSession(agent_id=a, lease_ms=lease_ms))).ok
         leader = await _leader(lc)

@@ -37,6 +37,8 @@ SESSIONS_LESSOR = 1
 FEATURES = SESSIONS_LESSOR
 """What this release announces."""
 HELLO_INTERVAL_S = 1.0
+HELLO_EAGER_S = 0.1
+"""The interval while a member's hello has not arrived yet."""
 OLDER_AFTER_S = 5.0
 """A member heard from this long without a hello runs a release from before the hellos."""
 ABSENT_AFTER_S = 10.0
@@ -73,7 +75,13 @@ class RelayMixin(SyncObj):  # type: ignore[misc]
         """Send this release's features to every other member, every :data:`HELLO_INTERVAL_S` (tick thread)."""
         if self._hello_since is None:
             self._hello_since = now
-        if now - self._last_hello < HELLO_INTERVAL_S:
+        # often while this node has not heard every member's hello yet, after it started: the
+        # others learn of it as soon as a connection carries one
+        heard = self._features or {}
+        waiting = now - self._hello_since < ABSENT_AFTER_S and any(
+            str(n.address) not in heard for n in list(self._SyncObj__otherNodes)
+        )
+        if now - self._last_hello < (HELLO_EAGER_S if waiting else HELLO_INTERVAL_S):
             return
         self._last_hello = now
         for node in list(self._SyncObj__otherNodes):
