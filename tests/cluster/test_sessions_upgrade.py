@@ -3,9 +3,10 @@
 The old release is main's tree before the lessor (:data:`BEFORE_LESSOR`: heartbeats are log
 entries there, and its ``Tick`` expires sessions by the replicated lease), in a virtual
 environment of its own (``test_raft_upgrade.release_python``). Two nodes run it, one runs this
-tree; whichever leads, an agent that heartbeats only through the new node keeps its session past
+tree; an agent that heartbeats only through the new node keeps its session past
 several leases, an agent that stops is expired on every replica, and the replicas' digests stay
-equal (an entry one release cannot decode would part them). Then the two old nodes are upgraded,
+equal (an entry one release cannot decode would part them): once under an old leader, once under
+the new node (leaders are restarted until each kind leads). Then the two old nodes are upgraded,
 one at a time, and the new release's lessor takes over: heartbeats leave the log.
 """
 
@@ -119,7 +120,20 @@ async def _phase(lc: LocalCluster, new: LocalNode, live: str, dead: str) -> None
     await _same_digests(lc)
 
 
-@pytest.mark.timeout(300)
+async def _lead(lc: LocalCluster, new: LocalNode, by_new: bool) -> None:
+    """Restart leaders until the new node leads (``by_new``) or an old one does."""
+    for _ in range(12):
+        leader = await _leader(lc)
+        if (leader is new) == by_new:
+            return
+        lc.terminate(leader.node_id)
+        lc.spawn(leader.node_id)
+        lc.wait_ready(leader.node_id)
+        await _same_digests(lc)
+    raise AssertionError(f"no {'new' if by_new else 'old'} leader after 12 elections")
+
+
+@pytest.mark.timeout(420)
 async def test_sessions_through_a_rolling_upgrade_from_the_release_before_the_lessor(
     tmp_path: Path, old_python: str
 ) -> None:
@@ -130,14 +144,9 @@ async def test_sessions_through_a_rolling_upgrade_from_the_release_before_the_le
     for m in old:
         m.python = old_python
     with lc:  # starts every node
-        await _leader(lc)
+        await _lead(lc, new, by_new=False)  # an old leader: its Tick (v1) expires by the replicated lease
         await _phase(lc, new, "live1", "dead1")
-        # the other kind of leader, when the election gives it: stop the leader, start it again
-        leader = await _leader(lc)
-        lc.terminate(leader.node_id)
-        lc.spawn(leader.node_id)
-        lc.wait_ready(leader.node_id)
-        await _same_digests(lc)
+        await _lead(lc, new, by_new=True)  # the new one: it must propose only what the old ones decode
         await _phase(lc, new, "live2", "dead2")
         for m in old:  # the upgrade, one node at a time
             lc.terminate(m.node_id)
