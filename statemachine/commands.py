@@ -32,7 +32,8 @@ class JoinSession:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Heartbeat:
-    """Renew the agent's session lease."""
+    """Renew the agent's session lease in the log (released in version 1; nodes no longer propose
+    it: a heartbeat renews the lease at the leader, in memory; an old log's entries still apply)."""
 
     KIND: ClassVar[str] = "Heartbeat"
     VERSION: ClassVar[int] = 1
@@ -46,6 +47,21 @@ class LeaveSession:
     KIND: ClassVar[str] = "LeaveSession"
     VERSION: ClassVar[int] = 1
     agent_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpireSession:
+    """End an agent's session whose lease ran out at the leader (operators and nodes only).
+
+    Liveness is the leader's, in memory (``cluster/node/lessor.py``): heartbeats are not written to
+    the log. When the leader has heard nothing from the agent for its lease, it proposes this; the
+    apply names the incarnation it expires, so a late proposal never ends a session joined again.
+    """
+
+    KIND: ClassVar[str] = "ExpireSession"
+    VERSION: ClassVar[int] = 1
+    agent_id: str
+    incarnation: int
 
 
 # -- executions ------------------------------------------------------------------------------
@@ -277,7 +293,17 @@ class DecideApproval:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tick:
-    """Advance logical time: expire sessions and close waits whose deadline has passed."""
+    """Advance logical time: close waits whose deadline has passed. Sessions are not expired
+    here any more: the leader proposes :class:`ExpireSession` (version 2 of Tick)."""
+
+    KIND: ClassVar[str] = "Tick"
+    VERSION: ClassVar[int] = 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TickV1:
+    """Tick as released in version 1, kept so an existing log applies as it did: it also expires
+    every ACTIVE session whose lease in the replicated state (``expires_at_ms``) has passed."""
 
     KIND: ClassVar[str] = "Tick"
     VERSION: ClassVar[int] = 1
@@ -538,6 +564,7 @@ Command = (
     JoinSession
     | Heartbeat
     | LeaveSession
+    | ExpireSession
     | CreateExecution
     | StartExecution
     | ResumeExecution
@@ -553,6 +580,7 @@ Command = (
     | ProduceArtifact
     | DecideApproval
     | Tick
+    | TickV1
     | RecordSideEffect
     | RecordCost
     | ConfigureRecovery
@@ -578,6 +606,7 @@ COMMANDS: tuple[type[Command], ...] = (
     JoinSession,
     Heartbeat,
     LeaveSession,
+    ExpireSession,
     CreateExecution,
     StartExecution,
     ResumeExecution,
@@ -593,6 +622,7 @@ COMMANDS: tuple[type[Command], ...] = (
     ProduceArtifact,
     DecideApproval,
     Tick,
+    TickV1,
     RecordSideEffect,
     RecordCost,
     ConfigureRecovery,

@@ -32,7 +32,8 @@ only cannot acquire or register anything new, which ``apply`` refuses.
   waiters, lists each of them exactly once and nobody else; a pass-over count is never negative.
   (The order itself is history, a priority newcomer and a reorder's doing: primary data, in the
   snapshot, not derivable.)
-- sessions: every ACTIVE session's current expiry is on the expiry heap.
+- sessions: filed under their own id, incarnation from 1; ``active_sessions`` (kept incrementally
+  for the cluster's admission limit) equals a recount.
 - lease TTLs: every TTL record names a current holding (holder at that generation; a later grant
   would have dropped it) at a lease the target has reached, and is on the TTL heap.
 - per-agent counts: ``open_executions_by_agent`` and ``open_edges_by_agent`` (kept incrementally
@@ -45,11 +46,11 @@ only cannot acquire or register anything new, which ``apply`` refuses.
 
 from __future__ import annotations
 
-from .enums import SETTLED, ExecStatus, SessionStatus
+from .enums import SETTLED, ExecStatus
 from .ids import DECLARED_KINDS, HELD_KINDS, OUTSIDE_KINDS, TARGET_KINDS, Kind
 from .queues import QUEUED_KINDS
 from .recovery_state import ProposalStatus
-from .state import State, WaitEdge, count_by_agent, retirement_index, target_index
+from .state import State, WaitEdge, count_active_sessions, count_by_agent, retirement_index, target_index
 
 OPEN = frozenset(ExecStatus) - SETTLED
 """States of an execution whose attempt is not over: it may hold, wait, satisfy, be waited for."""
@@ -369,14 +370,14 @@ def _check_lease_ttls(st: State, out: list[str]) -> None:
 
 
 def _check_sessions(st: State, out: list[str]) -> None:
-    heap = set(st.session_expiry)
+    active = count_active_sessions(st.sessions)
+    if st.active_sessions != active:
+        out.append(f"the count of ACTIVE sessions is {st.active_sessions}; recounted, {active}")
     for agent_id in sorted(st.sessions):
         s = st.sessions[agent_id]
         if s.agent_id != agent_id:
             out.append(f"session {agent_id} is filed under another id ({s.agent_id})")
         if s.incarnation < 1:
             out.append(f"session {agent_id} has incarnation {s.incarnation}")
-        if s.status is SessionStatus.ACTIVE and (s.expires_at_ms, agent_id) not in heap:
-            out.append(f"session {agent_id} is ACTIVE but its expiry {s.expires_at_ms} is not on the expiry heap")
     if len(st.idempotency) > st.limits.idempotency_capacity:
         out.append(f"idempotency table holds {len(st.idempotency)} > {st.limits.idempotency_capacity} entries")

@@ -39,6 +39,7 @@ from .commands import (
     DecideApproval,
     DeclareSatisfier,
     Envelope,
+    ExpireSession,
     FailExecution,
     FreezeAdmission,
     Heartbeat,
@@ -60,6 +61,7 @@ from .commands import (
     SetMode,
     StartExecution,
     Tick,
+    TickV1,
     UnfreezeAdmission,
     VoteRecovery,
 )
@@ -218,6 +220,8 @@ def _dispatch(ctx: Ctx, cmd: Command) -> Outcome:
             return _join(ctx, cmd)
         case LeaveSession():
             return _leave(ctx, cmd)
+        case ExpireSession():
+            return _expire_session(ctx, cmd)
         case CreateExecution():
             _cancel.admit_creation(ctx, cmd)
             return _create_execution(ctx, cmd)
@@ -245,6 +249,8 @@ def _dispatch(ctx: Ctx, cmd: Command) -> Outcome:
             return _decide(ctx, cmd)
         case Tick():
             return _tick(ctx)
+        case TickV1():
+            return _tick_v1(ctx)
         case RecordSideEffect():
             return _record_side_effect(ctx, cmd)
         case RecordCost():
@@ -323,11 +329,10 @@ def _join(ctx: Ctx, cmd: JoinSession) -> Outcome:
     expires = later(ctx.now, cmd.lease_ms)
     if s is not None and s.status is SessionStatus.ACTIVE:
         s.lease_ms, s.expires_at_ms = cmd.lease_ms, expires
-        heapq.heappush(st.session_expiry, (expires, agent))
         return applied([SessionRenewed(agent_id=agent, expires_at_ms=expires)])
     incarnation = s.incarnation + 1 if s else 1
     st.sessions[agent] = Session(agent, incarnation, cmd.lease_ms, expires, SessionStatus.ACTIVE)
-    heapq.heappush(st.session_expiry, (expires, agent))
+    st.active_sessions += 1
     return applied([SessionJoined(agent_id=agent, incarnation=incarnation, expires_at_ms=expires)])
 
 
@@ -338,7 +343,6 @@ def _heartbeat(ctx: Ctx, cmd: Heartbeat) -> Outcome:
     if s is None or s.status is not _ACTIVE:
         raise E.precondition("no_session", f"agent {agent} has no active session; join again", agent_id=agent)
     s.expires_at_ms = later(ctx.now, s.lease_ms)
-    heapq.heappush(st.session_expiry, (s.expires_at_ms, agent))
     return applied([SessionRenewed(agent_id=agent, expires_at_ms=s.expires_at_ms)])
 
 
@@ -348,7 +352,31 @@ def _leave(ctx: Ctx, cmd: LeaveSession) -> Outcome:
     if s is None or s.status is not SessionStatus.ACTIVE:
         return noop("no_session", f"agent {agent} has no active session")
     s.status = SessionStatus.LEFT
+    ctx.state.active_sessions -= 1
     return applied([SessionEnded(agent_id=agent, reason="left")])
+
+
+def _expire_session(ctx: Ctx, cmd: ExpireSession) -> Outcome:
+    """The leader heard nothing from the agent for its lease (docs/api.md, Sessions)."""
+    require_operator(ctx, "ExpireSession")
+    validate_name(cmd.agent_id, "agent_id")
+    s = ctx.state.sessions.get(cmd.agent_id)
+    if s is None or s.status is not SessionStatus.ACTIVE or s.incarnation != cmd.incarnation:
+        return noop("not_active", f"agent {cmd.agent_id} has no active session of the incarnation named")
+    if s.expires_at_ms > ctx.now:
+        # Renewed through the log after the leader found it due (a rejoin, which keeps the
+        # incarnation; an old log's Heartbeat): that join was acknowledged, so this expiry is late.
+        return noop("renewed", f"agent {cmd.agent_id}'s session was renewed until {s.expires_at_ms}")
+    _end_expired(ctx, s)
+    return applied(ctx.fx)
+
+
+def _end_expired(ctx: Ctx, s: Session) -> None:
+    # The lease ended now: retirement counts its retention from here (statemachine/retire.py).
+    s.status, s.expires_at_ms = SessionStatus.EXPIRED, min(s.expires_at_ms, ctx.now)
+    ctx.state.active_sessions -= 1
+    ctx.fx.append(SessionEnded(agent_id=s.agent_id, reason="expired"))
+    _cancel.on_session_expired(ctx, s.agent_id)
 
 
 # -- executions -----------------------------------------------------------------------------------
@@ -753,17 +781,27 @@ def _decide(ctx: Ctx, cmd: DecideApproval) -> Outcome:
     return applied(ctx.fx)
 
 
-def _tick(ctx: Ctx) -> Outcome:
-    """Expire sessions, deadlines and lease TTLs up to ``now``; a timeout is a failure, never progress."""
+def _tick_v1(ctx: Ctx) -> Outcome:
+    """Tick as released in version 1: sessions whose replicated lease has passed expire first, in
+    (expiry, agent) order, as its heap popped them; then the deadlines. Only an old log holds it,
+    so a scan of the sessions is cheap enough and no heap is kept for it."""
     require_operator(ctx, "Tick")
     st = ctx.state
-    while st.session_expiry and st.session_expiry[0][0] <= ctx.now:
-        expires, agent = heapq.heappop(st.session_expiry)
-        s = st.sessions.get(agent)  # a stale entry may name a session that retired since
-        if s is not None and s.status is SessionStatus.ACTIVE and s.expires_at_ms == expires:
-            s.status = SessionStatus.EXPIRED
-            ctx.fx.append(SessionEnded(agent_id=agent, reason="expired"))
-            _cancel.on_session_expired(ctx, agent)
+    due = sorted(
+        (s.expires_at_ms, agent)
+        for agent, s in st.sessions.items()
+        if s.status is SessionStatus.ACTIVE and s.expires_at_ms <= ctx.now
+    )
+    for _, agent in due:
+        _end_expired(ctx, st.sessions[agent])
+    return _tick(ctx)
+
+
+def _tick(ctx: Ctx) -> Outcome:
+    """Close the waits and expire the lease TTLs whose time has passed by ``now``; a timeout is a
+    failure, never progress. Sessions expire by :class:`ExpireSession`, proposed by the leader."""
+    require_operator(ctx, "Tick")
+    st = ctx.state
     while st.deadlines and st.deadlines[0][0] <= ctx.now:
         deadline, waiter, target, version = heapq.heappop(st.deadlines)
         edge = st.wait(waiter, target)

@@ -205,6 +205,9 @@ class State:
         self.traced_edges = 0
         """Open edges with a ``trace_context``: the snapshot writes the sparse column of them only
         when there is one, so an untraced state snapshots to the bytes it had before tracing."""
+        self.active_sessions = 0
+        """ACTIVE sessions (the cluster's admission limit reads it on every join: a count kept as
+        sessions start and end, not a scan); written only by the machine's session transitions."""
         self.open_executions_by_agent: dict[str, int] = {}
         """agent id -> its unsettled executions (``Limits.max_open_executions_per_agent``); an
         agent with none has no entry."""
@@ -215,8 +218,6 @@ class State:
         """execution id -> targets it produces, provides or holds."""
         self.deadlines: list[tuple[int, str, str, int]] = []
         """heap of (deadline_ms, waiter, target, edge_version); stale entries are skipped."""
-        self.session_expiry: list[tuple[int, str]] = []
-        """heap of (expires_at_ms, agent_id); stale entries are skipped."""
         self.lease_ttls: dict[str, dict[str, tuple[int, int, int]]] = {}
         """target id -> holder id -> (expires_at_ms, generation, lease) of a holding granted with a
         TTL (``Acquire.ttl_ms``): primary data, in the snapshot. Written by :meth:`set_lease_ttl`
@@ -472,10 +473,7 @@ class State:
             st.cancel = CancelBook.from_plain(raw["cancel"])
             for a, inc, lease, exp, status in raw["sessions"]:
                 st.sessions[a] = Session(a, inc, lease, exp, _SESSION_STATUS[status])
-            st.session_expiry = [
-                (s.expires_at_ms, s.agent_id) for s in st.sessions.values() if s.status is SessionStatus.ACTIVE
-            ]
-            heapq.heapify(st.session_expiry)
+            st.active_sessions = count_active_sessions(st.sessions)
             st.executions = _executions_from(raw["executions"])
             st.runs = _runs_from(raw["runs"])
             st.targets, st.satisfies = _targets_from(raw["targets"])
@@ -519,6 +517,11 @@ class State:
             # methods on them, indexing a table with them): a corrupt snapshot, not a crash.
             raise CodecError(f"corrupt snapshot: {exc}") from exc
         return st
+
+
+def count_active_sessions(sessions: dict[str, Session]) -> int:
+    """The ACTIVE sessions, recounted from the records (restore; the invariants' check)."""
+    return sum(1 for s in sessions.values() if s.status is SessionStatus.ACTIVE)
 
 
 def _count(counts: dict[str, int], agent_id: str, by: int) -> None:

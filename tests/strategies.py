@@ -44,6 +44,7 @@ from waitgraph.statemachine.commands import (
     DecideApproval,
     DeclareSatisfier,
     Envelope,
+    ExpireSession,
     FailExecution,
     Heartbeat,
     JoinSession,
@@ -58,6 +59,7 @@ from waitgraph.statemachine.commands import (
     SetApprover,
     StartExecution,
     Tick,
+    TickV1,
 )
 from waitgraph.statemachine.effects import EFFECTS, Effect
 from waitgraph.statemachine.enums import CancelMode, EffectOutcome
@@ -520,7 +522,21 @@ def _decide(c: _Gen, st_: State) -> Built:
 
 
 def _tick(c: _Gen, st_: State) -> Built:
-    return _make(c, st_, Tick), c.pick((OPERATOR, NODE))
+    # Tick version 1 (an old log's: it also expires sessions by their replicated lease) now and then.
+    return _make(c, st_, TickV1 if c.chance(250) else Tick), c.pick((OPERATOR, NODE))
+
+
+def _expire_session(c: _Gen, st_: State) -> Built:
+    """What the leader's lessor proposes (cluster/node/lessor.py): mostly a live session at its
+    incarnation; sometimes a stale incarnation, an unknown agent, or an agent as the actor."""
+    sessions = sorted(st_.sessions.items())
+    if sessions and not c.bad(150):
+        agent, s = c.pick(tuple(sessions))
+        incarnation = s.incarnation if c.chance(800) else s.incarnation - 1
+    else:
+        agent, incarnation = _agent(c), c.integer(0, 3)
+    actor = f"agent:{agent}" if c.bad(50) else c.pick((OPERATOR, NODE))
+    return _make(c, st_, ExpireSession, agent_id=agent, incarnation=incarnation), actor
 
 
 def _side_effect(c: _Gen, st_: State) -> Built:
@@ -556,6 +572,7 @@ _BUILDERS: dict[str, tuple[int, Callable[[_Gen, State], Built]]] = {
     "JoinSession": (6, _join),
     "Heartbeat": (3, _heartbeat),
     "LeaveSession": (1, _leave),
+    "ExpireSession": (1, _expire_session),
     "CreateExecution": (6, _create_execution),
     "StartExecution": (6, _lifecycle(StartExecution)),
     "ResumeExecution": (3, _lifecycle(ResumeExecution)),

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
         ("bench_handoff.py", ["--agents", "8", "--slots", "2", "--acquisitions", "100"], "wake-and-race"),
         ("bench_mcp.py", ["--rounds", "5", "--clients", "2", "--client-rounds", "3"], "| wait satisfied, stdio |"),
         ("bench_langgraph.py", ["--invocations", "3", "--warmup", "1"], "instrumented, waitgraph lease"),
+        ("bench_sessions.py", ["--quick", "--no-etcd"], "| 20 | waitgraph |"),
     ],
 )
 def test_benchmark_script_runs(script: str, args: list[str], expect: str) -> None:

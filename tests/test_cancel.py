@@ -28,6 +28,7 @@ from waitgraph.statemachine.commands import (
     CreateExecution,
     CreateTarget,
     Envelope,
+    ExpireSession,
     FailExecution,
     FreezeAdmission,
     Heartbeat,
@@ -40,7 +41,6 @@ from waitgraph.statemachine.commands import (
     RenewClaim,
     RetryExecution,
     StartExecution,
-    Tick,
     UnfreezeAdmission,
 )
 from waitgraph.statemachine.context import Ctx
@@ -700,9 +700,9 @@ def test_a_worker_crashing_during_propagation_leaves_no_lease_or_owner_after_can
     crashing_worker(c)
     c.ok("agent:a", Heartbeat(agent_id="a"), at=2_000)
     c.ack("exec:root")
-    # b stops heartbeating: its session expires; what it had in flight is now UNKNOWN, and its
-    # execution stays unacknowledged (the run is not stable, re-emission keeps asking).
-    out = c.ok(OP, Tick(), at=8_000)
+    # b stops heartbeating: the leader expires its session; what it had in flight is now UNKNOWN,
+    # and its execution stays unacknowledged (the run is not stable, re-emission keeps asking).
+    out = c.ok("node:n1", ExpireSession(agent_id="b", incarnation=c.st.sessions["b"].incarnation), at=8_000)
     assert [(r.effect_id, r.outcome) for r in effects_of(out, SideEffectRecorded)] == [
         ("upload", EffectOutcome.UNKNOWN)
     ]
@@ -726,7 +726,7 @@ def test_a_worker_that_never_comes_back_is_quarantined_then_released_by_an_opera
     crashing_worker(c)
     c.ok("agent:a", Heartbeat(agent_id="a"), at=2_000)
     c.ack("exec:root")
-    c.ok(OP, Tick(), at=8_000)
+    c.ok("node:n1", ExpireSession(agent_id="b", incarnation=c.st.sessions["b"].incarnation), at=8_000)
     c.ok("node:n1", ReemitCancels(), at=1_000 + c.st.cancel.slo_ms)
     assert c.ex("exec:child").status is S.QUARANTINED
     assert c.held_by_run("r1") == ["claim:exec:child", "pool:gpu:exec:child"]

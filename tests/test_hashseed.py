@@ -25,7 +25,8 @@ from waitgraph.statemachine.outcome import Result
 from waitgraph.statemachine.state import State
 
 ROOT = Path(__file__).resolve().parent.parent
-SEED, STEPS = 4, 800
+SEED, STEPS = 5, 800
+"""A seed whose log passes :func:`assert_rich` (ExpireSession and Tick v1 in the workload moved 4's)."""
 
 
 def replay_file(path: str) -> tuple[str, str, str]:

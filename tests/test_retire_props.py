@@ -47,6 +47,7 @@ from waitgraph.statemachine.commands import (
     CreateExecution,
     CreateTarget,
     Envelope,
+    ExpireSession,
     FailExecution,
     JoinSession,
     RegisterWait,
@@ -290,6 +291,18 @@ class Twins:
             if out.result is not Result.REJECTED:
                 self.gone.discard(env.command.agent_id)
             assert _without_incarnation(out) == _without_incarnation(ref_out), (env, out, ref_out)
+            return out
+        if isinstance(env.command, ExpireSession) and env.command.agent_id not in self.gone:
+            # The reference counts incarnations on past a retirement (above): the same session
+            # is named by its own incarnation there.
+            cmd = env.command
+            mine = self.sm.state.sessions.get(cmd.agent_id)
+            theirs = self.ref.state.sessions.get(cmd.agent_id)
+            shift = theirs.incarnation - mine.incarnation if mine is not None and theirs is not None else 0
+            ref_env = dataclasses.replace(env, command=dataclasses.replace(cmd, incarnation=cmd.incarnation + shift))
+            out, ref_out = self.sm.apply(env), self.ref.apply(ref_env)
+            assert out == ref_out, (env, out, ref_out)
+            self.compared += 1
             return out
         if isinstance(env.command, CreateTarget) and env.command.target_id in self.gone.intersection(
             self.ref.state.targets

@@ -69,7 +69,7 @@ from waitgraph.statemachine.commands import (
     StartExecution,
 )
 from waitgraph.statemachine.effects import ExecutionRetired, RunRetired, SessionRetired, TargetRetired
-from waitgraph.statemachine.enums import EffectOutcome, ExecStatus
+from waitgraph.statemachine.enums import EffectOutcome, ExecStatus, SessionStatus
 from waitgraph.statemachine.errors import CodecError, Status
 from waitgraph.statemachine.machine import StateMachine
 from waitgraph.statemachine.outcome import Outcome, Result
@@ -503,7 +503,11 @@ CORRUPTIONS: dict[str, tuple[Callable[[State], object], str]] = {
     ),
     "WAITING without waits": (lambda s: setattr(s.executions["exec:e4"], "status", ExecStatus.WAITING), "no open wait"),
     "deadline missing from the heap": (lambda s: s.deadlines.clear(), "deadline heap"),
-    "session expiry missing from the heap": (lambda s: s.session_expiry.clear(), "expiry heap"),
+    "session with incarnation 0": (lambda s: setattr(s.sessions["a1"], "incarnation", 0), "incarnation 0"),
+    "count of ACTIVE sessions off": (
+        lambda s: setattr(s.sessions["a1"], "status", SessionStatus.LEFT),
+        "the count of ACTIVE sessions is 2; recounted, 1",
+    ),
     "run root broken": (lambda s: setattr(s.runs["r1"], "root_id", "exec:e3"), "root"),
     "agent's open executions off": (
         lambda s: s.open_executions_by_agent.update(a1=5),

@@ -312,9 +312,10 @@ def browser_page(browser: str, size: tuple[int, int] = (1400, 1000)) -> Iterator
 def open_view(page: Any, url: str, timeout_s: float = 30.0) -> tuple[float, float]:
     """Load the live view at ``url`` (with ``?token=``) and wait until it draws the graph at the
     applied index its feed reports, and a drawing of a state at least as new as the node's commit
-    index when the page opened (:func:`fresh_render_s`). Returns the page's own times from
-    navigation, in seconds, to its first drawing (of the node's last build, which may be a moment
-    old and says so) and to the first drawing of the one its feed called current."""
+    index when the page opened, its panels (the summary) as new (:func:`fresh_render_s`). Returns
+    the page's own times from navigation, in seconds, to its first drawing (of the node's last
+    build, which may be a moment old and says so) and to the first drawing of the one its feed
+    called current."""
     page.goto(url)
     page.wait_for_selector("body[data-current-render-ms]", timeout=timeout_s * 1000)
     # and (what a caller then reads off the page) a drawing of a state at least as new as the

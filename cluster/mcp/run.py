@@ -5,8 +5,8 @@ Over HTTP every request must carry ``Authorization: Bearer <agent token>`` and
 ``X-Waitgraph-Agent: <agent id>``; the first request of an agent joins its waitgraph session with
 that token, and a token the cluster refuses (unknown, expired, or bound to another agent) is
 answered 401/403 before any MCP message is read. An agent leaves its waitgraph session when its
-client ends its last MCP session (``DELETE``), or once it has made no call for ``idle_timeout_s``
-and has none in flight (a client that vanished).
+client ends its last MCP session (``DELETE``, answered once the session has left), or once it has
+made no call for ``idle_timeout_s`` and has none in flight (a client that vanished).
 """
 
 from __future__ import annotations
@@ -174,11 +174,24 @@ def _authenticating(app: ASGIApp, agents: _Agents) -> ASGIApp:
             await _deny(send, 503, exc.code or exc.status.name.lower(), exc.message)
             return
         session_id = headers.get(SESSION_HEADER)
-        if session_id and scope.get("method") != "DELETE":
+        if not session_id:
+            await app(scope, receive, send)
+        elif scope.get("method") != "DELETE":
             agents.opened(agent, session_id)
-        await app(scope, receive, send)
-        if session_id and scope.get("method") == "DELETE":
+            await app(scope, receive, send)
+        else:
+            # The DELETE is answered only once the agent has left its waitgraph session: a client
+            # told its session ended may join again at once (through MCP or the SDK), and a leave
+            # still on its way would end that new session (a join of an ACTIVE session renews it).
+            answer: list[Message] = []
+
+            async def held(message: Message) -> None:
+                answer.append(message)
+
+            await app(scope, receive, held)
             await agents.ended(*creds, session_id)
+            for message in answer:
+                await send(message)
 
     return wrapped
 

@@ -137,6 +137,11 @@ class ServeConfig:
     detect_interval_ms: int = 25
     housekeeping_interval_ms: int = 250
     event_ring: int = 100_000
+    max_sessions_per_node: int = 20_000
+    """Sessions whose agents heartbeat through this node (cluster/node/lessor.py, admission)."""
+    max_sessions: int = 50_000
+    """ACTIVE sessions in the cluster, checked by the node a join arrives at (the core's
+    Limits.max_sessions, 100,000, stays the replicated backstop)."""
     forward_writes: bool = True
     shutdown_grace_s: float = 2.0
     submit_timeout_s: float = 5.0
@@ -233,6 +238,10 @@ KEYS: dict[str, str] = {
     "detect_interval_ms": "leader detection / vote / commit loop period",
     "housekeeping_interval_ms": "leader Tick / ReemitCancels check period",
     "event_ring": "events kept in memory for WatchEvents resumption",
+    "max_sessions_per_node": "sessions this node serves (their agents heartbeat through it); one more join is "
+    "refused with RESOURCE_EXHAUSTED too_many_sessions",
+    "max_sessions": "active sessions in the cluster; one more join is refused with RESOURCE_EXHAUSTED "
+    "too_many_sessions",
     "forward_writes": "forward writes received by a follower to the leader (else UNAVAILABLE + leader hint)",
     "shutdown_grace_s": "how long in-flight RPCs may finish on SIGTERM",
     "submit_timeout_s": "how long a write waits for its outcome before UNAVAILABLE (outcome unknown)",
@@ -529,6 +538,8 @@ def resolve(
         detect_interval_ms=_int(setting("detect_interval_ms"), "detect_interval_ms", problems, 10),
         housekeeping_interval_ms=_int(setting("housekeeping_interval_ms"), "housekeeping_interval_ms", problems, 10),
         event_ring=_int(setting("event_ring"), "event_ring", problems, 1),
+        max_sessions_per_node=_int(setting("max_sessions_per_node"), "max_sessions_per_node", problems, 1),
+        max_sessions=_int(setting("max_sessions"), "max_sessions", problems, 1),
         forward_writes=_bool(setting("forward_writes"), "forward_writes", problems),
         shutdown_grace_s=_float(setting("shutdown_grace_s"), "shutdown_grace_s", problems),
         submit_timeout_s=_float(setting("submit_timeout_s"), "submit_timeout_s", problems),

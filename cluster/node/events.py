@@ -16,6 +16,14 @@ Rules kept here:
   it never blocks on it. With nobody watching (most followers, most of the time) the loop is not
   woken at all: a waiter registers under the journal's lock in the same step that finds nothing
   new, so a record either sees it or came before that check.
+- Delivery (:meth:`EventJournal.subscribe`): each stream is a :class:`Subscription` for a set of
+  agents (or all of them) and effect kinds, filed in an index agent -> subscriptions. Recording an
+  event appends it to the queue of the subscriptions of the agents it names (and of the
+  all-agents ones), and wakes only those that wait: the cost is O(events x interested
+  subscribers), not O(streams x events). A subscription made after a cursor gets the ring's
+  matching events after it first, in the same step that files it, so nothing falls between. A
+  queue longer than the ring means the stream is further behind than the ring reaches: it ends
+  with :class:`CursorExpired`, as reading the ring would have.
 """
 
 from __future__ import annotations
@@ -154,6 +162,55 @@ def owners(state: State, fx: Effect) -> tuple[str, ...]:
     return tuple(agents) if len(agents) < 2 else tuple(sorted(set(agents)))
 
 
+class Subscription:
+    """One stream's interest (:meth:`EventJournal.subscribe`) and the matching events recorded
+    for it but not yet taken (:meth:`next`)."""
+
+    __slots__ = ("_journal", "_queue", "_wakeup", "agents", "closed_reason", "kinds")
+
+    def __init__(self, journal: EventJournal, agents: frozenset[str] | None, kinds: frozenset[str]) -> None:
+        self._journal = journal
+        self.agents = agents
+        """None: every agent's events (an operator's stream)."""
+        self.kinds = kinds
+        """Empty: every kind."""
+        self._queue: list[Event] = []
+        self._wakeup: asyncio.Future[None] | None = None
+        self.closed_reason: CursorExpired | None = None
+
+    def matches(self, ev: Event) -> bool:
+        """Today's per-stream filter (the one the index must agree with, effect for effect)."""
+        return (self.agents is None or not self.agents.isdisjoint(ev.agent_ids)) and (
+            not self.kinds or ev.effect.KIND in self.kinds
+        )
+
+    def take(self) -> tuple[list[Event], int]:
+        """The queued events and the position: every event with a cursor <= it was taken now or
+        before, or did not match. Raises :class:`CursorExpired` if the queue overflowed."""
+        return self._journal._take(self)
+
+    async def next(self, timeout_s: float) -> tuple[list[Event], int]:
+        """:meth:`take`, waiting up to ``timeout_s`` for an event if none is queued."""
+        batch, position = self.take()
+        if batch or self._journal.closed:
+            return batch, position
+        loop = asyncio.get_running_loop()
+        with self._journal._lock:
+            if self._queue or self.closed_reason is not None:
+                wakeup = None
+            else:
+                wakeup = self._wakeup = loop.create_future()
+        if wakeup is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wakeup, timeout_s)
+            self._wakeup = None
+        return self.take()
+
+
+_NO_SUBS: set[Subscription] = set()
+"""Never added to: what an agent nobody watches is filed under."""
+
+
 class EventJournal:
     """A bounded, cursor-ordered ring of applied effects, shared by every watcher of this node."""
 
@@ -178,6 +235,11 @@ class EventJournal:
         self._wakeup: asyncio.Future[None] | None = None
         self._wake_pending = False
         self._closed = False
+        self._subs_by_agent: dict[str, set[Subscription]] = {}
+        """agent -> the subscriptions naming it: the delivery index (module docstring)."""
+        self._subs_all: set[Subscription] = set()
+        """Subscriptions to every agent's events."""
+        self._to_wake: set[Subscription] = set()
 
     # -- wiring ----------------------------------------------------------------------------------
 
@@ -215,10 +277,13 @@ class EventJournal:
             if index != self._entry:
                 self._entry, self._ordinal = index, 0
             if self._gap:
+                reached = self._head  # as far as any open stream can have got
                 self._raise_horizon(self._gap_horizon(index))
                 if self._lost_entry:
                     self._skip_entry = index
                 self._gap = self._lost_entry = False
+                if reached < self._horizon:
+                    self._gap_ends_streams()
             if index == self._skip_entry:
                 return
             append, base, head = self._events.append, index << CURSOR_SHIFT, self._head
@@ -234,13 +299,110 @@ class EventJournal:
                     # Never happens while entries apply in log order; refuse to break the order.
                     logger.error("event cursor %d is not after the head %d; dropped", cursor, head)
                     continue
-                append(Event(cursor, index, owners(state, fx), fx))
+                ev = Event(cursor, index, owners(state, fx), fx)
+                append(ev)
                 self._head = head = cursor
+                if self._subs_all or self._subs_by_agent:
+                    self._deliver(ev)
             if len(self._events) - self._first > self.capacity:
                 self._evict()
-            waiting = self._wakeup is not None
+            waiting = self._wakeup is not None or bool(self._to_wake)
         if waiting:
             self._schedule_wake()
+
+    def _gap_ends_streams(self) -> None:
+        """A snapshot was installed: the streams open now missed what it covered (as a read of the
+        ring after their cursor would find it below the horizon). Under the lock."""
+        subs = set(self._subs_all)
+        for more in self._subs_by_agent.values():
+            subs.update(more)
+        for sub in subs:
+            if sub.closed_reason is None:
+                sub.closed_reason = CursorExpired(
+                    f"this node installed a snapshot: events up to its horizon {self._horizon} are not here; "
+                    "re-read your state and watch again without a cursor",
+                    horizon=self._horizon,
+                )
+                sub._queue.clear()
+            if sub._wakeup is not None:
+                self._to_wake.add(sub)
+
+    def _deliver(self, ev: Event) -> None:
+        """Queue ``ev`` for the subscriptions interested in it (under the lock)."""
+        subs: set[Subscription]
+        by_agent = self._subs_by_agent
+        if len(ev.agent_ids) == 1 and not self._subs_all:
+            subs = by_agent.get(ev.agent_ids[0], _NO_SUBS)
+        else:
+            subs = set(self._subs_all)
+            for agent in ev.agent_ids:
+                subs.update(by_agent.get(agent, ()))
+        for sub in subs:
+            if sub.kinds and ev.effect.KIND not in sub.kinds:
+                continue
+            queue = sub._queue
+            queue.append(ev)
+            if len(queue) > self.capacity and sub.closed_reason is None:
+                sub.closed_reason = CursorExpired(
+                    f"this stream is more than {self.capacity} events behind (the node's event ring); re-read "
+                    "your state and watch again without a cursor",
+                    horizon=ev.cursor,
+                )
+                queue.clear()
+            if sub._wakeup is not None:
+                self._to_wake.add(sub)
+
+    # -- subscriptions ---------------------------------------------------------------------------------
+
+    def subscribe(self, agents: frozenset[str] | None, kinds: frozenset[str], after: int | None) -> Subscription:
+        """File a stream's interest in the index; with ``after``, the ring's matching events after
+        it are queued first (:class:`CursorExpired` below the horizon). Returns it with the cursor
+        it starts after (``after``, or the head now)."""
+        self.position()  # settles a provisional horizon
+        sub = Subscription(self, agents, kinds)
+        with self._lock:
+            start = self._head if after is None else after
+            if start < self._horizon:
+                raise self._expired(start)
+            events = self._events
+            i = bisect.bisect_right(events, start, lo=self._first, key=_cursor)
+            sub._queue = [ev for ev in events[i:] if sub.matches(ev)]
+            if agents is None:
+                self._subs_all.add(sub)
+            else:
+                for agent in agents:
+                    self._subs_by_agent.setdefault(agent, set()).add(sub)
+        return sub
+
+    def _expired(self, cursor: int) -> CursorExpired:
+        return CursorExpired(
+            f"cursor {cursor} is older than this node's event horizon {self._horizon} (it keeps the last "
+            f"{self.capacity} events and none from before it started or installed a snapshot); re-read "
+            "your state and watch again without a cursor",
+            horizon=self._horizon,
+        )
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            self._subs_all.discard(sub)
+            for agent in sub.agents or ():
+                subs = self._subs_by_agent.get(agent)
+                if subs is not None:
+                    subs.discard(sub)
+                    if not subs:
+                        del self._subs_by_agent[agent]
+
+    def subscriptions(self) -> int:
+        with self._lock:
+            return len(self._subs_all) + len({id(s) for subs in self._subs_by_agent.values() for s in subs})
+
+    def _take(self, sub: Subscription) -> tuple[list[Event], int]:
+        self.position()
+        with self._lock:
+            if sub.closed_reason is not None:
+                raise sub.closed_reason
+            batch, sub._queue = sub._queue, []
+            return batch, self._head
 
     def _gap_horizon(self, index: int) -> int:
         """After a gap, entry ``index`` is the first one numbered completely (the next one if
@@ -279,6 +441,16 @@ class EventJournal:
         waiter, self._wakeup = self._wakeup, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        with self._lock:
+            subs, self._to_wake = self._to_wake, set()
+        if self._closed:
+            subs.update(self._subs_all)
+            for more in self._subs_by_agent.values():
+                subs.update(more)
+        for sub in subs:
+            fut = sub._wakeup
+            if fut is not None and not fut.done():
+                fut.set_result(None)
 
     async def wait(self, position: int, timeout_s: float) -> None:
         """Until an event after ``position`` is recorded (or the journal closes), at most
@@ -314,12 +486,7 @@ class EventJournal:
         self.position()  # settles a provisional horizon
         with self._lock:
             if after < self._horizon:
-                raise CursorExpired(
-                    f"cursor {after} is older than this node's event horizon {self._horizon} (it keeps the last "
-                    f"{self.capacity} events and none from before it started or installed a snapshot); re-read "
-                    "your state and watch again without a cursor",
-                    horizon=self._horizon,
-                )
+                raise self._expired(after)
             events = self._events
             i = bisect.bisect_right(events, after, lo=self._first, key=_cursor)
             batch = events[i : i + limit]
@@ -344,6 +511,8 @@ class EventfulMachine(StateMachine):
     ) -> None:
         self._journal = journal
         self._on_applied = on_applied
+        self.applied_kinds: dict[str, int] = {}
+        """Commands applied by this node since it started, by kind (``waitgraph_commands_applied``)."""
         """Called after each applied envelope (cluster/node/logs.py ``DecisionLog.applied``)."""
         self._state: State
         super().__init__()
@@ -359,6 +528,8 @@ class EventfulMachine(StateMachine):
 
     def apply(self, env: Envelope) -> Outcome:
         out = super().apply(env)
+        kind = env.command.KIND
+        self.applied_kinds[kind] = self.applied_kinds.get(kind, 0) + 1
         if out.effects and not out.duplicate:
             if type(env.command) is RetireSettled:
                 # Retired records are for the history store (the on_applied hook), not for the

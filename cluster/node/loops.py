@@ -9,8 +9,12 @@ Rules kept here:
   each candidate without a proposal yet, and for each soft cycle a reorder breaks
   (``recovery.soft_proposals``: a full soft pass, only while some queue has two waiters);
   CommitRecovery for each open proposal whose confirmation window has passed (logical time) and
-  whose approvals reach the quorum; Tick and ReemitCancels when something is due; the recovery
+  whose approvals reach the quorum; Tick and ReemitCancels when something is due; ExpireSession
+  for each session whose lease ran out at this leader (cluster/node/lessor.py; the lessor is
+  promoted, a full lease for every session, when this node becomes leader); the recovery
   bootstrap on first leadership.
+- A follower relays the agents whose heartbeats it received to the leader, batched, every
+  ``lessor.RELAY_INTERVAL_S`` (not through the log).
 - Every node, leader or follower: VoteRecovery as ``node:<id>`` for each open proposal it is a
   voter of and has not voted on: approve when the candidate is still a deadlock (or a soft
   cycle: statemachine/reorder.py) on its *own* replica (``recovery.stands``), reject when it is
@@ -38,20 +42,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from waitgraph.node.errors import ClusterError
+from waitgraph.node.lessor import RELAY_INTERVAL_S, Lessor, SessionsMode, sessions_mode
 from waitgraph.node.raft import RaftNode
 from waitgraph.statemachine import Envelope, StateMachine, encode_envelope
 from waitgraph.statemachine.commands import (
     Command,
     CommitRecovery,
     ConfigureRecovery,
+    ExpireSession,
     ReemitCancels,
     RetireSettled,
     SetMode,
     Tick,
+    TickV1,
     VoteRecovery,
 )
 from waitgraph.statemachine.detect import Candidate, IncrementalDetector
 from waitgraph.statemachine.effects import RetirementPassed
+from waitgraph.statemachine.enums import SessionStatus
 from waitgraph.statemachine.outcome import Outcome, Result
 from waitgraph.statemachine.recovery import propose_command, reproposable, soft_proposals, stands
 from waitgraph.statemachine.recovery_state import ProposalStatus, RolloutMode
@@ -97,6 +105,10 @@ class Survey:
     tick_due: bool = False
     reemit_due: bool = False
     retire_due: bool = False
+    expiries: list[tuple[str, int]] = field(default_factory=list)
+    """(agent, incarnation) of the sessions whose lease ran out at this leader (cluster/node/lessor.py)."""
+    replicated_lease_due: bool = False
+    """A mixed cluster (lessor.py, "Mixed releases"): an ACTIVE session's replicated lease ran out."""
 
 
 def survey(
@@ -106,6 +118,8 @@ def survey(
     now_ms: int,
     detector: IncrementalDetector | None,
     retention_ms: int | None = None,
+    lessor: Lessor | None = None,
+    legacy: bool = False,
 ) -> Survey:
     """Pure read of the state (run under the machine lock); ``detector`` only on the leader."""
     st = m.state
@@ -139,6 +153,12 @@ def survey(
                 out.superseding[c.digest] = str(rb.proposals[c.digest].decision_id)
     out.tick_due, out.reemit_due = housekeeping_due(st, now)
     out.retire_due = retention_ms is not None and retire_due(st, now, retention_ms)
+    if lessor is not None:
+        out.expiries = lessor.due(st, now)
+    if legacy:  # a scan, as the older release's Tick did: only while a member runs it
+        out.replicated_lease_due = any(
+            s.status is SessionStatus.ACTIVE and s.expires_at_ms <= now for s in st.sessions.values()
+        )
     return out
 
 
@@ -148,19 +168,16 @@ _warned_fallback = False
 def housekeeping_due(st: State, now: int) -> tuple[bool, bool]:
     """(Tick due, ReemitCancels due) at logical ``now``, so an idle cluster writes nothing.
 
-    Tick: the earliest session expiry, wait deadline or lease TTL has passed (the core's heaps; a stale top
-    entry makes one Tick that pops it). ReemitCancels: an unacknowledged cancel request is past
-    its re-emission interval or its SLO (linear in the pending requests, usually few). Should the
+    Tick: the earliest wait deadline or lease TTL has passed (the core's heaps; a stale top entry
+    makes one Tick that pops it); sessions expire by the lessor's ExpireSession
+    (cluster/node/lessor.py). ReemitCancels: an unacknowledged cancel request is past its
+    re-emission interval or its SLO (linear in the pending requests, usually few). Should the
     core's layout change under this function, both are reported due: a log entry per period
     instead of a silent stop of housekeeping.
     """
     global _warned_fallback
     try:
-        tick = bool(
-            (st.session_expiry and st.session_expiry[0][0] <= now)
-            or (st.deadlines and st.deadlines[0][0] <= now)
-            or (st.ttl_expiry and st.ttl_expiry[0][0] <= now)
-        )
+        tick = bool((st.deadlines and st.deadlines[0][0] <= now) or (st.ttl_expiry and st.ttl_expiry[0][0] <= now))
         book = st.cancel
         reemit = any(
             (req.quarantined_at_ms is None and req.requested_at_ms + book.slo_ms <= now)
@@ -179,11 +196,18 @@ _RETRYABLE = frozenset({"confirmation_window", "no_quorum", "overlapping_recover
 
 
 class Loops:
-    def __init__(self, node: RaftNode, cfg: LoopConfig, clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, node: RaftNode, cfg: LoopConfig, clock: Callable[[], int] | None = None, lessor: Lessor | None = None
+    ) -> None:
         self.node = node
         self.cfg = cfg
         self.clock = clock if clock is not None else (lambda: int(time.time() * 1000))
         """``at_ms`` of the loops' commands: the node's LogicalClock.now_ms (cluster/node/clock.py)."""
+        self.lessor = lessor
+        """Session liveness (cluster/node/lessor.py): promoted with this node, its expiries proposed."""
+        self._last_relay = 0.0
+        self.mode = SessionsMode.LESSOR
+        """:class:`SessionsMode` at the last step (lessor.py, "Mixed releases")."""
         self._task: asyncio.Task[None] | None = None
         self._detector: IncrementalDetector | None = None
         self._was_leader = False
@@ -225,16 +249,39 @@ class Loops:
 
     async def step(self) -> None:
         leader = self.node.is_leader() and self.node.has_quorum()
+        lessor = self.lessor
+        mode = self.mode
+        if lessor is not None:
+            mode = sessions_mode(self.node.member_features())
+            if mode is not self.mode:
+                logger.info("sessions mode: %s (was %s)", mode.value, self.mode.value)
+                if leader and self._was_leader and mode is SessionsMode.LESSOR:
+                    lessor.promote()  # heartbeats were written to the log until now: a full lease first
+        self.mode = mode
         if leader and not self._was_leader:
             self._detector = IncrementalDetector()  # a full pass first: it may have missed changes
             self._bootstrapped = False
+            if lessor is not None:
+                lessor.promote()  # a full lease for every session before any expires
             logger.info("leader: starting detection")
         elif not leader:
             self._detector = None
+            if lessor is not None and lessor.leading:
+                lessor.demote()
         self._was_leader = leader
+        mono = time.monotonic()
+        if lessor is not None and not leader and mono - self._last_relay >= RELAY_INTERVAL_S:
+            self._last_relay = mono
+            for batch in lessor.take_outbox():
+                self.node.relay_to_leader(batch)
         detector = self._detector
         actor, now, retention = self.cfg.actor, self.now_ms(), self.cfg.retention_ms
-        read = await self.node.read_local(lambda m: survey(m, actor, leader, now, detector, retention))
+        housekeeping = leader and mono - self._last_housekeeping >= self.cfg.housekeeping_s
+        expiring = lessor if housekeeping and mode is SessionsMode.LESSOR else None
+        legacy = housekeeping and mode is SessionsMode.LEGACY
+        read = await self.node.read_local(
+            lambda m: survey(m, actor, leader, now, detector, retention, expiring, legacy)
+        )
         s: Survey = read.value
         for digest, approve, instance in s.votes:
             self._propose(f"vote:{instance}", VoteRecovery(digest=digest, approve=approve))
@@ -248,11 +295,17 @@ class Loops:
             self._propose(key, propose_command(c, read.applied_index))
         for digest, instance in s.commits:
             self._propose(f"commit:{instance}", CommitRecovery(digest=digest))
-        mono = time.monotonic()
-        if mono - self._last_housekeeping >= self.cfg.housekeeping_s:
+        if housekeeping:
             self._last_housekeeping = mono
-            if s.tick_due:
+            for agent, incarnation in s.expiries:
+                self._propose(
+                    f"expire:{agent}", ExpireSession(agent_id=agent, incarnation=incarnation), idempotent=False
+                )
+            # Only what every member decodes and applies alike (lessor.py, "Mixed releases"):
+            if mode is SessionsMode.LESSOR and s.tick_due:
                 self._propose("tick", Tick(), idempotent=False)
+            elif mode is SessionsMode.LEGACY and (s.tick_due or s.replicated_lease_due):
+                self._propose("tick", TickV1(), idempotent=False)
             if s.reemit_due:
                 self._propose("reemit", ReemitCancels(), idempotent=False)
         self._maybe_retire(s.retire_due, mono)

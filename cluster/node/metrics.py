@@ -46,7 +46,13 @@ from prometheus_client import (
     disable_created_metrics,
     start_http_server,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -771,14 +777,104 @@ def build_info(grpc_front: str = "python") -> Info:
     return info
 
 
+class SessionsCollector(Collector):
+    """This node's sessions (cluster/node/lessor.py) and the commands it applied, by kind.
+
+    Node-local, unlike the replica's series: every node exports them. ``view(m)`` runs under the
+    machine lock and returns a ``SessionsView``; ``applied()`` the applied commands by kind."""
+
+    def __init__(
+        self, read: Reader, view: Callable[[StateMachine], Any], applied: Callable[[], dict[str, int]]
+    ) -> None:
+        self.read, self.view, self.applied = read, view, applied
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        applied = CounterMetricFamily(
+            "waitgraph_commands_applied",
+            "Log entries' commands this node applied since it started, by command kind.",
+            labels=["kind"],
+        )
+        try:
+            v = self.read(self.view)
+            counts = self.read(lambda m: self.applied())  # under the lock: no apply changes it meanwhile
+        except Exception as exc:
+            logger.debug("metrics: no sessions view: %r", exc)
+            return
+        for kind, n in sorted(counts.items()):
+            applied.add_metric([kind], n)
+        yield applied
+        yield _gauge("waitgraph_sessions_active", "ACTIVE sessions in this replica.", v.active)
+        yield _gauge("waitgraph_sessions_here", "Sessions whose agents heartbeat through this node.", v.here)
+        yield _gauge(
+            "waitgraph_sessions_suspended",
+            "Sessions the leader has not heard from for over half their lease (0 on a follower).",
+            v.suspended_count,
+        )
+        yield _gauge(
+            "waitgraph_session_heartbeat_age_max_seconds",
+            "The longest time since a session's last heartbeat (the leader's view; a follower's: its own).",
+            v.oldest_heartbeat_age_ms / 1000,
+        )
+        yield _gauge(
+            "waitgraph_session_heartbeat_age_p99_seconds",
+            "The 99th percentile of the time since each session's last heartbeat (the leader's view).",
+            v.heartbeat_age_p99_ms / 1000,
+        )
+        # A distribution of the sessions as they are now, not of past observations: a gauge histogram.
+        buckets = [(floatToGoString(bound), float(n)) for bound, n in v.heartbeat_age_buckets]  # type: ignore[no-untyped-call]
+        yield GaugeHistogramMetricFamily(
+            "waitgraph_session_heartbeat_age_seconds",
+            "Sessions by the time since their last heartbeat (the leader's view; a follower's: its own).",
+            buckets=[*buckets, ("+Inf", float(v.heartbeat_ages))],
+            gsum_value=v.heartbeat_age_sum_ms / 1000,
+        )
+        mode = GaugeMetricFamily(
+            "waitgraph_sessions_mode",
+            "1 for this node's sessions mode: lessor, legacy (a member runs an older release), hold (one unknown).",
+            labels=["mode"],
+        )
+        for name in ("lessor", "legacy", "hold"):
+            mode.add_metric([name], float(v.mode == name))
+        yield mode
+        limits = GaugeMetricFamily(
+            "waitgraph_sessions_limit", "Admission limits of sessions, by scope.", labels=["scope"]
+        )
+        limits.add_metric(["node"], v.max_per_node)
+        limits.add_metric(["cluster"], v.max_per_cluster)
+        yield limits
+        refused = CounterMetricFamily(
+            "waitgraph_sessions_refused", "Joins refused as too_many_sessions, by limit.", labels=["limit"]
+        )
+        for name, n in sorted(v.refused.items()):
+            refused.add_metric([name], n)
+        yield refused
+        relayed = CounterMetricFamily(
+            "waitgraph_heartbeats_relayed",
+            "Heartbeats relayed to the leader outside the log, by direction (out: sent, in: received).",
+            labels=["direction"],
+        )
+        relayed.add_metric(["out"], v.relayed_out)
+        relayed.add_metric(["in"], v.relayed_in)
+        yield relayed
+
+
 def node_collectors(
-    read: Reader, raft_status: Callable[[], Any], grpc_metrics: GrpcMetrics, grpc_front: str = "python"
+    read: Reader,
+    raft_status: Callable[[], Any],
+    grpc_metrics: GrpcMetrics,
+    grpc_front: str = "python",
+    sessions: SessionsCollector | None = None,
 ) -> tuple[Collector, ...]:
     """Everything one node's /metrics serves: the replica (on the leader), its Raft view, its gRPC
-    server, what it runs (``waitgraph_build_info``) and the process and platform collectors
-    (``process_*``: CPU, resident memory, open fds, start time; ``python_info``; ``python_gc_*``)."""
+    server, its sessions, what it runs (``waitgraph_build_info``) and the process and platform
+    collectors (``process_*``: CPU, resident memory, open fds, start time; ``python_info``;
+    ``python_gc_*``)."""
     return (
         WaitgraphCollector(read, raft_status),
+        *(() if sessions is None else (sessions,)),
         *grpc_metrics.collectors(),
         build_info(grpc_front),
         ProcessCollector(registry=None),

@@ -30,6 +30,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client.registry import Collector
 
 from waitgraph.node import logs
 from waitgraph.node import tracing as node_tracing
@@ -40,13 +41,14 @@ from waitgraph.node.errors import Stopped
 from waitgraph.node.events import EventfulMachine, EventJournal
 from waitgraph.node.front import Front, FrontError, find_binary, remove_upstream_socket, upstream_socket
 from waitgraph.node.history import FILE_NAME, HistoryStore
+from waitgraph.node.lessor import Lessor, sessions_mode
 from waitgraph.node.loops import LoopConfig, Loops
-from waitgraph.node.metrics import GrpcMetrics, MetricsServer, node_collectors
+from waitgraph.node.metrics import GrpcMetrics, MetricsServer, SessionsCollector, node_collectors
 from waitgraph.node.metrics import serve as serve_metrics
 from waitgraph.node.raft import JournalCorrupted, RaftConfig, RaftNode
 from waitgraph.node.service import AgentServicer, Gateway, OperatorServicer
 from waitgraph.proto.v1 import agent_pb2, operator_pb2
-from waitgraph.statemachine import Envelope, Outcome
+from waitgraph.statemachine import Envelope, Outcome, StateMachine
 from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES
 from waitgraph.statemachine.readiness import Readiness, readiness
 from waitgraph.statemachine.state import State
@@ -193,7 +195,17 @@ class NodeProcess:
             machine=self.machine,
         )
         self.clock = LogicalClock(lambda: self.machine.state.now_ms)
-        self.gateway = Gateway(cfg, self.node, self.journal, stamp=self.clock.now_ms, history=self.history)
+        self.lessor = Lessor(
+            self.clock.now_ms,
+            lambda: self.machine.state,
+            max_sessions_per_node=cfg.max_sessions_per_node,
+            max_sessions=cfg.max_sessions,
+            mode=lambda: sessions_mode(self.node.member_features()),
+        )
+        self.node.on_relay(self.lessor.heard_relayed)
+        self.gateway = Gateway(
+            cfg, self.node, self.journal, stamp=self.clock.now_ms, history=self.history, lessor=self.lessor
+        )
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.loops = Loops(
@@ -208,6 +220,7 @@ class NodeProcess:
                 retire_s=cfg.retire_interval_ms / 1000,
             ),
             clock=self.clock.now_ms,
+            lessor=self.lessor,
         )
         self._health_task: asyncio.Task[None] | None = None
         self.metrics: MetricsServer | None = None
@@ -270,9 +283,7 @@ class NodeProcess:
             # port fails the start before Raft runs.
             self.metrics = serve_metrics(
                 self.cfg.metrics_address,
-                *node_collectors(
-                    lambda fn: self.node.read_blocking(fn), self.node.status, self.grpc_metrics, self._front_kind
-                ),
+                *self._collectors(),
             )
             logger.info("metrics: http://%s/metrics", self.cfg.metrics_address)
         if self.cfg.http_address is not None:
@@ -377,11 +388,20 @@ class NodeProcess:
         if self.http_view is None:
             raise RuntimeError("--http-addr: this node was started without a live view (use `waitgraph serve`)")
         registry = CollectorRegistry(auto_describe=False)
-        for collector in node_collectors(
-            lambda fn: self.node.read_blocking(fn), self.node.status, self.grpc_metrics, self._front_kind
-        ):
+        for collector in self._collectors():
             registry.register(collector)  # the same series as --metrics-addr
         return await self.http_view(self, address, registry)
+
+    def _collectors(self) -> tuple[Collector, ...]:
+        """What /metrics serves, on --metrics-addr and on --http-addr alike."""
+
+        def read(fn: Callable[[StateMachine], Any]) -> Any:
+            return self.node.read_blocking(fn)
+
+        sessions = SessionsCollector(
+            read, lambda m: self.lessor.view(m.state, self.clock.now_ms()), lambda: dict(self.machine.applied_kinds)
+        )
+        return node_collectors(read, self.node.status, self.grpc_metrics, self._front_kind, sessions)
 
     def recovery_readiness(self) -> Readiness:
         """This node's view: itself and the peers it is connected to. Reads the replicated voter

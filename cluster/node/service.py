@@ -35,6 +35,7 @@ from waitgraph.node.config import ServeConfig, recovery_refusal
 from waitgraph.node.errors import ClusterError, MembershipRefused, NotLeader
 from waitgraph.node.events import CursorExpired, EventJournal
 from waitgraph.node.history import HistoryStore
+from waitgraph.node.lessor import Lessor, SessionsMode, SessionsView, sessions_mode
 from waitgraph.node.membership import following_config
 from waitgraph.node.raft import Member, RaftNode, RaftStatus, Read
 from waitgraph.node.ratelimit import RateLimiter
@@ -50,6 +51,7 @@ from waitgraph.statemachine.cancel import (
     victim_scope_id,
 )
 from waitgraph.statemachine.codec import MAX_PAYLOAD_BYTES, CheckedEnvelope, check_envelope
+from waitgraph.statemachine.commands import JoinSession
 from waitgraph.statemachine.detect import full_pass
 from waitgraph.statemachine.effects import EFFECTS
 from waitgraph.statemachine.enums import ExecStatus
@@ -72,9 +74,12 @@ DEFAULT_LIMIT = 1000
 MAX_LIMIT = 10_000
 MAX_HOPS = 10
 """``GraphRequest.hops`` beyond this is taken as this: ten steps already reach most of a graph."""
-WATCH_BATCH = 512
 PROGRESS_INTERVAL_S = 1.0
 """A watcher whose filter matched nothing for this long gets a ``progress`` with its position."""
+IDLE_STREAM_WAIT_S = 30.0
+"""How long a stream with nothing to report sleeps before it looks at the journal's position
+again (an event for it wakes it at once): the progress of unmatched events then comes within
+this, not within a second."""
 _EFFECT_KINDS = frozenset(cls.KIND for cls in EFFECTS)
 _SIGNATURE = re.compile(r"[0-9a-f]{16}")
 _ADDRESS = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}")
@@ -96,6 +101,7 @@ class Gateway:
         clock: Callable[[], float] = time.time,
         stamp: Callable[[], int] | None = None,
         history: HistoryStore | None = None,
+        lessor: Lessor | None = None,
     ) -> None:
         self.cfg = cfg
         self.node = node
@@ -110,6 +116,8 @@ class Gateway:
         self.grpc_front = "python"
         """What serves this node's gRPC port (``native`` or ``python``), set by the server once
         it knows; Status reports it."""
+        self.lessor = lessor if lessor is not None else Lessor(self.stamp, lambda: node.read_blocking(_state_of))
+        """Session liveness (cluster/node/lessor.py): heartbeats are answered here, not proposed."""
 
     # -- the wrapper -------------------------------------------------------------------------------
 
@@ -171,11 +179,44 @@ class Gateway:
 
         return self.unary(f"/waitgraph.v1.{service}/{rpc}", write)
 
+    def lessor_on(self) -> bool:
+        """Heartbeats are the lessor's only while every member runs this release (lessor.py,
+        "Mixed releases"); else they go through the log, as an older release expects."""
+        return sessions_mode(self.node.member_features()) is SessionsMode.LESSOR
+
     async def write(self, principal: Principal, rpc: str, request: Any) -> types_pb2.Outcome:
         self.check_request(request)
+        if rpc == "Heartbeat" and self.lessor_on():
+            return self.answer(self.heartbeat(principal, request))
         checked = self.checked_envelope(principal, rpc, request, self.stamp())
+        if rpc == "JoinSession":
+            self.admit(checked.envelope)
         self.check_forwarding()
-        return self.answer(await self.node.submit(checked))
+        outcome = await self.node.submit(checked)
+        self.session_written(checked.envelope, outcome)
+        return self.answer(outcome)
+
+    def heartbeat(self, principal: Principal, request: Any) -> Outcome:
+        """A Heartbeat is answered by the lessor, never proposed nor even encoded
+        (cluster/node/lessor.py): the checks the core made of it come first."""
+        agent: str = request.agent_id if request.HasField("agent_id") else (principal.agent_id or "")
+        validate_name(agent, "agent_id")
+        _own_session(principal.actor, agent)
+        self.check_forwarding()
+        if not self.node.has_quorum():
+            # Liveness is the leader's: a heartbeat no leader will hear is not answered OK.
+            raise NotLeader("no leader with a quorum hears this heartbeat", leader=self.node.leader_address())
+        return self.lessor.heartbeat(agent)
+
+    def admit(self, env: Envelope) -> None:
+        """A join of one session more than the limits allow is refused before it is proposed."""
+        cmd = env.command
+        assert isinstance(cmd, JoinSession)
+        self.lessor.admit(cmd.agent_id)  # the core refuses another agent's join when it applies
+
+    def session_written(self, env: Envelope, outcome: Outcome) -> None:
+        if isinstance(env.command, JoinSession) and outcome.result is Result.APPLIED:
+            self.lessor.joined(env.command.agent_id, env.command.lease_ms)
 
     def checked_envelope(self, principal: Principal, rpc: str, request: Any, at_ms: int) -> CheckedEnvelope:
         """The Envelope of one write request, encoded and checked by the codec (WireError if
@@ -239,6 +280,7 @@ class Gateway:
         proposed: list[tuple[int, CheckedEnvelope]] = []
         at_ms = self.stamp()  # one reading for the whole batch, like a group
         principals: dict[str, Principal] = {}
+        lessor_on = self.lessor_on()
         for i, item in enumerate(request.items):
             try:
                 rpc, req = convert.write_item_request(item)
@@ -249,7 +291,13 @@ class Gateway:
                     principals[item.authorization] = principal
                 authorize(principal, f"/waitgraph.v1.AgentService/{rpc}")
                 self.limiter.take(principal.name, principal.actor)
-                proposed.append((i, self.checked_envelope(principal, rpc, req, at_ms)))
+                if rpc == "Heartbeat" and lessor_on:
+                    results[i] = self.accepted(self.heartbeat(principal, req))
+                    continue
+                checked = self.checked_envelope(principal, rpc, req, at_ms)
+                if rpc == "JoinSession":
+                    self.admit(checked.envelope)
+                proposed.append((i, checked))
             except Exception as exc:
                 results[i] = self.item_error(exc, request_ids[i])
         if proposed:
@@ -258,10 +306,11 @@ class Gateway:
                 answers: list[Outcome | ClusterError] = await self.node.submit_many([d for _, d in proposed])
             except ClusterError as exc:
                 answers = [exc] * len(proposed)
-            for (i, _), got in zip(proposed, answers, strict=True):
+            for (i, checked), got in zip(proposed, answers, strict=True):
                 try:
                     if isinstance(got, BaseException):
                         raise got
+                    self.session_written(checked.envelope, got)
                     results[i] = self.accepted(got)
                 except Exception as exc:
                     results[i] = self.item_error(exc, request_ids[i])
@@ -316,6 +365,36 @@ class Gateway:
         return await self.node.read_image(fn, image, fresh=fresh)
 
 
+def _own_session(actor: str, agent_id: str) -> None:
+    """The core's rule, checked before the lessor answers: an agent manages its own session only."""
+    if actor.startswith("agent:") and actor != f"agent:{agent_id}":
+        raise Rejection(
+            Status.PERMISSION_DENIED, "not_owner", f"an agent may only manage its own session, not {agent_id}"
+        )
+
+
+def sessions_status(v: SessionsView) -> operator_pb2.SessionsStatus:
+    return operator_pb2.SessionsStatus(
+        active=v.active,
+        here=v.here,
+        leading=v.leading,
+        oldest_heartbeat_age_ms=v.oldest_heartbeat_age_ms,
+        suspended=list(v.suspended),
+        suspended_count=v.suspended_count,
+        max_per_node=v.max_per_node,
+        max_per_cluster=v.max_per_cluster,
+        heartbeat_age_p99_ms=v.heartbeat_age_p99_ms,
+        mode=v.mode,
+        suspended_sessions=[
+            operator_pb2.SuspendedSession(agent_id=agent, heartbeat_age_ms=age) for agent, age in v.suspended_ages_ms
+        ],
+    )
+
+
+def _state_of(m: StateMachine) -> State:
+    return m.state
+
+
 def _limit(requested: int) -> int:
     if requested == 0:
         return DEFAULT_LIMIT
@@ -344,58 +423,63 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         try:
             principal = gw.principal(context, "/waitgraph.v1.AgentService/WatchEvents")
             gw.check_request(request)
-            agent = self._agent_filter(principal, request)
+            agents = self._agent_filter(principal, request)
             kinds = frozenset(request.kinds)
             unknown = sorted(kinds - _EFFECT_KINDS)
             if unknown:
                 raise convert.WireError(f"WatchEventsRequest.kinds: unknown effect kinds {unknown}")
             head, horizon = journal.position()
             after = request.after_cursor if request.HasField("after_cursor") else head
-            if after < horizon:
-                journal.read(after, 1)  # raises CursorExpired with the explanation
+            # Filed in the journal's index: recording an event queues it for the streams it
+            # concerns and wakes those alone (cluster/node/events.py, "Delivery").
+            sub = journal.subscribe(agents, kinds, after)
         except Exception as exc:
             failure = exc
         if failure is not None:
             await gw.abort(context, failure)
             return
-        yield agent_pb2.WatchEventsResponse(started=agent_pb2.WatchPosition(cursor=after, horizon=horizon))
-        reported, last_message = after, time.monotonic()
-        while not journal.closed:
-            try:
-                batch, reached = journal.read(after, WATCH_BATCH)
-            except CursorExpired as exc:
-                await gw.abort(context, exc)
-                return
-            for ev in batch:
-                if (agent is None or agent in ev.agent_ids) and (not kinds or ev.effect.KIND in kinds):
+        try:
+            yield agent_pb2.WatchEventsResponse(started=agent_pb2.WatchPosition(cursor=after, horizon=horizon))
+            reported, last_message = after, time.monotonic()
+            while not journal.closed:
+                try:
+                    # Nothing to report: sleep until an event for this stream (or the node stops);
+                    # an idle stream costs nothing per second. Else a progress is due in a second.
+                    wait_s = PROGRESS_INTERVAL_S if after > reported else IDLE_STREAM_WAIT_S
+                    batch, after = await sub.next(wait_s)
+                except CursorExpired as exc:
+                    await gw.abort(context, exc)
+                    return
+                for ev in batch:
                     yield agent_pb2.WatchEventsResponse(
                         event=convert.event_to_proto(ev.cursor, ev.log_index, ev.agent_ids, ev.effect)
                     )
                     reported, last_message = ev.cursor, time.monotonic()
-            after = reached
-            if len(batch) == WATCH_BATCH:
-                continue
-            if after > reported and time.monotonic() - last_message >= PROGRESS_INTERVAL_S:
-                horizon = journal.position()[1]
-                yield agent_pb2.WatchEventsResponse(progress=agent_pb2.WatchPosition(cursor=after, horizon=horizon))
-                reported, last_message = after, time.monotonic()
-            await journal.wait(after, PROGRESS_INTERVAL_S)
+                if after > reported and time.monotonic() - last_message >= PROGRESS_INTERVAL_S:
+                    horizon = journal.position()[1]
+                    yield agent_pb2.WatchEventsResponse(progress=agent_pb2.WatchPosition(cursor=after, horizon=horizon))
+                    reported, last_message = after, time.monotonic()
+        finally:
+            journal.unsubscribe(sub)
         await context.abort(
             grpc.StatusCode.UNAVAILABLE,
             f"the node is stopping; watch again (on another node) after cursor {after}",
         )
 
     @staticmethod
-    def _agent_filter(principal: Principal, request: agent_pb2.WatchEventsRequest) -> str | None:
+    def _agent_filter(principal: Principal, request: agent_pb2.WatchEventsRequest) -> frozenset[str] | None:
+        """The agents whose events the stream carries; None: every agent's (operators only)."""
+        named = {a for a in (request.agent_id, *request.agent_ids) if a}
         if principal.role is Role.AGENT:
-            if request.agent_id and request.agent_id != principal.agent_id:
+            other = sorted(named - {principal.agent_id})
+            if other:
                 raise Rejection(
                     Status.PERMISSION_DENIED,
                     "not_owner",
-                    f"an agent token may only watch its own events, not {request.agent_id}",
+                    f"an agent token may only watch its own events, not {other[0]}",
                 )
-            return principal.agent_id
-        return request.agent_id or None
+            return frozenset({principal.agent_id or ""})
+        return frozenset(named) or None
 
 
 def graph_response(
@@ -558,6 +642,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServiceServicer):
                 decisions=len(rb.decisions),
                 counters=counters,
                 orphaned_executions=orphaned_count(st),
+                sessions=sessions_status(gw.lessor.view(st, gw.stamp())),
             )
 
         if include_digest:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from waitgraph.node.lessor import SessionsView
 from waitgraph.node.service import cycles_response
 from waitgraph.ops import render
 from waitgraph.statemachine import StateMachine
@@ -595,6 +596,30 @@ def document(snap: Snapshot) -> dict[str, Any]:
         "cancellations_total": len(cancellations),
         "quarantined": snap.quarantined[:MAX_ROWS],
         "quarantined_total": len(snap.quarantined),
+    }
+
+
+# -- sessions: the lessor's view, not the replica's -----------------------------------------------------------
+
+
+def sessions_panel(v: SessionsView) -> dict[str, Any]:
+    """The Sessions panel's document: the count and limits, the heartbeat ages and the suspended
+    agents, as this node's lessor knows them (cluster/node/lessor.py: the leader knows every
+    session's heartbeats; a follower only those it received, and names no suspended agent)."""
+    return {
+        "active": v.active,
+        "here": v.here,
+        "leading": v.leading,
+        "max_per_node": v.max_per_node,
+        "max_per_cluster": v.max_per_cluster,
+        "heartbeat_ages": v.heartbeat_ages,
+        # whole seconds: the feed publishes a document only when it changed
+        "oldest_heartbeat_age_s": v.oldest_heartbeat_age_ms // 1000,
+        "heartbeat_age_p99_s": v.heartbeat_age_p99_ms // 1000,
+        "heartbeat_age_buckets": [[bound, n] for bound, n in v.heartbeat_age_buckets],
+        "suspended_count": v.suspended_count,
+        "suspended": [{"agent_id": agent, "heartbeat_age_s": age // 1000} for agent, age in v.suspended_ages_ms],
+        "refused": dict(sorted(v.refused.items())),
     }
 
 

@@ -340,8 +340,12 @@ class LiveView:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         feed_period_s: float = REBUILD_S,
+        sessions: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     ) -> None:
         self.replica = replica
+        self.sessions = sessions
+        """This node's view of the sessions (:func:`liveview.sessions_panel`): read at each document,
+        not built with the replica's image (heartbeats are the lessor's, in memory, off the log)."""
         self.tokens = tokens
         self.node = node
         self.metrics = metrics
@@ -377,12 +381,23 @@ class LiveView:
         built = await (self.docs.latest() if fresh else self.docs.current())
         doc = {
             **built.view,
+            "sessions": await self._sessions(),
             "node": self.node.describe(built.applied_index),
             "served_at_ms": int(self.clock() * 1000),
             "graph_version": built.applied_index,
             "build": built.stats,
         }
         return doc, built
+
+    async def _sessions(self) -> dict[str, Any] | None:
+        """None when this node has no sessions view (a test's replica) or cannot read it now."""
+        if self.sessions is None:
+            return None
+        try:
+            return await self.sessions()
+        except Exception as exc:  # starting, stopping, restoring
+            logger.debug("liveview: no sessions view: %r", exc)
+            return None
 
     # -- auth ------------------------------------------------------------------------------------------
 
@@ -692,12 +707,18 @@ async def serve_node(node: NodeProcess, address: str, metrics: CollectorRegistry
     """The live view of one running node (``NodeProcess.http_view``): its replica, its tokens, its
     TLS certificate, and its /metrics registry on the same listener."""
     cfg = node.cfg
+
+    async def sessions() -> dict[str, Any]:
+        read = await node.node.read_local(lambda m: node.lessor.view(m.state, node.clock.now_ms()))
+        return liveview.sessions_panel(read.value)
+
     view = LiveView(
         replica=NodeReplica(node),
         tokens=cfg.tokens,
         node=liveview.NodeInfo(cfg.node_id, node.node.status, {p.raft_address: p.node_id for p in cfg.peers}),
         metrics=metrics,
         secure_cookie=cfg.tls_cert is not None,
+        sessions=sessions,
     )
     tls = (cfg.tls_cert, cfg.tls_key) if cfg.tls_cert and cfg.tls_key else None
     server = await serve(address, view, tls)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from google.protobuf.descriptor import EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from waitgraph.proto.v1 import operator_pb2
 from waitgraph.statemachine.outcome import Outcome
 from waitgraph.statemachine.readiness import Readiness
 from waitgraph.statemachine.recovery_state import POLICY_VERSION, Score
@@ -38,6 +39,8 @@ if TYPE_CHECKING:  # the live view imports this module into the node, which has 
 
 SHORT = 12
 """Hex digits of a digest shown in tables (JSON always has the whole digest)."""
+MAX_SUSPENDED_SHOWN = 10
+"""Suspended agents ``status`` names in its sessions line (the count is whole)."""
 
 # -- JSON -----------------------------------------------------------------------------------------------
 
@@ -408,6 +411,8 @@ def status_blocks(reports: Sequence[Any], digest: bool = False) -> list[Block]:
             f"max rollback {leader.max_rollback}"
         )
         facts.append(f"open proposals {leader.open_proposals}, decisions {leader.decisions}")
+        if leader.HasField("sessions"):  # issue #37: the leader's view of the sessions
+            facts.append(sessions_fact(leader.sessions))
         if leader.admission_frozen:
             facts.append(f"admission frozen: {leader.admission_frozen_reason}")
         if leader.orphaned_executions:
@@ -1522,3 +1527,24 @@ def members_blocks(members: Any, voters: Sequence[str], quorum: int, pending: in
         Table(["id", "raft", "grpc", "role", "connected"], rows, title=title),
         Fields([("voters", list(voters)), ("quorum", quorum)], title="RECOVERY"),
     ]
+
+
+def sessions_fact(ss: operator_pb2.SessionsStatus) -> str:
+    """The leader's sessions in one line of ``status``: the count and limits, the heartbeat ages,
+    and who is suspended (the longest silent first, with the time since the leader heard from them)."""
+    shown = ss.suspended_sessions[:MAX_SUSPENDED_SHOWN]
+    named = ", ".join(f"{s.agent_id} ({s.heartbeat_age_ms / 1000:.0f}s)" for s in shown)
+    if ss.suspended_count > len(shown):
+        named += f", ... {ss.suspended_count - len(shown)} more"
+    mixed = _MIXED.get(ss.mode, "")
+    return (
+        f"sessions {ss.active} active (limits {ss.max_per_node}/node, {ss.max_per_cluster}/cluster), "
+        f"heartbeat age p99 {ss.heartbeat_age_p99_ms / 1000:.1f}s, oldest {ss.oldest_heartbeat_age_ms / 1000:.1f}s, "
+        f"{ss.suspended_count} suspended" + (f": {named}" if named else "") + (f"; {mixed}" if mixed else "")
+    )
+
+
+_MIXED = {
+    "legacy": "mode legacy: a member runs an older release, heartbeats go through the log",
+    "hold": "mode hold: a member is not known yet, no session expires",
+}

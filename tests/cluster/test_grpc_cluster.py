@@ -342,13 +342,14 @@ async def test_watch_resumes_on_another_node_without_loss_or_duplicates(cluster:
         assert (await c1.do(C.JoinSession(agent_id="c", lease_ms=LEASE_MS))).ok
         first = Collector(c1.watch(kinds=("SessionRenewed",)))
         started = await first.wait_started()
+        # Rejoining an active session renews it through the log (a heartbeat no longer does).
         for _ in range(3):
-            assert (await c1.do(C.Heartbeat(agent_id="c"))).ok
+            assert (await c1.do(C.JoinSession(agent_id="c", lease_ms=LEASE_MS))).ok
         await until(lambda: _count(first, 3), 10, "three events")
         await first.close()
         seen = first.events[:2]  # the client processed two of them, then lost its connection
         for _ in range(2):
-            assert (await c1.do(C.Heartbeat(agent_id="c"))).ok
+            assert (await c1.do(C.JoinSession(agent_id="c", lease_ms=LEASE_MS))).ok
         second = Collector(c2.watch(after=seen[-1][0], kinds=("SessionRenewed",)))
         assert (await second.wait_started()).cursor == seen[-1][0]
         await until(lambda: _count(second, 3), 10, "the three later events on the other node")
@@ -421,7 +422,7 @@ async def test_leader_killed_during_recovery_yields_one_decision_and_nodes_catch
         # a write while the old leader is down, then it comes back as a follower and catches up
         a2 = Agent(new_leader, "a")
         try:
-            assert (await a2.do(C.Heartbeat(agent_id="a"))).ok
+            assert (await a2.do(C.JoinSession(agent_id="a", lease_ms=LEASE_MS))).ok
         finally:
             await a2.close()
     finally:
@@ -432,7 +433,7 @@ async def test_leader_killed_during_recovery_yields_one_decision_and_nodes_catch
     a3 = Agent(new_leader, "a")
     try:
         for _ in range(3):
-            assert (await a3.do(C.Heartbeat(agent_id="a"))).ok
+            assert (await a3.do(C.JoinSession(agent_id="a", lease_ms=LEASE_MS))).ok
     finally:
         await a3.close()
     follower.start()

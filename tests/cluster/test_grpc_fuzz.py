@@ -27,6 +27,7 @@ from tests.strategies import INT64_MAX, INT64_MIN, examples, generate_log, mutat
 from waitgraph.node import grpc_status
 from waitgraph.node.auth import Principal, Role, TokenStore
 from waitgraph.node.config import Peer, ServeConfig
+from waitgraph.node.lessor import Lessor
 from waitgraph.node.service import Gateway
 from waitgraph.proto.v1 import types_pb2
 from waitgraph.statemachine import StateMachine
@@ -134,6 +135,12 @@ class RecordingNode:
     def leader_address(self) -> str | None:
         return None
 
+    def has_quorum(self) -> bool:
+        return True
+
+    def member_features(self) -> dict[str, int | None]:
+        return {}  # no other member: the lessor answers heartbeats
+
     async def submit(self, checked: CheckedEnvelope) -> Outcome:
         self.submitted.append(checked.data)
         return self.machine.apply_bytes(checked.data)  # as every other replica: from the bytes
@@ -164,7 +171,8 @@ def config() -> ServeConfig:
 def check(rpc: str, principal: Principal, req: Message | bytes) -> str:
     """Drive one request through the write path; return what happened (for the statistics)."""
     node = RecordingNode(StateMachine(State.restore(rich_snapshot())))
-    gateway = Gateway(config(), node, journal=None, clock=lambda: 1_000_000.0)  # type: ignore[arg-type]
+    lessor = Lessor(lambda: 1_000_000, lambda: node.machine.state)
+    gateway = Gateway(config(), node, journal=None, clock=lambda: 1_000_000.0, lessor=lessor)  # type: ignore[arg-type]
     before = node.machine.snapshot()
     try:
         msg = parse_request(convert.request_class(rpc), req) if isinstance(req, bytes) else req
@@ -177,9 +185,17 @@ def check(rpc: str, principal: Principal, req: Message | bytes) -> str:
             assert node.submitted == [], "a request refused before the log reached the node"
             assert node.machine.snapshot() == before
             return "refused before the log"
+        assert node.machine.snapshot() == before, f"the refusal {exc} changed the state"
+        if rpc in ("Heartbeat", "JoinSession") and not isinstance(exc, grpc_status.Rejected):
+            # answered by the lessor (cluster/node/lessor.py): a heartbeat, or a join refused by
+            # the session limits; never proposed
+            assert node.submitted == [], "the lessor's refusal reached the log"
+            return f"refused by the lessor ({code.name})"
         assert isinstance(exc, grpc_status.Rejected), f"{type(exc).__name__}: {exc}"
-        assert node.machine.snapshot() == before, f"the rejection {exc.code} changed the state"
         return f"rejected by the core ({code.name})"
+    if rpc == "Heartbeat":  # renewed at the leader, in memory: nothing is written
+        assert isinstance(reply, types_pb2.Outcome) and node.submitted == [] and node.machine.snapshot() == before
+        return "renewed by the lessor"
     assert isinstance(reply, types_pb2.Outcome) and len(node.submitted) == 1
     return "applied or no-op"
 
@@ -203,7 +219,8 @@ def test_the_fuzzer_reaches_every_outcome() -> None:
         seen.add(check(rpc, principal, data.draw(request(rpc))))
 
     run()
-    assert seen == {"refused before the log", "applied or no-op"} | {s for s in seen if s.startswith("rejected")}
+    lessor = {s for s in seen if s.startswith(("rejected", "refused by the lessor", "renewed"))}
+    assert seen == {"refused before the log", "applied or no-op"} | lessor
     assert any(s.startswith("rejected") for s in seen), seen
 
 

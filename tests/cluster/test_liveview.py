@@ -19,9 +19,10 @@ from prometheus_client import CollectorRegistry, Counter
 
 from tests.world import World
 from waitgraph.node.auth import TokenStore
+from waitgraph.node.lessor import Lessor
 from waitgraph.node.service import graph_response
 from waitgraph.ops import liveview, liveweb, render
-from waitgraph.statemachine.commands import DeclareSatisfier, JoinSession, RecordSideEffect, Tick
+from waitgraph.statemachine.commands import DeclareSatisfier, ExpireSession, JoinSession, RecordSideEffect
 from waitgraph.statemachine.enums import EffectOutcome
 from waitgraph.statemachine.recovery_state import RolloutMode
 
@@ -240,11 +241,49 @@ async def test_the_summary_strip() -> None:
     assert s["cycles"] == {"candidate": 0, "confirmed": 1}
     assert s["unconverged_cancellations"] == 0 and s["quarantined"] == 0
     assert s["orphaned"] == [] and s["orphaned_total"] == 0
-    # the owner of exec:lone stops heartbeating: its session expires, the execution is orphaned
+    # the owner of exec:lone stops heartbeating: the leader expires its session, the execution is orphaned
     w.ok("agent:gone", JoinSession(agent_id="gone", lease_ms=1000))
-    w.ok("operator:op", Tick(), dt=2000)
+    w.ok("node:n1", ExpireSession(agent_id="gone", incarnation=w.st.sessions["gone"].incarnation), dt=2000)
     s = liveview.summary(w.st, liveview.snapshot(w.m).cycles, 0, 0)
     assert s["orphaned"] == ["exec:lone"] and s["orphaned_total"] == 1
+
+
+async def test_the_sessions_panel_shows_the_count_heartbeat_ages_and_who_is_suspended() -> None:
+    """The document's ``sessions``: the lessor's view read at each document (heartbeats are not in
+    the replica). The leader names the suspended agents, the longest silent first; a follower knows
+    only the heartbeats it received and names none; a view without a lessor says so (None)."""
+    w = World()
+    for agent in ("quiet", "busy", "mid"):
+        w.ok(f"agent:{agent}", JoinSession(agent_id=agent, lease_ms=30_000), dt=0)
+    now = [w.t]
+    leader = Lessor(lambda: now[0], lambda: w.st)
+    follower = Lessor(lambda: now[0], lambda: w.st)
+    leader.promote()
+    now[0] += 10_000
+    leader.heartbeat("mid")
+    follower.heartbeat("mid")
+    now[0] += 10_000
+    leader.heartbeat("busy")
+    now[0] += 1_500  # quiet: 21.5 s silent, mid 11.5 s, busy 1.5 s
+
+    async def doc(lessor: Lessor | None) -> Any:
+        async def panel() -> dict[str, Any]:
+            assert lessor is not None
+            return liveview.sessions_panel(lessor.view(w.st, now[0]))
+
+        view = make_view(w, sessions=None if lessor is None else panel)
+        async with TestClient(TestServer(liveweb.make_app(view))) as c:
+            return (await (await c.get("/api/view", headers=bearer(OPERATOR))).json())["sessions"]
+
+    ss = await doc(leader)
+    assert (ss["active"], ss["leading"], ss["heartbeat_ages"]) == (3, True, 3)
+    assert (ss["oldest_heartbeat_age_s"], ss["heartbeat_age_p99_s"]) == (21, 21)
+    assert ss["suspended_count"] == 1 and ss["suspended"] == [{"agent_id": "quiet", "heartbeat_age_s": 21}]
+    assert dict(ss["heartbeat_age_buckets"])[2.0] == 1 and dict(ss["heartbeat_age_buckets"])[15.0] == 2
+    ss = await doc(follower)
+    assert (ss["active"], ss["leading"], ss["here"], ss["heartbeat_ages"]) == (3, False, 1, 1)
+    assert ss["suspended"] == [] and ss["suspended_count"] == 0 and ss["oldest_heartbeat_age_s"] == 11
+    assert await doc(None) is None
 
 
 def test_the_summary_counts_a_cancellation_that_has_not_converged() -> None:

@@ -29,7 +29,7 @@ from waitgraph.dev.mcp_agents import http_server, http_session, stdio_session
 from waitgraph.dev.mcp_agents import server_env as mcp_env
 from waitgraph.mcp.server import TOOLS
 from waitgraph.proto.v1 import types_pb2
-from waitgraph.sdk import OperatorClient
+from waitgraph.sdk import Client, OperatorClient
 
 from .grpc_harness import TOKENS, GrpcCluster, until
 from .test_sdk import AUTO, settled
@@ -345,6 +345,31 @@ async def test_http_refuses_a_missing_or_wrong_token(cluster: GrpcCluster) -> No
             return await holders_of(cluster, "resource:ht-left") == []
 
         await until(left, 10, "b's lease to be released when its client left")
+
+
+async def test_an_ended_http_session_has_left_when_its_delete_is_answered(cluster: GrpcCluster) -> None:
+    """The client's DELETE is answered once the agent's waitgraph session has left. The same agent
+    joining at once (here through the SDK, as ``scripts/bench mcp`` does) gets a session of its own:
+    a leave that came after that join would end it (a join of an ACTIVE session only renews it), and
+    its first write would be refused ``no_session``. Several rounds: the race was lost one time in
+    two or three."""
+    agent = "c"
+    with http_server(server_env(cluster)) as (url, _):
+        for i in range(4):
+            async with http_agent(url, agent) as c:
+                assert (await call(c, "lease_acquire", target=f"resource:rejoin-{i}", ttl_s=3600))["status"] == "held"
+            # no waiting: the DELETE's answer already means the session left and the lease went
+            assert await holders_of(cluster, f"resource:rejoin-{i}") == []
+            async with ops(cluster) as op:
+                sessions = (await op.graph(agent_id=agent, fresh=True)).sessions
+            assert [s.status for s in sessions if s.agent_id == agent] == [types_pb2.SESSION_STATUS_LEFT]
+            async with (
+                Client([n.grpc for n in cluster.nodes], token=TOKENS[agent]) as client,
+                client.session(agent) as session,
+                session.execution(f"exec:rejoin-{i}", run_id=f"run-rejoin-{i}") as ex,
+            ):
+                await ex.acquire(f"resource:rejoin-sdk-{i}")
+                await ex.release(f"resource:rejoin-sdk-{i}")
 
 
 async def test_a_stdio_client_leaving_releases_its_leases(cluster: GrpcCluster) -> None:

@@ -39,9 +39,14 @@ def _run(cmd: list[str], cwd: Path) -> None:
 @pytest.fixture(scope="module")
 def previous_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The interpreter of a virtual environment holding the previous release (module docstring)."""
-    root = tmp_path_factory.mktemp("previous-release")
+    return release_python(tmp_path_factory.mktemp("previous-release"), "HEAD")
+
+
+def release_python(root: Path, commit: str) -> str:
+    """The interpreter of a new virtual environment holding ``commit``'s tree as release
+    :data:`PREVIOUS_VERSION` (its dependencies: the dev environment's)."""
     archive = root / "tree.tar"
-    _run(["git", "-C", str(REPO), "archive", "--format=tar", "-o", str(archive), "HEAD"], root)
+    _run(["git", "-C", str(REPO), "archive", "--format=tar", "-o", str(archive), commit], root)
     tree = root / "tree"
     with tarfile.open(archive) as tar:
         tar.extractall(tree, filter="data")

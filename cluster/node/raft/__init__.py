@@ -27,10 +27,12 @@ from __future__ import annotations
 from waitgraph.node.raft._config import RaftConfig
 from waitgraph.node.raft._journal import JournalCorrupted
 from waitgraph.node.raft._node import Member, RaftNode, RaftStatus, Read
+from waitgraph.node.raft._relay import SESSIONS_LESSOR
 from waitgraph.node.raft._transport import REFUSAL_REASONS
 
 __all__ = [
     "REFUSAL_REASONS",
+    "SESSIONS_LESSOR",
     "JournalCorrupted",
     "Member",
     "RaftConfig",

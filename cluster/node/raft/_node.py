@@ -171,6 +171,7 @@ class RaftNode:
         self._stopped = False
         self._image_readers = asyncio.Semaphore(MAX_IMAGE_READERS)
         self._membership_lock = asyncio.Lock()
+        self._relay_handler: Callable[[list[str]], None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -195,6 +196,7 @@ class RaftNode:
             fork_dumps=self.cfg.fork_dumps,
             directory={a: (node_id, grpc) for a, node_id, grpc in self.cfg.directory},
         )
+        self._obj._on_relay = self._relay_handler
 
     async def stop(self) -> None:
         self._stopped = True
@@ -587,6 +589,28 @@ class RaftNode:
                         os.kill(pid, signal.SIGKILL)  # the collector then reads EOF and reaps it
                     raise
         return Read((value, data), not fresh, applied)
+
+    # -- relay: to the leader, outside the log ------------------------------------------------------
+
+    def on_relay(self, handler: Callable[[list[str]], None]) -> None:
+        """``handler`` gets the agent ids a follower relays while this node leads (on the tick
+        thread; it must not block): the session heartbeats of cluster/node/lessor.py."""
+        self._relay_handler = handler
+        if self._obj is not None:
+            self._obj._on_relay = handler
+
+    def relay_to_leader(self, agents: list[str]) -> None:
+        """Send agent ids to the leader in one message, not through the log (``_relay.py``); dropped
+        without a leader or on the leader itself. Any thread; never waits."""
+        obj = self._obj
+        if obj is not None and agents:
+            obj.call_on_tick(lambda: obj.relay_to_leader(agents))
+
+    def member_features(self) -> dict[str, int | None]:
+        """Every other member's announced features (``_relay.py``): its bits, 0 for a release from
+        before the hellos, None while unknown. Any thread."""
+        obj = self._obj
+        return {} if obj is None else obj.member_features(time.monotonic())
 
     # -- role and status --------------------------------------------------------------------------
 

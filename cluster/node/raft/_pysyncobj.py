@@ -76,6 +76,10 @@ such name is overridden in one module only, and each override calls the original
     prev, cluster)``, ``serializeChecker() -> SERIALIZER_STATE``; a custom serializer turns pysyncobj's
     own fork off; pysyncobj renames the file it named into place after ``serializer`` returns.
   - reads ``__raftLog``, ``raftLastApplied``, ``selfNode``, ``_isLeader()``.
+``_relay.py``
+  - reads ``__raftLeader`` (None or the leader's node object) and ``__selfNode``; calls
+    ``__transport.send(node, message)`` and ``_isLeader()``; a message type pysyncobj does not know is
+    dropped by ``_syncobj.py``'s ``__onMessageReceived`` before pysyncobj's handler sees it.
 ``_node.py``
   - ``getStatus()`` (keys ``state``, ``leader``, ``raft_term``, ``commit_idx``, ``last_applied``,
     ``log_len``), ``isNodeConnected``, ``hasQuorum``, ``otherNodes``, ``raftCurrentTerm``,

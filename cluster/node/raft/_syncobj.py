@@ -10,6 +10,7 @@ with its rules and the pysyncobj names it touches:
 - ``_guard.py``: the truncation guard;
 - ``_membership.py``: the guarded membership changes;
 - ``_compaction.py``: log compaction and full dumps (``_fork.py``: the forked writer);
+- ``_relay.py``: messages to the leader outside the log (the session heartbeats a follower relays);
 - ``_transport.py``: the Raft wire (:class:`~waitgraph.node.raft._transport.EncryptorHook` puts its
   codec in place of pysyncobj's Fernet); ``_unpickler.py``: the restricted unpickler, installed when
   this module is imported, before any SyncObj is built.
@@ -54,6 +55,7 @@ from waitgraph.node.raft._guard import GuardMixin
 from waitgraph.node.raft._liveness import LivenessMixin
 from waitgraph.node.raft._membership import MembershipMixin
 from waitgraph.node.raft._pysyncobj import SERIALIZER_STATE, SyncObjConf
+from waitgraph.node.raft._relay import RELAY, RelayMixin
 from waitgraph.node.raft._transport import EncryptorHook, WaitgraphTransport
 from waitgraph.statemachine import StateMachine
 from waitgraph.statemachine.codec import CheckedEnvelope
@@ -71,7 +73,9 @@ def _exit_process(reason: str) -> None:
     os._exit(70)
 
 
-class WaitgraphSyncObj(ApplyMixin, DurabilityMixin, LivenessMixin, GuardMixin, MembershipMixin, CompactionMixin):
+class WaitgraphSyncObj(
+    ApplyMixin, DurabilityMixin, LivenessMixin, GuardMixin, MembershipMixin, CompactionMixin, RelayMixin
+):
     """The SyncObj: one replicated method, msgpack dumps, the truncation guard (module docstring).
 
     Attributes are set before ``SyncObj.__init__`` because the tick thread starts inside it.
@@ -170,6 +174,11 @@ class WaitgraphSyncObj(ApplyMixin, DurabilityMixin, LivenessMixin, GuardMixin, M
     _SyncObj__encryptor: Any = EncryptorHook()
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        if self._note_member(node, message):
+            return  # a hello: the sender's features (``_relay.py``)
+        if type(message) is dict and message.get("type") == RELAY:
+            self._relay_received(message)  # heartbeats relayed to the leader (``_relay.py``)
+            return
         # Whether the message as the leader sent it (before the guard's rewrite) carries no entry:
         # only its answer may be skipped as a repeat (``_SyncObj__sendNextNodeIdx``).
         self._answering_entryless = (
@@ -191,6 +200,7 @@ class WaitgraphSyncObj(ApplyMixin, DurabilityMixin, LivenessMixin, GuardMixin, M
             self.sync_journal()
         self._run_tick_calls()
         self._keep_connections_alive(started)
+        self.say_hello(started)
         self._read_before_standing()
         super()._onTick(timeToWait)
 

@@ -473,8 +473,11 @@ function drawGraph() {
   if (!document.body.dataset.currentRenderMs && ids.size && live.doc && live.doc.graph_version <= g.version) {
     document.body.dataset.currentRenderMs = now;
   }
-  // and the first drawing of a state at least as new as the node's when the page opened
-  if (!document.body.dataset.freshRenderMs && ids.size && live.openedAt !== null && live.openedAt <= g.version) {
+  // and the first drawing of a state at least as new as the node's when the page opened, with the
+  // panels (the summary, the cycles: the feed's document) as new too: the graph can be fetched new
+  // while the feed's first document is the build the node kept ready before (render() calls again)
+  if (!document.body.dataset.freshRenderMs && ids.size && live.openedAt !== null && live.openedAt <= g.version &&
+    live.doc && live.openedAt <= live.doc.graph_version) {
     document.body.dataset.freshRenderMs = now;
   }
 }
@@ -934,6 +937,44 @@ function quarantined(doc) {
   );
 }
 
+function sessions(doc) {
+  const ss = doc.sessions;
+  if (!ss) {
+    text("sessions-count", "");
+    put("sessions", el("p", { class: "empty" }, "This node has no view of the sessions right now."));
+    return;
+  }
+  text("sessions-count", `(${ss.active})`);
+  const secs = (s) => `${s}s`;
+  const facts = [
+    ["active", `${ss.active} (limits: ${ss.max_per_node} per node, ${ss.max_per_cluster} in the cluster)`],
+    ["heartbeating through this node", String(ss.here)],
+    [
+      "time since the last heartbeat",
+      ss.heartbeat_ages ? `p99 ${secs(ss.heartbeat_age_p99_s)}, oldest ${secs(ss.oldest_heartbeat_age_s)}, over ${ss.heartbeat_ages} sessions` : "-",
+    ],
+    ["joins refused (too_many_sessions)", Object.entries(ss.refused).map(([k, n]) => `${n} by ${k}`).join(", ")],
+  ];
+  const rows = ss.suspended.map((s) =>
+    el("tr", {}, el("td", { class: "mono" }, s.agent_id), el("td", {}, `${secs(s.heartbeat_age_s)} ago`)),
+  );
+  put(
+    "sessions",
+    el("table", {}, el("tbody", {}, facts.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v))))),
+    ss.leading
+      ? [
+          el("h2", { class: "count", id: "suspended-count" }, `suspended: ${ss.suspended_count} (silent for over half their lease)`),
+          table(["agent", "last heard"], rows, "No session is suspended."),
+          more(ss.suspended_count, ss.suspended.length, "suspended agents"),
+        ]
+      : el(
+          "p",
+          { class: "note" },
+          "A follower knows only the heartbeats it received: the leader's page names the suspended agents and has every session's age.",
+        ),
+  );
+}
+
 function rollout(doc) {
   const adm = doc.admission;
   const rec = doc.recovery;
@@ -975,6 +1016,7 @@ function render(doc) {
   decisions(doc);
   cancellations(doc);
   quarantined(doc);
+  sessions(doc);
   rollout(doc);
   document.body.dataset.loaded = "1";
   document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);

@@ -93,7 +93,7 @@ class PeerStatus(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., connected: _Optional[bool] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("node_id", "raft_address", "grpc_address", "role", "leader_id", "leader_address", "term", "commit_index", "applied_index", "has_quorum", "ready", "epoch", "mode", "admission_frozen", "admission_frozen_reason", "frozen_runs", "recovery_configured", "voters", "quorum", "max_rollback", "now_ms", "state_digest", "stale", "peers", "open_proposals", "decisions", "event_head_cursor", "event_horizon_cursor", "counters", "orphaned_executions", "durable", "approver", "grpc_front")
+    __slots__ = ("node_id", "raft_address", "grpc_address", "role", "leader_id", "leader_address", "term", "commit_index", "applied_index", "has_quorum", "ready", "epoch", "mode", "admission_frozen", "admission_frozen_reason", "frozen_runs", "recovery_configured", "voters", "quorum", "max_rollback", "now_ms", "state_digest", "stale", "peers", "open_proposals", "decisions", "event_head_cursor", "event_horizon_cursor", "counters", "orphaned_executions", "durable", "approver", "grpc_front", "sessions")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +134,7 @@ class StatusResponse(_message.Message):
     DURABLE_FIELD_NUMBER: _ClassVar[int]
     APPROVER_FIELD_NUMBER: _ClassVar[int]
     GRPC_FRONT_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     raft_address: str
     grpc_address: str
@@ -167,7 +168,42 @@ class StatusResponse(_message.Message):
     durable: bool
     approver: str
     grpc_front: str
-    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., ready: _Optional[bool] = ..., epoch: _Optional[int] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., admission_frozen: _Optional[bool] = ..., admission_frozen_reason: _Optional[str] = ..., frozen_runs: _Optional[int] = ..., recovery_configured: _Optional[bool] = ..., voters: _Optional[_Iterable[str]] = ..., quorum: _Optional[int] = ..., max_rollback: _Optional[int] = ..., now_ms: _Optional[int] = ..., state_digest: _Optional[str] = ..., stale: _Optional[bool] = ..., peers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., open_proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., event_head_cursor: _Optional[int] = ..., event_horizon_cursor: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., orphaned_executions: _Optional[int] = ..., durable: _Optional[bool] = ..., approver: _Optional[str] = ..., grpc_front: _Optional[str] = ...) -> None: ...
+    sessions: SessionsStatus
+    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., ready: _Optional[bool] = ..., epoch: _Optional[int] = ..., mode: _Optional[_Union[_types_pb2.RolloutMode, str]] = ..., admission_frozen: _Optional[bool] = ..., admission_frozen_reason: _Optional[str] = ..., frozen_runs: _Optional[int] = ..., recovery_configured: _Optional[bool] = ..., voters: _Optional[_Iterable[str]] = ..., quorum: _Optional[int] = ..., max_rollback: _Optional[int] = ..., now_ms: _Optional[int] = ..., state_digest: _Optional[str] = ..., stale: _Optional[bool] = ..., peers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., open_proposals: _Optional[int] = ..., decisions: _Optional[int] = ..., event_head_cursor: _Optional[int] = ..., event_horizon_cursor: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., orphaned_executions: _Optional[int] = ..., durable: _Optional[bool] = ..., approver: _Optional[str] = ..., grpc_front: _Optional[str] = ..., sessions: _Optional[_Union[SessionsStatus, _Mapping]] = ...) -> None: ...
+
+class SessionsStatus(_message.Message):
+    __slots__ = ("active", "here", "leading", "oldest_heartbeat_age_ms", "suspended", "suspended_count", "max_per_node", "max_per_cluster", "heartbeat_age_p99_ms", "suspended_sessions", "mode")
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    HERE_FIELD_NUMBER: _ClassVar[int]
+    LEADING_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    SUSPENDED_FIELD_NUMBER: _ClassVar[int]
+    SUSPENDED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MAX_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    MAX_PER_CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_AGE_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    SUSPENDED_SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    active: int
+    here: int
+    leading: bool
+    oldest_heartbeat_age_ms: int
+    suspended: _containers.RepeatedScalarFieldContainer[str]
+    suspended_count: int
+    max_per_node: int
+    max_per_cluster: int
+    heartbeat_age_p99_ms: int
+    suspended_sessions: _containers.RepeatedCompositeFieldContainer[SuspendedSession]
+    mode: str
+    def __init__(self, active: _Optional[int] = ..., here: _Optional[int] = ..., leading: _Optional[bool] = ..., oldest_heartbeat_age_ms: _Optional[int] = ..., suspended: _Optional[_Iterable[str]] = ..., suspended_count: _Optional[int] = ..., max_per_node: _Optional[int] = ..., max_per_cluster: _Optional[int] = ..., heartbeat_age_p99_ms: _Optional[int] = ..., suspended_sessions: _Optional[_Iterable[_Union[SuspendedSession, _Mapping]]] = ..., mode: _Optional[str] = ...) -> None: ...
+
+class SuspendedSession(_message.Message):
+    __slots__ = ("agent_id", "heartbeat_age_ms")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    heartbeat_age_ms: int
+    def __init__(self, agent_id: _Optional[str] = ..., heartbeat_age_ms: _Optional[int] = ...) -> None: ...
 
 class GraphRequest(_message.Message):
     __slots__ = ("run_id", "agent_id", "limit", "fresh", "statuses", "around", "hops")
