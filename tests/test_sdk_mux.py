@@ -27,6 +27,8 @@ class FakeNode:
     grew: asyncio.Event = field(default_factory=asyncio.Event)
     gate: asyncio.Event | None = None
     """While set to an unset event, a new stream does not start (the old one goes on)."""
+    stall: tuple[int, asyncio.Event] | None = None
+    """(n, e): the first n streams opened deliver nothing more until e is set (they lag behind)."""
     requests: list[tuple[int | None, tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
     refuse: Callable[[Sequence[str], Sequence[str]], BaseException | None] = lambda agents, tokens: None
     open_streams: int = 0
@@ -53,6 +55,7 @@ class FakeNode:
         on_resync: Callable[[], None],
         on_reconnect: Callable[[], None],
     ) -> AsyncIterator[WatchedEvent]:
+        serial = len(self.requests)
         self.requests.append((after_cursor, tuple(agent_ids), tuple(authorizations)))
         if self.gate is not None:
             await self.gate.wait()
@@ -70,6 +73,8 @@ class FakeNode:
                     self.grew.clear()
                     await self.grew.wait()
                 for ev in new:
+                    while self.stall is not None and serial < self.stall[0]:
+                        await self.stall[1].wait()
                     stats.cursor = ev.cursor
                     if mine.intersection(ev.agent_ids):
                         yield ev
@@ -148,19 +153,32 @@ async def test_a_session_joining_or_leaving_mid_stream_loses_and_repeats_nothing
     later: list[Sess] = []
     gate = asyncio.Event()
 
+    joined = asyncio.Event()
+
     async def traffic() -> None:
-        for i in range(600):
+        i = 0
+        while not joined.is_set() or i < 600:
             node.emit(f"a{i % 5}")
             node.emit(f"b{i % 5}", f"a{(i + 1) % 5}")
+            i += 1
             if i % 3 == 0:
-                await asyncio.sleep(0)
+                await asyncio.sleep(0.001)
 
     writer = asyncio.get_running_loop().create_task(traffic())
-    for i in range(5):
+    for i in range(6):
         await asyncio.sleep(0.005)
-        node.gate = gate = asyncio.Event()  # the new stream waits while the old one delivers
         s = Sess(f"b{i}", node)
         later.append(s)
+        if i % 2:
+            # The old stream lags (events in flight) when the new one opens: the new one must
+            # start where the old one was, not at the head.
+            node.stall = (len(node.requests), asyncio.Event())
+            await asyncio.sleep(0.01)
+            await s.open(mux)
+            node.stall[1].set()
+            node.stall = None
+            continue
+        node.gate = gate = asyncio.Event()  # the new stream waits while the old one delivers
         opening = asyncio.get_running_loop().create_task(s.open(mux))
         await asyncio.sleep(0.01)
         node.gate = None
@@ -168,13 +186,14 @@ async def test_a_session_joining_or_leaving_mid_stream_loses_and_repeats_nothing
         await opening
         if i == 2:
             mux.remove(first[0].watch)  # a session leaves mid-stream
+    joined.set()
     await writer
     end = node.head
     stay = first[1:] + later
     await settle(node, stay, end)
     check(stay, end)
     check([first[0]], first[0].got[-1].cursor)  # what it had until it left was whole
-    assert mux.opened >= 6 and node.open_streams == 1
+    assert mux.opened >= 7 and node.open_streams == 1
     overlaps = sum(s.watch.stats.overlaps for s in stay)
     assert overlaps > 0, "the new streams replayed nothing: the dedupe went untested"
     # every new stream resumed after the position of the one before it, never from the head

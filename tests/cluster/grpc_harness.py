@@ -86,14 +86,25 @@ class GrpcNode(NodeHandle):
 
 
 class GrpcCluster:
-    def __init__(self, root: Path, size: int = 3, extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        size: int = 3,
+        extra_args: list[str] | None = None,
+        *,
+        extra_tokens: list[dict[str, Any]] | None = None,
+        http: bool = False,
+    ) -> None:
+        """``extra_tokens``: entries added to :data:`TOKEN_ENTRIES`; ``http``: each node serves
+        /metrics (its address: ``node.member.http_address``)."""
         self.launcher = LocalCluster(
             root=root,
             nodes=size,
             mode=None,
             serve_args=["--detect-interval-ms", "50", *(extra_args or [])],
             secret=SECRET,
-            tokens=TOKEN_ENTRIES,
+            tokens=[*TOKEN_ENTRIES, *(extra_tokens or [])],
+            http=http,
         )
         self.launcher.prepare()
         self.nodes = [GrpcNode(self.launcher, m, 20, 10) for m in self.launcher.members]
