@@ -385,8 +385,14 @@ class Session:
             self._watch = None
 
     async def _heartbeats(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(self.heartbeat_interval_s)
+            # On a beat of the loop's clock (every half interval), not of the join: the sessions
+            # of a client with the same interval heartbeat in the same loop iterations, so their
+            # heartbeats leave together, as a WriteBatch or two per interval. The first comes
+            # between half an interval and one after the join, every next one an interval later.
+            half = self.heartbeat_interval_s / 2
+            await asyncio.sleep(2 * half - loop.time() % half)
             if self.lost is not None:
                 return
             sent_at = asyncio.get_running_loop().time()
