@@ -16,8 +16,9 @@ Rules kept here:
   that arrive while a stream opens are taken together by the next one.
 - A session is *started* (its events from then on will all come) when a stream opened after it
   was added, and carrying its agent, has started. It gets nothing before.
-- A new stream refused (a token that may not watch an agent) fails only the sessions it was
-  opened to add (the refused agent's alone when the node names it); the current stream goes on.
+- A new stream refused (a token that may not watch an agent) fails only the sessions of the agent
+  it was opened to add; the current stream goes on. When it added several, the node does not say
+  whose token it refused: they are added again one per stream until the refused one is alone.
   The current stream failing for good (no reconnect helps) fails every session on it.
 """
 
@@ -82,16 +83,16 @@ class Watch:
 class _Stream:
     """One ``WatchEvents`` call (reconnecting) for a fixed set of agents."""
 
-    def __init__(self, mux: _Lane, agents: frozenset[str], after: int | None) -> None:
-        self.mux = mux
+    def __init__(self, lane: _Lane, agents: frozenset[str], after: int | None) -> None:
+        self.lane = lane
         self.agents = agents
         self.stats = StreamStats()
         self.opened = asyncio.Event()
         """Set when the stream started, or failed before it did (then :attr:`error`)."""
         self.error: BaseException | None = None
         self._forwarded_duplicates = 0
-        tokens = sorted({f"Bearer {mux.tokens[a]}" for a in agents if a in mux.tokens})
-        events = mux.events(
+        tokens = sorted({f"Bearer {lane.tokens[a]}" for a in agents if a in lane.tokens})
+        events = lane.events(
             after_cursor=after,
             agent_ids=sorted(agents),
             authorizations=tokens,
@@ -111,10 +112,10 @@ class _Stream:
         except Exception as exc:
             self.error = exc
             self.opened.set()
-            self.mux.stream_failed(self, exc)
+            self.lane.stream_failed(self, exc)
 
     def _watches(self) -> list[Watch]:
-        by_agent = self.mux.watches
+        by_agent = self.lane.watches
         return [w for a in self.agents for w in by_agent.get(a, ()) if w.started.is_set()]
 
     def _route(self, ev: WatchedEvent) -> None:
@@ -122,7 +123,7 @@ class _Stream:
             for w in self._watches():
                 w.stats.duplicates += self.stats.duplicates - self._forwarded_duplicates
             self._forwarded_duplicates = self.stats.duplicates
-        by_agent = self.mux.watches
+        by_agent = self.lane.watches
         for agent in ev.agent_ids:
             if agent not in self.agents:
                 continue  # another of the client's streams carries it, or none yet
@@ -172,11 +173,13 @@ class _Lane:
         self._task: asyncio.Task[None] | None = None
 
     def add(self, watch: Watch) -> None:
-        if watch.agent_id not in self.watches:
-            self.request_bytes += request_bytes(watch.agent_id, watch.token)
-        self.watches.setdefault(watch.agent_id, []).append(watch)
-        if watch.token is not None:
-            self.tokens.setdefault(watch.agent_id, watch.token)
+        agent = watch.agent_id
+        if agent not in self.watches:
+            self.request_bytes += request_bytes(agent, None)
+        self.watches.setdefault(agent, []).append(watch)
+        if watch.token is not None and agent not in self.tokens:
+            self.tokens[agent] = watch.token
+            self.request_bytes += request_bytes(agent, watch.token) - request_bytes(agent, None)
         self._changed.set()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="waitgraph-event-mux")
