@@ -6,7 +6,8 @@ Rules kept here:
   exit, exception, cancellation. The one exception is the local threshold: a session may keep a
   short wait local and register it once it has lasted ``local_wait_threshold_s``, but never when
   the execution holds a lease or a pool permit (a scarce resource), which registers at once.
-- The event stream of the session is the only source of wake-ups: ``WaitClosed`` resolves a wait,
+- The session's events (its agent's, from the client's one stream: :mod:`waitgraph.sdk._mux`) are
+  the only source of wake-ups: ``WaitClosed`` resolves a wait,
   a recovery decision that rolls an execution back cancels the tasks blocked in its waits and
   raises :class:`~.errors.DeadlockVictim` in them, a cancel request raises
   :class:`~.errors.CancellationRequested`. Every handle is registered under its edge id before
