@@ -26,25 +26,13 @@ from waitgraph.statemachine.effects import ExecutionStateChanged, SessionJoined
 from waitgraph.statemachine.enums import ExecStatus
 
 from .grpc_harness import TOKENS, GrpcCluster, GrpcNode, leader_of, until
+from .test_sdk import settled  # every node applied once: a fresh node may expire a cursor
 
 AGENTS = [f"m{i:02d}" for i in range(60)]
 AGENT_TOKENS = {a: f"agent-{a}-token-0123456789abcdef" for a in AGENTS}
 EXTRA_TOKENS = [{"name": f"agent-{a}", "role": "agent", "agent_id": a, "token": AGENT_TOKENS[a]} for a in AGENTS]
 
 pytestmark = pytest.mark.timeout(240)
-
-
-async def settle(c: GrpcCluster) -> None:
-    """Until every node has applied the recovery bootstrap: a node numbers its events from its
-    first apply on (cluster/node/events.py), so a stream opened on it before that may find its
-    cursor expired at once, and lose what the comparisons count."""
-    for node in c.nodes:
-        async with OperatorClient([node.grpc], TOKENS["ops"]) as one:
-
-            async def configured(one: OperatorClient = one) -> bool:
-                return bool((await one.status()).recovery_configured)
-
-            await until(configured, 20, f"{node.name} to apply the recovery bootstrap")
 
 
 def start(root: Path) -> GrpcCluster:
@@ -57,7 +45,7 @@ def start(root: Path) -> GrpcCluster:
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcCluster]:
     c = start(tmp_path_factory.mktemp("mux"))
     try:
-        asyncio.run(settle(c))
+        asyncio.run(settled(c))
         yield c
     finally:
         c.close()
@@ -237,7 +225,7 @@ async def test_sessions_joining_and_leaving_mid_stream_lose_and_repeat_nothing(s
 async def test_the_stream_resumes_after_a_leader_failover_with_each_session_whole(tmp_path: Path) -> None:
     c = start(tmp_path)
     try:
-        await settle(c)
+        await settled(c)
         leader = await leader_of(c)
         witness = next(n for n in c.nodes if n is not leader)
         t = uuid.uuid4().hex[:6]
