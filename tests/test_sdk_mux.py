@@ -123,6 +123,7 @@ def check(sessions: list[Sess], until: int) -> None:
         assert cursors == sorted(set(cursors)), f"{s.agent_id} got an event twice or out of order"
         assert all(s.agent_id in e.agent_ids for e in s.got), f"{s.agent_id} got another agent's event"
         assert s.seen(until) == s.expected(until), f"{s.agent_id} lost events"
+        assert s.watch.stats.cursor == (s.got[-1].cursor if s.got else None)
 
 
 async def test_sessions_share_one_stream_and_each_gets_exactly_its_own_events() -> None:

@@ -133,7 +133,7 @@ class _Stream:
                 if ev.cursor <= w.cursor:
                     w.stats.overlaps += 1
                     continue
-                w.cursor = ev.cursor
+                w.cursor = w.stats.cursor = ev.cursor
                 w.stats.events += 1
                 try:
                     w.deliver(ev)
