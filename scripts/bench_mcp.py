@@ -15,8 +15,11 @@ auto). Rows:
   same produce through the SDK, ``resolved()`` and the exit. The producer is an SDK session in both.
 - ``N clients``: N MCP client sessions at once, each its own agent with its own token, on one
   ``waitgraph mcp --http`` server (shared use), each doing ``--client-rounds`` lease + release
-  rounds on its own resource; against N SDK sessions, one Client each, in one process. Rounds per
-  second over all clients, and the p50/p99 of a round.
+  rounds on its own resource; against N SDK sessions of other agents, each with its own token,
+  on one Client in one process (as the server holds them). Rounds per second over all clients,
+  and the p50/p99 of a round. (Other agents: the server leaves an MCP agent's session after it
+  has answered the client's DELETE, and would end an SDK session of the same agent joined
+  meanwhile, as another process of the agent leaving a shared session does.)
 
 The MCP client and the SDK run in this process; the stdio server is a child process, the cluster
 three more. Ratio = MCP / SDK (time: higher is slower; rounds/s: lower is slower).
@@ -67,13 +70,18 @@ def stdio_agent(lc: LocalCluster, agent: str) -> contextlib.AbstractAsyncContext
 
 
 @contextlib.asynccontextmanager
-async def sdk_agent(lc: LocalCluster, agent: str, run: str) -> AsyncIterator[tuple[Session, Execution]]:
+async def sdk_agent(
+    lc: LocalCluster, agent: str, run: str, client: Client | None = None
+) -> AsyncIterator[tuple[Session, Execution]]:
+    """An SDK session of ``agent`` with its token: on ``client`` (shared), or on a Client of its own."""
     assert lc.credentials is not None
-    async with (
-        Client(lc.endpoints, token=lc.credentials.agents[agent]) as c,
-        c.session(agent) as s,
-        s.execution(f"exec:bench-{run}-{agent}", run_id=f"run-bench-{run}-{agent}") as ex,
-    ):
+    token = lc.credentials.agents[agent]
+    async with contextlib.AsyncExitStack() as stack:
+        c = client if client is not None else await stack.enter_async_context(Client(lc.endpoints, token=token))
+        s = await stack.enter_async_context(c.session(agent, token=token))
+        ex = await stack.enter_async_context(
+            s.execution(f"exec:bench-{run}-{agent}", run_id=f"run-bench-{run}-{agent}")
+        )
         yield s, ex
 
 
@@ -124,6 +132,8 @@ async def concurrent_rows(lc: LocalCluster, clients: int, rounds: int) -> tuple[
     assert lc.credentials is not None
     creds = lc.credentials
     names = [f"m{i}" for i in range(clients)]
+    sdk_names = [f"s{i}" for i in range(clients)]
+    shared = Client(lc.endpoints, token=creds.agents[sdk_names[0]])
     with http_server(server_env(lc.endpoints)) as (url, _):
 
         async def mcp_client(name: str, start: asyncio.Event, laps: list[float], ready: list[str]) -> None:
@@ -138,7 +148,7 @@ async def concurrent_rows(lc: LocalCluster, clients: int, rounds: int) -> tuple[
                     laps.append(time.perf_counter() - t0)
 
         async def sdk_client(name: str, start: asyncio.Event, laps: list[float], ready: list[str]) -> None:
-            async with sdk_agent(lc, name, "many") as (_, ex):
+            async with sdk_agent(lc, name, "many", shared) as (_, ex):
                 ready.append(name)
                 await start.wait()
                 for _ in range(rounds):
@@ -148,12 +158,12 @@ async def concurrent_rows(lc: LocalCluster, clients: int, rounds: int) -> tuple[
                     laps.append(time.perf_counter() - t0)
 
         results = []
-        for make in (mcp_client, sdk_client):
+        for make, agents in ((mcp_client, names), (sdk_client, sdk_names)):
             start = asyncio.Event()
             laps: list[float] = []
             ready: list[str] = []
-            tasks = [asyncio.ensure_future(make(n, start, laps, ready)) for n in names]
-            while len(ready) < len(names):
+            tasks = [asyncio.ensure_future(make(n, start, laps, ready)) for n in agents]
+            while len(ready) < len(agents):
                 failed = [t for t in tasks if t.done()]
                 if failed:
                     await failed[0]  # raises what went wrong
@@ -162,11 +172,12 @@ async def concurrent_rows(lc: LocalCluster, clients: int, rounds: int) -> tuple[
             start.set()
             await asyncio.gather(*tasks)
             results.append((len(laps) / (time.perf_counter() - t0), laps))
+        await shared.close()
         return results[0], results[1]
 
 
 async def run(args: argparse.Namespace) -> None:
-    agents = ["a", "b", "c", *[f"m{i}" for i in range(args.clients)]]
+    agents = ["a", "b", "c", *[f"{x}{i}" for x in "ms" for i in range(args.clients)]]
     lc = LocalCluster(nodes=3, mode="auto", agents=agents, serve_args=("--detect-interval-ms", "50"))
     with lc:
         lc.wait_for_leader(60)

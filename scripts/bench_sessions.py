@@ -2,7 +2,7 @@
 etcd 3.4 in the same run.
 
     scripts/bench sessions [--sizes 0,100,1000,5000,10000] [--seconds 10] [--idle-s 10] [--procs 4]
-                           [--no-etcd] [--quick]
+                           [--no-etcd] [--quick] [--sdk]
 
 Prints markdown tables; asserts nothing.
 
@@ -14,7 +14,11 @@ waitgraph; scripts/etcd_bench.py's ``EtcdCluster`` for etcd) and:
   token (lease 30 s), heartbeats every 10 s (first one at a random point of the period) and keeps
   its ``WatchEvents`` stream open. etcd: each client grants a lease (TTL 30 s), keeps it alive
   every 10 s on its own ``LeaseKeepAlive`` stream, and watches its own prefix on its own
-  ``Watch`` stream.
+  ``Watch`` stream. ``--sdk``: waitgraph's idle agents are instead the sessions of one SDK
+  ``Client`` per worker, each with its agent's token (heartbeats every 10 s): one event stream per
+  worker process (docs/sdk.md, "One stream per client").
+- **streams**: the ``WatchEvents`` streams open on the nodes once all have joined
+  (``waitgraph_event_streams``), printed with each waitgraph row.
 - **join all**: from the workers' start until the last agent has joined (and, on etcd, its lease
   is granted and its watch created).
 - **idle CPU**: the members' processes (a waitgraph node with its native front) over
@@ -119,6 +123,24 @@ def idle_worker() -> int:
         for t in tasks:
             t.cancel()
 
+    async def sdk_sessions() -> None:
+        from waitgraph import Client
+
+        agents = spec["agents"]
+        endpoints = spec["endpoints"][spec["k"] % 3 :] + spec["endpoints"][: spec["k"] % 3]
+        async with Client(endpoints, agents[0][1], lease_ms=LEASE_MS, connect_timeout_s=120) as client:
+            sessions = [client.session(n, token=t, heartbeat_interval_s=BEAT_S) for n, t in agents]
+            gate = asyncio.Semaphore(CONCURRENT_JOINS)
+
+            async def one(s: Any) -> None:
+                async with gate:
+                    await s.open()
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(s) for s in sessions))
+            print(json.dumps({"joined_s": time.perf_counter() - t0}), flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes it
+
     async def etcd_clients() -> None:
         sys.path.insert(0, spec["stubs"])
         pb2 = importlib.import_module("etcd.etcdserver.etcdserverpb.rpc_pb2")
@@ -171,7 +193,8 @@ def idle_worker() -> int:
         for t in tasks:
             t.cancel()
 
-    asyncio.run(waitgraph_agents() if spec["system"] == "waitgraph" else etcd_clients())
+    run = {"waitgraph": waitgraph_agents, "sdk": sdk_sessions, "etcd": etcd_clients}[spec["system"]]
+    asyncio.run(run())
     return 0
 
 
@@ -188,6 +211,8 @@ class Row:
     p50_ms: float = float("nan")
     p99_ms: float = float("nan")
     rss_mb: float = float("nan")
+    streams: int = -1
+    """WatchEvents streams open on the nodes once all joined (waitgraph)."""
     errors: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -228,7 +253,7 @@ async def start_idle(system: str, endpoints: list[str], agents: list[tuple[str, 
             stdout=subprocess.PIPE,
         )
         assert proc.stdin is not None
-        spec = {"system": system, "endpoints": endpoints, "agents": mine, "stubs": stubs}
+        spec = {"system": system, "endpoints": endpoints, "agents": mine, "stubs": stubs, "k": k}
         proc.stdin.write((json.dumps(spec) + "\n").encode())
         await proc.stdin.drain()
         workers.append(proc)
@@ -261,6 +286,17 @@ async def measure_idle(pids: dict[str, int], seconds: float) -> float:
     return sum(v for k, v in cpu.items() if k in pids)
 
 
+def event_streams(http_address: str | None) -> int:
+    """A node's ``waitgraph_event_streams`` (0 from a tree without it)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{http_address}/metrics", timeout=5) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith("waitgraph_event_streams "):
+                return int(float(line.split()[1]))
+    return 0
+
+
 async def waitgraph_row(n: int, args: argparse.Namespace, root: Path) -> Row:
     import grpc
 
@@ -272,7 +308,13 @@ async def waitgraph_row(n: int, args: argparse.Namespace, root: Path) -> Row:
     row = Row("waitgraph", n)
     names = [f"idle{i:05d}" for i in range(n)]
     lc = LocalCluster(
-        root=root, nodes=3, mode=None, agents=[*WRITER_AGENTS, *names], log_level=None, serve_args=args.serve_args
+        root=root,
+        nodes=3,
+        mode=None,
+        agents=[*WRITER_AGENTS, *names],
+        log_level=None,
+        serve_args=args.serve_args,
+        http=True,
     )
     lc.start(60)
     try:
@@ -296,10 +338,11 @@ async def waitgraph_row(n: int, args: argparse.Namespace, root: Path) -> Row:
         assert leader is not None, "no leader"
         endpoints = [m.grpc_address for m in lc.members]
         workers, row.join_s = await start_idle(
-            "waitgraph", endpoints, [(a, creds.agents[a]) for a in names], args.procs, ""
+            "sdk" if args.sdk else "waitgraph", endpoints, [(a, creds.agents[a]) for a in names], args.procs, ""
         )
         try:
             await asyncio.sleep(2)
+            row.streams = sum([await asyncio.to_thread(event_streams, m.http_address) for m in lc.members])
             row.idle_cpu = await measure_idle(pids, args.idle_s)
             async with grpc.aio.insecure_channel(leader.grpc_address) as ch:
                 stub = agent_pb2_grpc.AgentServiceStub(ch)
@@ -463,7 +506,8 @@ async def main(args: argparse.Namespace) -> int:
                 print(
                     f"{system} N={n}: join {row.join_s:.1f}s idle {row.idle_cpu:.2f} cores rate {row.rate:.0f}/s "
                     f"p50/p99 {row.p50_ms:.0f}/{row.p99_ms:.0f} ms rss {row.rss_mb:.0f} MB "
-                    f"({time.perf_counter() - started:.0f} s; load {os.getloadavg()[0]:.2f})",
+                    + (f"streams {row.streams} " if system == "waitgraph" else "")
+                    + f"({time.perf_counter() - started:.0f} s; load {os.getloadavg()[0]:.2f})",
                     flush=True,
                 )
     print()
@@ -479,6 +523,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--idle-s", type=float, default=10.0, help="how long the idle CPU is measured")
     p.add_argument("--procs", type=int, default=4, help="worker processes hosting the idle agents")
     p.add_argument("--no-etcd", action="store_true")
+    p.add_argument("--sdk", action="store_true", help="idle agents: one SDK Client per worker, a session each")
     p.add_argument("--quick", action="store_true", help="sizes 0,20; 3 s runs (the smoke test)")
     p.add_argument("--serve-arg", dest="serve_args", action="append", default=[], help="more `waitgraph serve` flags")
     args = p.parse_args(argv)

@@ -1,9 +1,11 @@
 """One MCP session's agent: a waitgraph session, its tasks, leases and started waits.
 
 Rules kept here:
-- One :class:`AgentState` is one agent's waitgraph session (``waitgraph.Client`` + ``Session``),
-  opened when the MCP session first acts and left when it ends; the cluster expires it when the
-  process dies (heartbeats stop), and releases what it held by its own rules.
+- One :class:`AgentState` is one agent's waitgraph session (a ``Session`` with the agent's own
+  token), opened when the MCP session first acts and left when it ends; the cluster expires it
+  when the process dies (heartbeats stop), and releases what it held by its own rules. Over HTTP
+  every agent's session is on the server's one ``waitgraph.Client``: one event stream and one
+  batch of writes for the whole process, not one per agent.
 - Every call acts under a *task* (an execution). The default task is started on first use, so a
   client that never calls ``task_start`` still works; ``task_start`` pushes another one,
   ``task_finish`` completes (or fails) it and returns to the one below.
@@ -73,6 +75,8 @@ class AgentState:
         lease_ms: int,
         reader_token: str | None = None,
         prevent: bool = True,
+        client: Client | None = None,
+        reader: OperatorClient | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.prevent = prevent
@@ -81,8 +85,13 @@ class AgentState:
         self.endpoints = endpoints
         self.token = token
         self.lease_ms = lease_ms
-        self.client: Client | None = None
-        self.reader = OperatorClient(endpoints, token=reader_token) if reader_token else None
+        self.client: Client | None = client
+        self._own_client = client is None
+        """Its own client (stdio), or the server's shared one (HTTP), which it never closes."""
+        self.reader = (
+            reader if reader is not None else OperatorClient(endpoints, token=reader_token) if reader_token else None
+        )
+        self._own_reader = reader is None
         self.session: Session | None = None
         self.tasks: list[Task] = []
         self.mcp_sessions: set[str] = set()
@@ -96,14 +105,16 @@ class AgentState:
 
     async def open(self) -> None:
         """Join the agent's session (a refused token raises, and a later call tries again)."""
-        self.client = Client(self.endpoints, token=self.token, lease_ms=self.lease_ms)
-        self.session = self.client.session(self.agent_id, refuse_deadlock=self.prevent)
+        if self.client is None:
+            self.client = Client(self.endpoints, token=self.token, lease_ms=self.lease_ms)
+        self.session = self.client.session(self.agent_id, refuse_deadlock=self.prevent, token=self.token)
         try:
             await self.session.open()
         except BaseException:
             self.session = None
-            await self.client.close()
-            self.client = None
+            if self._own_client:
+                await self.client.close()
+                self.client = None
             raise
 
     async def close(self) -> None:
@@ -116,9 +127,9 @@ class AgentState:
         if self.session is not None:
             with contextlib.suppress(Exception):
                 await self.session.close()
-        if self.client is not None:
+        if self.client is not None and self._own_client:
             await self.client.close()
-        if self.reader is not None:
+        if self.reader is not None and self._own_reader:
             await self.reader.close()
 
     @property

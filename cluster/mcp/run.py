@@ -20,6 +20,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context
 
+from waitgraph import Client, OperatorClient
 from waitgraph.sdk import PermissionDenied, RpcError, Unauthenticated
 
 from .agent import AgentState
@@ -74,6 +75,23 @@ class _Agents:
         self.idle_timeout_s = idle_timeout_s
         self.by_key: dict[tuple[str, str], AgentState] = {}
         self.lock = asyncio.Lock()
+        self._opening: str | None = None
+        self._last_token: str | None = None
+        self.client = Client(endpoints, token=self._call_token, lease_ms=lease_ms)
+        """Every agent's session, on one client: one event stream, each agent's own token."""
+        self.reader = OperatorClient(endpoints, token=reader_token) if reader_token else None
+
+    def _call_token(self) -> str:
+        """The token the shared client's calls carry (each session's writes and its part of the
+        stream carry the agent's own): the latest open agent's, else the one opening, else the
+        last one that opened."""
+        for agent in reversed(self.by_key.values()):
+            self._last_token = agent.token
+            return agent.token
+        token = self._opening or self._last_token
+        if token is None:
+            raise PermissionError("no agent token")
+        return token
 
     async def get(self, token: str, agent_id: str) -> AgentState:
         async with self.lock:
@@ -86,8 +104,14 @@ class _Agents:
                     lease_ms=self.lease_ms,
                     reader_token=self.reader_token,
                     prevent=self.prevent,
+                    client=self.client,
+                    reader=self.reader,
                 )
-                await agent.open()
+                self._opening = token
+                try:
+                    await agent.open()
+                finally:
+                    self._opening = None
                 agent.last_used_s = asyncio.get_running_loop().time()
                 self.by_key[(token, agent_id)] = agent
             return agent
@@ -125,6 +149,9 @@ class _Agents:
         agents, self.by_key = list(self.by_key.values()), {}
         for agent in agents:
             await agent.close()
+        await self.client.close()
+        if self.reader is not None:
+            await self.reader.close()
 
 
 def _credentials(headers: dict[str, str]) -> tuple[str, str] | None:

@@ -781,12 +781,17 @@ class SessionsCollector(Collector):
     """This node's sessions (cluster/node/lessor.py) and the commands it applied, by kind.
 
     Node-local, unlike the replica's series: every node exports them. ``view(m)`` runs under the
-    machine lock and returns a ``SessionsView``; ``applied()`` the applied commands by kind."""
+    machine lock and returns a ``SessionsView``; ``applied()`` the applied commands by kind;
+    ``streams()`` the event streams open on this node."""
 
     def __init__(
-        self, read: Reader, view: Callable[[StateMachine], Any], applied: Callable[[], dict[str, int]]
+        self,
+        read: Reader,
+        view: Callable[[StateMachine], Any],
+        applied: Callable[[], dict[str, int]],
+        streams: Callable[[], int] = lambda: 0,
     ) -> None:
-        self.read, self.view, self.applied = read, view, applied
+        self.read, self.view, self.applied, self.streams = read, view, applied, streams
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -808,6 +813,11 @@ class SessionsCollector(Collector):
         yield applied
         yield _gauge("waitgraph_sessions_active", "ACTIVE sessions in this replica.", v.active)
         yield _gauge("waitgraph_sessions_here", "Sessions whose agents heartbeat through this node.", v.here)
+        yield _gauge(
+            "waitgraph_event_streams",
+            "WatchEvents streams open on this node (a client multiplexes all its sessions on one).",
+            self.streams(),
+        )
         yield _gauge(
             "waitgraph_sessions_suspended",
             "Sessions the leader has not heard from for over half their lease (0 on a follower).",

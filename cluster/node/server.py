@@ -399,7 +399,10 @@ class NodeProcess:
             return self.node.read_blocking(fn)
 
         sessions = SessionsCollector(
-            read, lambda m: self.lessor.view(m.state, self.clock.now_ms()), lambda: dict(self.machine.applied_kinds)
+            read,
+            lambda m: self.lessor.view(m.state, self.clock.now_ms()),
+            lambda: dict(self.machine.applied_kinds),
+            self.journal.subscriptions,
         )
         return node_collectors(read, self.node.status, self.grpc_metrics, self._front_kind, sessions)
 

@@ -423,7 +423,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         try:
             principal = gw.principal(context, "/waitgraph.v1.AgentService/WatchEvents")
             gw.check_request(request)
-            agents = self._agent_filter(principal, request)
+            principals = [principal, *(self._stream_principal(a) for a in request.authorizations)]
+            agents = self._agent_filter(principals, request)
             kinds = frozenset(request.kinds)
             unknown = sorted(kinds - _EFFECT_KINDS)
             if unknown:
@@ -466,20 +467,30 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             f"the node is stopping; watch again (on another node) after cursor {after}",
         )
 
+    def _stream_principal(self, authorization: str) -> Principal:
+        """One more credential of a stream (``WatchEventsRequest.authorizations``), checked as the
+        call's own: authenticated, authorized, one request of its rate limit."""
+        principal = self.gw.item_principal(authorization)
+        authorize(principal, "/waitgraph.v1.AgentService/WatchEvents")
+        self.gw.limiter.take(principal.name, principal.actor)
+        return principal
+
     @staticmethod
-    def _agent_filter(principal: Principal, request: agent_pb2.WatchEventsRequest) -> frozenset[str] | None:
-        """The agents whose events the stream carries; None: every agent's (operators only)."""
+    def _agent_filter(principals: list[Principal], request: agent_pb2.WatchEventsRequest) -> frozenset[str] | None:
+        """The agents whose events the stream carries; None: every agent's (operators only).
+        Agent tokens alone: their own agents, and only those may be named."""
         named = {a for a in (request.agent_id, *request.agent_ids) if a}
-        if principal.role is Role.AGENT:
-            other = sorted(named - {principal.agent_id})
-            if other:
-                raise Rejection(
-                    Status.PERMISSION_DENIED,
-                    "not_owner",
-                    f"an agent token may only watch its own events, not {other[0]}",
-                )
-            return frozenset({principal.agent_id or ""})
-        return frozenset(named) or None
+        if any(p.role is not Role.AGENT for p in principals):
+            return frozenset(named) or None
+        own = {p.agent_id or "" for p in principals}
+        other = sorted(named - own)
+        if other:
+            raise Rejection(
+                Status.PERMISSION_DENIED,
+                "not_owner",
+                f"an agent token may only watch its own events, not {other[0]}",
+            )
+        return frozenset(named or own)
 
 
 def graph_response(

@@ -51,6 +51,7 @@ class Client(Connection):
         voter: Voter | bool = False,
         refuse_deadlock: bool = False,
         on_state: Callable[[SessionState], object] | None = None,
+        token: str | None = None,
     ) -> Session:
         """An agent session (an async context manager): joins on enter, heartbeats, watches its
         events, and leaves on exit. ``agent_id`` must be the one the token is bound to.
@@ -60,7 +61,11 @@ class Client(Connection):
         agent in the configured voter set. ``refuse_deadlock``: the default of every
         ``waiting_for`` / ``holding`` of the session (see :meth:`Execution.waiting_for`).
         ``on_state(state)`` is called with every change of ``session.state`` (CONNECTED,
-        SUSPENDED, LOST: :class:`~waitgraph.sdk.SessionState`)."""
+        SUSPENDED, LOST: :class:`~waitgraph.sdk.SessionState`). ``token``: the agent's own token,
+        for a process hosting many agents on one client (None: the client's).
+
+        Every session of the client shares its one event stream (docs/sdk.md, "One stream per
+        client"): a process with a thousand sessions holds one stream, not a thousand."""
         return Session(
             self,
             agent_id,
@@ -73,4 +78,5 @@ class Client(Connection):
             voter=voter,
             refuse_deadlock=refuse_deadlock,
             on_state=on_state,
+            token=token,
         )

@@ -40,11 +40,11 @@ from google.protobuf.message import Message
 
 from waitgraph.proto.v1 import agent_pb2, agent_pb2_grpc, operator_pb2, operator_pb2_grpc
 from waitgraph.statemachine.commands import Command
-from waitgraph.statemachine.effects import Effect
 from waitgraph.statemachine.outcome import Outcome
 from waitgraph.wire import convert
 
 from . import tracing
+from ._mux import EventMux, StreamStats, WatchedEvent
 from .errors import (
     CursorExpired,
     Internal,
@@ -113,28 +113,6 @@ class Receipt:
     """The node that answered (the leader, after a hint)."""
     hops: tuple[str, ...]
     """Every address tried, in order (more than one: redirected or retried)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WatchedEvent:
-    """One effect from ``WatchEvents``: its cursor (the same on every node), its log index, the
-    agents it concerns, and the effect as the core's dataclass."""
-
-    cursor: int
-    log_index: int
-    agent_ids: tuple[str, ...]
-    effect: Effect
-
-
-@dataclass(slots=True)
-class StreamStats:
-    """What an event stream went through (for tests and operators)."""
-
-    events: int = 0
-    reconnects: int = 0
-    resyncs: int = 0
-    duplicates: int = 0
-    """Events at or below the cursor already delivered, dropped (the server promises none)."""
 
 
 def new_request_id() -> str:
@@ -556,6 +534,8 @@ class Connection:
         self.connect_timeout_s = connect_timeout_s
         """How long a session's first contact (its event stream opening on some endpoint) may
         take before it raises :class:`~.errors.Unavailable` naming the endpoints."""
+        self.event_mux = EventMux(self.events)
+        """The one event stream of every session of this client (cluster/sdk/_mux.py)."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -564,6 +544,7 @@ class Connection:
         await self.close()
 
     async def close(self) -> None:
+        await self.event_mux.close()
         await self.transport.close()
 
     @property
@@ -667,23 +648,32 @@ class Connection:
         after_cursor: int | None = None,
         kinds: Sequence[str] = (),
         agent_id: str = "",
+        agent_ids: Sequence[str] = (),
+        authorizations: Sequence[str] = (),
         stats: StreamStats | None = None,
         on_started: Callable[[int], None] | None = None,
         on_resync: Callable[[], None] | None = None,
+        on_reconnect: Callable[[], None] | None = None,
     ) -> AsyncGenerator[WatchedEvent, None]:
         """``WatchEvents`` as an endless async iterator that survives node failures: it resumes
         after the last cursor it delivered, on the next endpoint. Without ``after_cursor`` it
         starts at the head of the first node it reaches; ``on_started(cursor)`` is called once the
         first stream is open (events after that cursor will all be delivered), ``on_resync()`` when
-        the cursor expired and the stream restarted at a node's head (events were lost)."""
+        the cursor expired and the stream restarted at a node's head (events were lost),
+        ``on_reconnect()`` before each reopening. ``agent_ids``: several agents' events on the one
+        stream; ``authorizations`` (``Bearer <token>`` each): the further tokens that may watch
+        them (``WatchEventsRequest.authorizations``). ``stats.cursor`` follows the position."""
         stats = stats if stats is not None else StreamStats()
         transport = self.transport
-        cursor = after_cursor
+        stats.cursor = after_cursor
         started = False
         backoff = 0.05
         while True:
+            cursor = stats.cursor
             address = transport.endpoint
-            request = agent_pb2.WatchEventsRequest(kinds=list(kinds), agent_id=agent_id)
+            request = agent_pb2.WatchEventsRequest(
+                kinds=list(kinds), agent_id=agent_id, agent_ids=list(agent_ids), authorizations=list(authorizations)
+            )
             if cursor is not None:
                 request.after_cursor = cursor
             call = transport.agent_stub(address).WatchEvents(request, metadata=transport.metadata)
@@ -692,7 +682,7 @@ class Connection:
                     body = msg.WhichOneof("body")
                     if body == "started":
                         if cursor is None:
-                            cursor = msg.started.cursor
+                            cursor = stats.cursor = msg.started.cursor
                         if not started:
                             started = True
                             if on_started is not None:
@@ -704,20 +694,22 @@ class Connection:
                             stats.duplicates += 1
                             logger.warning("event %d at or below cursor %d dropped", ev.cursor, cursor)
                             continue
-                        cursor = ev.cursor
+                        # The position moves before the event is handed on: whoever reads it
+                        # next (a stream opened to replace this one) resumes after the event.
+                        cursor = stats.cursor = ev.cursor
                         stats.events += 1
                         yield WatchedEvent(
                             ev.cursor, ev.log_index, tuple(ev.agent_ids), convert.effect_from_proto(ev.effect)
                         )
                     elif body == "progress":
-                        cursor = max(cursor or 0, msg.progress.cursor)
+                        cursor = stats.cursor = max(cursor or 0, msg.progress.cursor)
                 raise_again: RpcError | None = None  # the server ended the stream: reconnect
             except grpc.aio.AioRpcError as exc:
                 err = error_from_rpc(exc, address, None)
                 if isinstance(err, CursorExpired):
                     logger.warning("event cursor %s expired on %s: restarting at the head", cursor, address)
                     stats.resyncs += 1
-                    cursor = None
+                    stats.cursor = None
                     raise_again = None
                     if on_resync is not None:
                         on_resync()
@@ -736,5 +728,7 @@ class Connection:
             if transport.closed:
                 return
             stats.reconnects += 1
+            if on_reconnect is not None:
+                on_reconnect()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)

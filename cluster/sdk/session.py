@@ -6,7 +6,8 @@ Rules kept here:
   exit, exception, cancellation. The one exception is the local threshold: a session may keep a
   short wait local and register it once it has lasted ``local_wait_threshold_s``, but never when
   the execution holds a lease or a pool permit (a scarce resource), which registers at once.
-- The event stream of the session is the only source of wake-ups: ``WaitClosed`` resolves a wait,
+- The session's events (its agent's, from the client's one stream: :mod:`waitgraph.sdk._mux`) are
+  the only source of wake-ups: ``WaitClosed`` resolves a wait,
   a recovery decision that rolls an execution back cancels the tasks blocked in its waits and
   raises :class:`~.errors.DeadlockVictim` in them, a cancel request raises
   :class:`~.errors.CancellationRequested`. Every handle is registered under its edge id before
@@ -67,6 +68,7 @@ from waitgraph.statemachine.outcome import Outcome, Result
 from waitgraph.statemachine.recovery_state import DecisionKind, RolloutMode
 
 from ._liveness import Liveness, SessionState
+from ._mux import Watch
 from .connection import Connection, StreamStats, WatchedEvent
 from .errors import (
     AlreadyExists,
@@ -160,9 +162,12 @@ class Session:
         voter: Voter | bool = False,
         refuse_deadlock: bool = False,
         on_state: Callable[[SessionState], object] | None = None,
+        token: str | None = None,
     ) -> None:
         self.client = client
         self.agent_id = agent_id
+        self.token = token
+        """The agent's own token (None: the client's): its writes and its part of the stream."""
         self.refuse_deadlock = refuse_deadlock
         """The default of ``refuse_deadlock`` for the session's waits and holdings."""
         self.lease_ms = lease_ms
@@ -188,8 +193,7 @@ class Session:
         self._cancel_requests: dict[str, CancelRequested] = {}
         self._victims: set[tuple[str, int]] = set()
         self._assignments: asyncio.Queue[Assignment] = asyncio.Queue()
-        self._started = asyncio.Event()
-        self._watch_task: asyncio.Task[None] | None = None
+        self._watch: Watch | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._watch_error: BaseException | None = None
         self._open = False
@@ -225,12 +229,13 @@ class Session:
         await self.close()
 
     async def open(self) -> None:
-        """Open the event stream (first, so nothing is missed), join, start heartbeats."""
+        """Join the client's event stream (first, so nothing is missed), join, start heartbeats."""
         loop = asyncio.get_running_loop()
-        self._watch_task = loop.create_task(self._watch(), name=f"waitgraph-watch-{self.agent_id}")
+        self._watch = Watch(self.agent_id, self.token, self.stats, self._on_event, self._on_resync, self._stream_failed)
+        self.client.event_mux.add(self._watch)
         connect_timeout_s = self.client.connect_timeout_s
         try:
-            await asyncio.wait_for(self._started.wait(), connect_timeout_s)
+            await asyncio.wait_for(self._watch.started.wait(), connect_timeout_s)
         except TimeoutError:
             await self._stop_watch()
             raise Unavailable(
@@ -302,7 +307,7 @@ class Session:
         self._joins_unseen += 1
         try:
             out = await self.client.submit(
-                C.JoinSession(agent_id=self.agent_id, lease_ms=self.lease_ms), service="agent"
+                C.JoinSession(agent_id=self.agent_id, lease_ms=self.lease_ms), service="agent", token=self.token
             )
         except BaseException:
             self._joins_unseen -= 1
@@ -377,15 +382,19 @@ class Session:
         await self._stop_watch()
 
     async def _stop_watch(self) -> None:
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._watch_task
-            self._watch_task = None
+        if self._watch is not None:
+            self.client.event_mux.remove(self._watch)
+            self._watch = None
 
     async def _heartbeats(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(self.heartbeat_interval_s)
+            # On a beat of the loop's clock (every half interval), not of the join: the sessions
+            # of a client with the same interval heartbeat in the same loop iterations, so their
+            # heartbeats leave together, as a WriteBatch or two per interval. The first comes
+            # between half an interval and one after the join, every next one an interval later.
+            half = self.heartbeat_interval_s / 2
+            await asyncio.sleep(2 * half - loop.time() % half)
             if self.lost is not None:
                 return
             sent_at = asyncio.get_running_loop().time()
@@ -403,27 +412,21 @@ class Session:
                 if self._liveness is not None:
                     self._liveness.ok(sent_at)
 
-    async def _watch(self) -> None:
-        try:
-            events = self.client.events(
-                stats=self.stats, on_started=lambda _cursor: self._started.set(), on_resync=self._on_resync
-            )
-            async for ev in events:
-                self.event_log.append(ev)
-                try:
-                    self._on_effect(ev.effect)
-                except Exception:  # one bad event must not stop the stream
-                    logger.exception("handling %s", type(ev.effect).__name__)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            logger.error("event stream of %s stopped: %s", self.agent_id, exc)
-            self._watch_error = exc
-            self._started.set()
-            err = exc if isinstance(exc, WaitgraphClientError) else SessionClosed(f"event stream stopped: {exc}")
-            for waits in list(self._attached.values()):
-                for w in list(waits):
-                    w._fail(err)
+    def _on_event(self, ev: WatchedEvent) -> None:
+        """One of this agent's events, from the client's stream (cluster/sdk/_mux.py)."""
+        self.event_log.append(ev)
+        self._on_effect(ev.effect)
+
+    def _stream_failed(self, exc: BaseException) -> None:
+        """The client's stream ended for good for this session (or refused to carry it)."""
+        logger.error("event stream of %s stopped: %s", self.agent_id, exc)
+        self._watch_error = exc
+        if self._watch is not None:
+            self._watch.started.set()  # wakes open(), which raises it
+        err = exc if isinstance(exc, WaitgraphClientError) else SessionClosed(f"event stream stopped: {exc}")
+        for waits in list(self._attached.values()):
+            for w in list(waits):
+                w._fail(err)
 
     def _on_resync(self) -> None:
         """Events were lost (the cursor expired): ask the cluster about every open wait again."""
@@ -492,7 +495,7 @@ class Session:
         if self._watch_error is not None and not isinstance(command, C.LeaveSession):
             raise SessionClosed(f"the session's event stream failed: {self._watch_error}")
         try:
-            return await self.client.submit(command, request_id=request_id, service="agent")
+            return await self.client.submit(command, request_id=request_id, service="agent", token=self.token)
         except NoSession as exc:
             if not self._open or self._leaving:
                 raise

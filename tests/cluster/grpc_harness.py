@@ -87,16 +87,26 @@ class GrpcNode(NodeHandle):
 
 class GrpcCluster:
     def __init__(
-        self, root: Path, size: int = 3, extra_args: list[str] | None = None, env: dict[str, str] | None = None
+        self,
+        root: Path,
+        size: int = 3,
+        extra_args: list[str] | None = None,
+        *,
+        extra_tokens: list[dict[str, Any]] | None = None,
+        http: bool = False,
+        env: dict[str, str] | None = None,
     ) -> None:
-        """``env``: variables every node gets (the tracing tests' ``OTEL_*``)."""
+        """``extra_tokens``: entries added to :data:`TOKEN_ENTRIES`; ``http``: each node serves
+        /metrics (its address: ``node.member.http_address``); ``env``: variables every node gets
+        (the tracing tests' ``OTEL_*``)."""
         self.launcher = LocalCluster(
             root=root,
             nodes=size,
             mode=None,
             serve_args=["--detect-interval-ms", "50", *(extra_args or [])],
             secret=SECRET,
-            tokens=TOKEN_ENTRIES,
+            tokens=[*TOKEN_ENTRIES, *(extra_tokens or [])],
+            http=http,
             extra_env=(lambda _m: env) if env else None,
         )
         self.launcher.prepare()

@@ -33,13 +33,14 @@ from waitgraph.sdk import Client, OperatorClient
 
 from .grpc_harness import TOKENS, GrpcCluster, until
 from .test_sdk import AUTO, settled
+from .test_sdk_mux import streams_open
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcCluster]:
-    with GrpcCluster(tmp_path_factory.mktemp("mcp"), extra_args=AUTO) as c:
+    with GrpcCluster(tmp_path_factory.mktemp("mcp"), extra_args=AUTO, http=True) as c:
         asyncio.run(settled(c))
         yield c
 
@@ -336,6 +337,11 @@ async def test_http_refuses_a_missing_or_wrong_token(cluster: GrpcCluster) -> No
             # each MCP session acts as its own agent: b cannot release a's lease
             assert "you hold no lease" in await refused(b, "lease_release", target="resource:ht-port")
             assert (await call(b, "my_state"))["agent"] == "b"
+
+            async def one_stream() -> bool:  # the server's one Client carries both agents' events
+                return await streams_open(cluster) == 1
+
+            await until(one_stream, 10, "one event stream on the nodes for the server's two agents")
             assert "permission_denied" in (await b.read_resource("waitgraph://graph/a")).contents[0].text  # type: ignore[union-attr]
             await call(a, "lease_release", target="resource:ht-port")
             assert (await call(b, "lease_acquire", target="resource:ht-left", ttl_s=3600))["status"] == "held"

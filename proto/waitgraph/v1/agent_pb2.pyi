@@ -9,16 +9,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WatchEventsRequest(_message.Message):
-    __slots__ = ("after_cursor", "kinds", "agent_id", "agent_ids")
+    __slots__ = ("after_cursor", "kinds", "agent_id", "agent_ids", "authorizations")
     AFTER_CURSOR_FIELD_NUMBER: _ClassVar[int]
     KINDS_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    AUTHORIZATIONS_FIELD_NUMBER: _ClassVar[int]
     after_cursor: int
     kinds: _containers.RepeatedScalarFieldContainer[str]
     agent_id: str
     agent_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, after_cursor: _Optional[int] = ..., kinds: _Optional[_Iterable[str]] = ..., agent_id: _Optional[str] = ..., agent_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    authorizations: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, after_cursor: _Optional[int] = ..., kinds: _Optional[_Iterable[str]] = ..., agent_id: _Optional[str] = ..., agent_ids: _Optional[_Iterable[str]] = ..., authorizations: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("cursor", "log_index", "agent_ids", "effect")
