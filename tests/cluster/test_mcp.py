@@ -221,7 +221,7 @@ async def test_a_cycle_is_refused_with_its_path(cluster: GrpcCluster) -> None:
         )
         await until(lambda: _has_wait(cluster, "artifact:cy-branch"), 10, "a's wait on the branch")
         (registered,) = await waits_on(cluster, "artifact:cy-branch")
-        assert registered.reason.endswith(f"traceparent={TRACEPARENT}")
+        assert registered.reason.endswith(f"traceparent={TRACEPARENT}"), registered.reason
         res = await b.call_tool("lease_acquire", {"target": "resource:cy-file", "wait_s": 30})
         assert res.is_error
         err = res.structured_content

@@ -51,6 +51,24 @@ def receiver() -> Iterator[Receiver]:
                 else:
                     os.environ[k] = v
             tracing.shutdown()
+            forget_the_global_provider()
+
+
+def forget_the_global_provider() -> None:
+    """Leave this process as the module found it. OpenTelemetry sets its global tracer provider
+    once per process, and a provider left behind changes later tests in the same process: the
+    MCP SDK's client, for one, then writes its own span's traceparent into a call's ``_meta`` over
+    the one the caller gave (tests/cluster/test_mcp.py failed after this module). The reset is
+    opentelemetry-test-utils' ``reset_trace_globals``, and waitgraph's cached tracer with it."""
+    from opentelemetry import trace
+    from opentelemetry.util._once import Once
+
+    trace._TRACER_PROVIDER_SET_ONCE = Once()  # type: ignore[attr-defined]
+    trace._TRACER_PROVIDER = None  # type: ignore[attr-defined]
+    tracing._installed = None
+    tracing._tracer = None
+    tracing._tried_env = False
+    tracing._off_until = 0.0
 
 
 def node_env(r: Receiver) -> dict[str, str]:
