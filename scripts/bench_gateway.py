@@ -58,6 +58,9 @@ class InProcessNode:
     def leader_address(self) -> str | None:
         return None
 
+    def member_features(self) -> dict[str, int | None]:
+        return {}  # no other member: the lessor answers heartbeats (trees before #37 never ask)
+
     async def submit_many(self, envelopes: list[Any]) -> list[Any]:
         out = []
         for e in envelopes:
