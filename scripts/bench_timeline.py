@@ -137,7 +137,7 @@ def install_sdk(directory: str) -> None:
 
     _open(directory)
 
-    def send(self: Any, items: Any, futures: Any) -> str:
+    def send(self: Any, items: Any, *_: Any) -> str:  # (items, futures[, the writers' trace contexts])
         rid = _first_request_id(items)
         _event("S_send", rid)
         return rid
